@@ -1,0 +1,235 @@
+"""Configuration: one frozen value built from the environment (profile §14).
+
+`Settings.from_env(environ)` validates every variable and raises `SettingsError` naming each bad
+or missing one. Nothing reads the environment at import time; `create_app` receives the value.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import msgspec
+
+PROVIDER_CAPABILITIES = ("audio_input", "audio_output", "vision_input", "transcript_history")
+MIN_HS256_SECRET_BYTES = 32
+
+
+class SettingsError(ValueError):
+    """One or more configuration variables are missing or malformed."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """Every knob of the service. Defaults are the development defaults of profile §14."""
+
+    redis_url: str | None = None
+    redis_cluster: bool = False
+    require_redis: bool = False
+    data_dir: str = ".aim-data"
+    public_base_url: str = "http://127.0.0.1:8080"
+
+    auth_hs256_secret: str | None = None
+    auth_hs256_secret_generated: bool = False
+    auth_jwks_url: str | None = None
+    auth_issuer: str | None = None
+    auth_audience: str | None = None
+    auth_tenant_claim: str | None = None
+    auth_leeway_s: int = 30
+
+    livekit_url: str | None = None
+    livekit_public_url: str | None = None
+    livekit_api_key: str | None = None
+    livekit_api_secret: str | None = None
+    livekit_webhook_keys: tuple[tuple[str, str], ...] = ()
+    agent_name: str = "aim-realtime-agent"
+    provider_capabilities: frozenset[str] = frozenset(PROVIDER_CAPABILITIES)
+
+    join_token_ttl_s: int = 300
+    idle_timeout_s: int = 300
+    reconnect_grace_s: int = 60
+    max_session_s: int = 3600
+    requirement_ttl_s: int = 120
+
+    max_sessions_per_principal: int = 5
+    max_endpoints_per_session: int = 8
+    rate_limit_rps: float = 100.0
+
+    task_ttl_s: int = 7 * 24 * 3600
+    max_body_bytes: int = 1024 * 1024
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        """Build settings from environment variables; raise SettingsError naming each bad one."""
+        reader = _Reader(environ)
+        secret = reader.text("AIM_AUTH_HS256_SECRET")
+        generated = False
+        if secret is None and reader.text("AIM_AUTH_JWKS_URL") is None:
+            secret = secrets.token_urlsafe(48)
+            generated = True
+        if secret is not None and len(secret.encode()) < MIN_HS256_SECRET_BYTES:
+            reader.problems.append(
+                f"AIM_AUTH_HS256_SECRET must be at least {MIN_HS256_SECRET_BYTES} bytes long"
+            )
+        jwks = reader.url("AIM_AUTH_JWKS_URL", ("http", "https"))
+        issuer = reader.text("AIM_AUTH_ISSUER")
+        audience = reader.text("AIM_AUTH_AUDIENCE")
+        if jwks is not None and (issuer is None or audience is None):
+            reader.problems.append(
+                "AIM_AUTH_JWKS_URL needs AIM_AUTH_ISSUER and AIM_AUTH_AUDIENCE to be set as well"
+            )
+        livekit_url = reader.url("AIM_LIVEKIT_URL", ("http", "https", "ws", "wss"))
+        api_key = reader.text("AIM_LIVEKIT_API_KEY")
+        api_secret = reader.text("AIM_LIVEKIT_API_SECRET")
+        if (api_key is None) != (api_secret is None):
+            reader.problems.append(
+                "AIM_LIVEKIT_API_KEY and AIM_LIVEKIT_API_SECRET must be set together"
+            )
+        webhook_keys = reader.key_pairs("AIM_LIVEKIT_WEBHOOK_KEYS")
+        if not webhook_keys and api_key is not None and api_secret is not None:
+            webhook_keys = ((api_key, api_secret),)
+        settings = cls(
+            redis_url=reader.url("AIM_REDIS_URL", ("redis", "rediss", "unix")),
+            redis_cluster=reader.flag("AIM_REDIS_CLUSTER"),
+            require_redis=reader.flag("AIM_REQUIRE_REDIS"),
+            data_dir=reader.text("AIM_DATA_DIR") or ".aim-data",
+            public_base_url=(
+                reader.url("AIM_PUBLIC_BASE_URL", ("http", "https")) or "http://127.0.0.1:8080"
+            ).rstrip("/"),
+            auth_hs256_secret=secret,
+            auth_hs256_secret_generated=generated,
+            auth_jwks_url=jwks,
+            auth_issuer=issuer,
+            auth_audience=audience,
+            auth_tenant_claim=reader.text("AIM_AUTH_TENANT_CLAIM"),
+            auth_leeway_s=reader.integer("AIM_AUTH_LEEWAY_S", 30, low=0, high=30),
+            livekit_url=livekit_url,
+            livekit_public_url=(
+                reader.url("AIM_LIVEKIT_PUBLIC_URL", ("http", "https", "ws", "wss")) or livekit_url
+            ),
+            livekit_api_key=api_key,
+            livekit_api_secret=api_secret,
+            livekit_webhook_keys=webhook_keys,
+            agent_name=reader.text("AIM_AGENT_NAME") or "aim-realtime-agent",
+            provider_capabilities=reader.capabilities("AIM_PROVIDER_CAPABILITIES"),
+            join_token_ttl_s=reader.integer("AIM_JOIN_TOKEN_TTL_S", 300, low=10, high=86400),
+            idle_timeout_s=reader.integer("AIM_IDLE_TIMEOUT_S", 300, low=1, high=86400),
+            reconnect_grace_s=reader.integer("AIM_RECONNECT_GRACE_S", 60, low=1, high=3600),
+            max_session_s=reader.integer("AIM_MAX_SESSION_S", 3600, low=1, high=7 * 86400),
+            requirement_ttl_s=reader.integer("AIM_REQUIREMENT_TTL_S", 120, low=1, high=86400),
+            max_sessions_per_principal=reader.integer(
+                "AIM_MAX_SESSIONS_PER_PRINCIPAL", 5, low=1, high=10000
+            ),
+            max_endpoints_per_session=reader.integer(
+                "AIM_MAX_ENDPOINTS_PER_SESSION", 8, low=1, high=64
+            ),
+            rate_limit_rps=reader.number("AIM_RATE_LIMIT_RPS", 100.0, low=0.0, high=1e6),
+            task_ttl_s=reader.integer("AIM_TASK_TTL_S", 7 * 24 * 3600, low=60, high=365 * 86400),
+        )
+        if reader.problems:
+            raise SettingsError(reader.problems)
+        return settings
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+
+class _Reader:
+    """Reads typed values from the environment and collects every problem before failing."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+        self.problems: list[str] = []
+
+    def text(self, name: str) -> str | None:
+        value = self.environ.get(name, "").strip()
+        return value or None
+
+    def flag(self, name: str) -> bool:
+        value = (self.text(name) or "0").lower()
+        if value in ("1", "true", "yes", "on"):
+            return True
+        if value in ("0", "false", "no", "off"):
+            return False
+        self.problems.append(f"{name} must be 1/0, true/false, yes/no or on/off, not {value!r}")
+        return False
+
+    def integer(self, name: str, default: int, *, low: int, high: int) -> int:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            self.problems.append(f"{name} must be a whole number, not {raw!r}")
+            return default
+        if not low <= value <= high:
+            self.problems.append(f"{name} must be between {low} and {high}, not {value}")
+            return default
+        return value
+
+    def number(self, name: str, default: float, *, low: float, high: float) -> float:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            self.problems.append(f"{name} must be a number, not {raw!r}")
+            return default
+        if not low <= value <= high:
+            self.problems.append(f"{name} must be between {low:g} and {high:g}, not {raw}")
+            return default
+        return value
+
+    def url(self, name: str, schemes: tuple[str, ...]) -> str | None:
+        raw = self.text(name)
+        if raw is None:
+            return None
+        try:
+            parts = urlsplit(raw)
+            valid = parts.scheme in schemes and bool(
+                parts.path if parts.scheme == "unix" else parts.hostname
+            )
+        except ValueError:
+            valid = False
+        if not valid:
+            # never echo the value: URLs may carry passwords
+            self.problems.append(f"{name} must be a {'/'.join(schemes)} URL with a host")
+            return None
+        return raw
+
+    def key_pairs(self, name: str) -> tuple[tuple[str, str], ...]:
+        raw = self.text(name)
+        if raw is None:
+            return ()
+        pairs: list[tuple[str, str]] = []
+        for item in raw.split(","):
+            key, sep, secret = item.strip().partition(":")
+            if not sep or not key or not secret:
+                # never echo the value: it holds secrets
+                self.problems.append(f"{name} must be a comma list of key:secret pairs")
+                return ()
+            pairs.append((key, secret))
+        return tuple(pairs)
+
+    def capabilities(self, name: str) -> frozenset[str]:
+        raw = self.text(name)
+        if raw is None:
+            return frozenset(PROVIDER_CAPABILITIES)
+        names = {item.strip() for item in raw.split(",") if item.strip()}
+        if not names:
+            self.problems.append(f"{name} must list at least one capability")
+        unknown = sorted(names - set(PROVIDER_CAPABILITIES))
+        if unknown:
+            self.problems.append(
+                f"{name} has unknown capabilities {', '.join(unknown)}; "
+                f"known: {', '.join(PROVIDER_CAPABILITIES)}"
+            )
+        return frozenset(names & set(PROVIDER_CAPABILITIES))

@@ -1,0 +1,111 @@
+"""Tracing (profile §13): the only module, with app.py, that imports OpenTelemetry.
+
+One server span per JSON-RPC call, joining the caller's W3C `traceparent`. The exporter follows
+the standard `OTEL_*` variables: OTLP over HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+`OTEL_TRACES_EXPORTER=otlp`) is set, `console` on request, otherwise tracing is off. Attribute
+values never hold tokens, JWTs or message text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Final
+
+from opentelemetry import propagate, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+TRACER_NAME: Final = "aim-realtime"
+
+ATTR_RPC_SYSTEM: Final = "rpc.system"
+ATTR_RPC_METHOD: Final = "rpc.method"
+ATTR_RPC_REQUEST_ID: Final = "rpc.jsonrpc.request_id"
+ATTR_RPC_ERROR_CODE: Final = "rpc.jsonrpc.error_code"
+ATTR_RPC_ERROR_MESSAGE: Final = "rpc.jsonrpc.error_message"
+ATTR_SESSION_ID: Final = "aim.session.id"
+ATTR_SESSION_EPOCH: Final = "aim.session.epoch"
+ATTR_COMMAND_ID: Final = "aim.command.id"
+ATTR_TASK_ID: Final = "aim.task.id"
+ATTR_PRINCIPAL: Final = "aim.principal.key"
+
+UNKNOWN_METHOD_SPAN: Final = "jsonrpc.request"
+
+
+def provider_from_env(environ: Mapping[str, str]) -> TracerProvider | None:
+    """A tracer provider configured by the standard OTEL_* variables, or None when off."""
+    exporter_name = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    endpoint = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
+    if exporter_name in ("", "none") and not (exporter_name == "" and endpoint):
+        return None
+    provider = TracerProvider(resource=Resource.create())  # reads OTEL_SERVICE_NAME etc.
+    if exporter_name == "console":
+        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter,
+        )
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return provider
+
+
+class RpcSpan:
+    """The handle a caller gets for the span of one call."""
+
+    def __init__(self, span: trace.Span) -> None:
+        self._span = span
+
+    def set_method(self, method: str) -> None:
+        self._span.update_name(method)
+        self._span.set_attribute(ATTR_RPC_METHOD, method)
+
+    def set_request_id(self, request_id: int | str) -> None:
+        self._span.set_attribute(ATTR_RPC_REQUEST_ID, str(request_id))
+
+    def set_attribute(self, key: str, value: str | int) -> None:
+        self._span.set_attribute(key, value)
+
+    def set_error(self, code: int, message: str) -> None:
+        self._span.set_attribute(ATTR_RPC_ERROR_CODE, code)
+        self._span.set_attribute(ATTR_RPC_ERROR_MESSAGE, message)
+        # client mistakes are not server faults; only internal/upstream errors mark the span
+        if code in (-32603, -31012):
+            self._span.set_status(Status(StatusCode.ERROR, message))
+
+    def add_event(self, name: str, attributes: Mapping[str, str | int]) -> None:
+        self._span.add_event(name, dict(attributes))
+
+
+class Telemetry:
+    """Spans for the service; a no-op tracer when no provider is configured."""
+
+    def __init__(self, provider: TracerProvider | None) -> None:
+        self.provider = provider
+        self._tracer = provider.get_tracer(TRACER_NAME) if provider else trace.NoOpTracer()
+
+    @contextlib.contextmanager
+    def rpc_span(self, headers: Mapping[str, str]) -> Iterator[RpcSpan]:
+        parent = propagate.extract(headers)
+        with self._tracer.start_as_current_span(
+            UNKNOWN_METHOD_SPAN,
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={ATTR_RPC_SYSTEM: "jsonrpc"},
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            yield RpcSpan(span)
+
+    @contextlib.contextmanager
+    def child_span(self, name: str, attributes: Mapping[str, str | int]) -> Iterator[None]:
+        with self._tracer.start_as_current_span(name, attributes=dict(attributes)):
+            yield
+
+    def shutdown(self) -> None:
+        if self.provider is not None:
+            self.provider.shutdown()
