@@ -1,0 +1,52 @@
+"""Shared vocabulary of the functional core: outcomes of `decide`, rejection reasons.
+
+`decide(state, event, *, now) -> Accepted | Rejected` everywhere. A rejection is a value, never an
+exception, and it carries what the caller needs to understand it (the state it met and the events
+that state allows). The core has no clock, no ids and no randomness: the shell passes them in.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+import msgspec
+
+S = TypeVar("S")
+
+
+class RejectReason(StrEnum):
+    """Why an event was refused; the shell maps each to one JSON-RPC error."""
+
+    INVALID_STATE = "invalid_state"
+    STALE_EPOCH = "stale_epoch"
+    VERSION_MISMATCH = "version_mismatch"
+    REQUIREMENT_MISMATCH = "requirement_mismatch"
+    CAPABILITY_UNAVAILABLE = "capability_unavailable"
+    ENDPOINT_NOT_FOUND = "endpoint_not_found"
+    LIMIT_EXCEEDED = "limit_exceeded"
+
+
+class Accepted(msgspec.Struct, Generic[S], frozen=True):
+    """The event applies: the new state, and the effects the shell must carry out."""
+
+    state: S
+    effects: tuple[msgspec.Struct, ...] = ()
+
+
+class Rejected(msgspec.Struct, frozen=True):
+    """The event does not apply; nothing changed.
+
+    The defaulted fields carry the `data` of specific errors: `current_epoch` and `epoch_reason`
+    (superseded | rebound | ended | ahead) for STALE_EPOCH, `missing` for REQUIREMENT_MISMATCH /
+    CAPABILITY_UNAVAILABLE, `limit` (the name of the limit) for LIMIT_EXCEEDED.
+    """
+
+    reason: RejectReason
+    state: str
+    allowed: tuple[str, ...] = ()
+    detail: str = ""
+    current_epoch: int = 0
+    epoch_reason: str = ""
+    missing: tuple[str, ...] = ()
+    limit: str = ""

@@ -1,0 +1,69 @@
+"""Effects: what the shell must do after a transition commits (LiveKit calls, token minting).
+
+Plain, frozen, tagged values (`{"type": "CreateRoom", ...}` on the wire), so the shell can store
+them in its outbox as one `Effect` union and run them later. Publish sources use LiveKit's exact
+names: an unknown name silently allows nothing (realtime-profile §9).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+MICROPHONE: Final = "microphone"
+CAMERA: Final = "camera"
+SCREEN_SHARE: Final = "screen_share"
+SCREEN_SHARE_AUDIO: Final = "screen_share_audio"
+
+
+class CreateRoom(msgspec.Struct, frozen=True, tag=True):
+    """Create room `room` for `epoch` (metadata `{sessionId, sessionEpoch}`)."""
+
+    room: str
+    epoch: int
+
+
+class DispatchAgent(msgspec.Struct, frozen=True, tag=True):
+    """Dispatch the agent into `room`, exactly once per room."""
+
+    room: str
+    epoch: int
+
+
+class RemoveParticipant(msgspec.Struct, frozen=True, tag=True):
+    """Remove participant `identity` from `room` (a missing participant counts as done)."""
+
+    room: str
+    identity: str
+
+
+class DeleteRoom(msgspec.Struct, frozen=True, tag=True):
+    """Delete `room`; when done the shell feeds `RoomDeleted(epoch)` back."""
+
+    room: str
+    epoch: int
+
+
+class UpdatePermissions(msgspec.Struct, frozen=True, tag=True):
+    """Replace the full permission set of `identity` in `room` (LiveKit replaces every flag)."""
+
+    room: str
+    identity: str
+    can_subscribe: bool
+    publish_sources: tuple[str, ...]
+
+
+class MintJoinToken(msgspec.Struct, frozen=True, tag=True):
+    """A join token for `identity` into exactly `room`, carrying `epoch` in its metadata."""
+
+    room: str
+    identity: str
+    epoch: int
+    can_subscribe: bool
+    publish_sources: tuple[str, ...]
+
+
+Effect = (
+    CreateRoom | DispatchAgent | RemoveParticipant | DeleteRoom | UpdatePermissions | MintJoinToken
+)

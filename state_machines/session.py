@@ -1,0 +1,434 @@
+"""The session lifecycle (realtime-profile §5, §6): provisioning, joins and handoffs, rebinds, end.
+
+Invariants:
+- `epoch` never decreases; it grows by one on a handoff or a rebind, and every bump is recorded in
+  `bumps`, so a stale command learns why its epoch ended (superseded | rebound | ended | ahead);
+- at most one endpoint is joining or connected, and it is the active one;
+- the task follows the session: task_state == derive_task_state(session), and task_version grows
+  by one exactly when task_state changes; ending, ended and failed never go back to live;
+- ended and failed absorb: the only event they accept is the idempotent `end`, which changes
+  nothing;
+- a rejection is a value and changes nothing; events of an older room or epoch are fenced.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from state_machines import endpoint as endpoints
+from state_machines import task
+from state_machines._base import Accepted, Rejected, RejectReason
+from state_machines.effects import CreateRoom, DispatchAgent, Effect, RemoveParticipant
+from state_machines.endpoint import Endpoint
+from state_machines.session_events import (
+    Cancel,
+    End,
+    GraceExpired,
+    IdleTimeout,
+    Join,
+    MaxDuration,
+    ParticipantJoined,
+    ParticipantLeft,
+    Provisioned,
+    ProvisioningFailed,
+    ProvisioningTimeout,
+    RegisterEndpoint,
+    RoomDeleted,
+    RoomLost,
+    SessionEvent,
+    SessionEventName,
+    event_name,
+)
+from state_machines.session_model import (
+    ACTIVE,
+    ENDED,
+    ENDING,
+    FAILED,
+    JOINING,
+    LIVE_STATES,
+    PROVISIONING,
+    READY,
+    RECONNECTING,
+    TERMINAL_STATES,
+    EpochBump,
+    Requested,
+    Session,
+    SessionState,
+    Step,
+    advance_task,
+    by_id,
+    by_key,
+    derive_task_state,
+    end,
+    fail,
+    finish,
+    hand_off,
+    join_token,
+    moved,
+    put,
+    rebind,
+    replace,
+    room_name,
+    settle_task,
+)
+from state_machines.task import TaskCore
+
+__all__ = [
+    "FALLBACK",
+    "GUARDS",
+    "IDEMPOTENT",
+    "LIVE_STATES",
+    "MAX_REBINDS",
+    "TERMINAL_STATES",
+    "TRANSITIONS",
+    "Cancel",
+    "End",
+    "EpochBump",
+    "GraceExpired",
+    "IdleTimeout",
+    "Join",
+    "MaxDuration",
+    "ParticipantJoined",
+    "ParticipantLeft",
+    "Provisioned",
+    "ProvisioningFailed",
+    "ProvisioningTimeout",
+    "RegisterEndpoint",
+    "Requested",
+    "RoomDeleted",
+    "RoomLost",
+    "Session",
+    "SessionEvent",
+    "SessionEventName",
+    "SessionState",
+    "allowed_events",
+    "decide",
+    "derive_task_state",
+    "event_name",
+    "new_session",
+    "room_name",
+]
+
+_JOINABLE: Final[tuple[SessionState, ...]] = (READY, JOINING, ACTIVE, RECONNECTING)
+
+# a lost room is re-provisioned at most this often; the next loss fails the session
+MAX_REBINDS: Final = 3
+
+# ending an ending or finished session answers it unchanged, without effects (EndSession)
+IDEMPOTENT: Final[tuple[tuple[SessionState, SessionEventName], ...]] = (
+    (ENDING, "end"),
+    (ENDED, "end"),
+    (FAILED, "end"),
+)
+
+# The target when the event's guard holds. Where a guard can send the event elsewhere, GUARDS says
+# so and FALLBACK names the other target; a target equal to the source changes no state.
+TRANSITIONS: Final[dict[tuple[SessionState, SessionEventName], SessionState]] = {
+    (PROVISIONING, "provisioned"): READY,
+    (PROVISIONING, "provisioning_failed"): FAILED,
+    (PROVISIONING, "provisioning_timeout"): FAILED,
+    **{(state, "register_endpoint"): state for state in LIVE_STATES},
+    **{(state, "join"): JOINING for state in _JOINABLE},
+    (JOINING, "participant_joined"): ACTIVE,
+    (RECONNECTING, "participant_joined"): ACTIVE,
+    (READY, "participant_joined"): READY,
+    (ACTIVE, "participant_joined"): ACTIVE,
+    (ACTIVE, "participant_left"): RECONNECTING,
+    **{(state, "agent_joined"): state for state in LIVE_STATES},
+    **{(state, "agent_left"): state for state in LIVE_STATES},
+    (RECONNECTING, "grace_expired"): READY,
+    (READY, "idle_timeout"): ENDING,
+    **{(state, "max_duration"): ENDING for state in LIVE_STATES},
+    **{(state, "room_lost"): PROVISIONING for state in LIVE_STATES},
+    **{(state, "end"): ENDING for state in LIVE_STATES},
+    **{(state, "cancel"): ENDING for state in LIVE_STATES},
+    **{pair: pair[0] for pair in IDEMPOTENT},
+    (ENDING, "room_deleted"): ENDED,
+}
+
+FALLBACK: Final[dict[tuple[SessionState, SessionEventName], SessionState]] = {
+    (state, "room_lost"): FAILED for state in LIVE_STATES
+}
+
+GUARDS: Final[dict[SessionEventName, str]] = {
+    "provisioned": "epoch = the room's epoch; agent dispatched",
+    "provisioning_failed": "epoch = the room's epoch; task FAILED",
+    "provisioning_timeout": "epoch = the room's epoch; task FAILED",
+    "register_endpoint": "client epoch current; same clientEndpointKey → same endpoint; "
+    "at most max_endpoints",
+    "join": "client epoch current; endpoint registered (not superseded/removed); another active "
+    "endpoint → handoff: epoch + 1, it is superseded and removed; token minted",
+    "participant_joined": "the active endpoint at the current epoch → active; a superseded "
+    "endpoint → RemoveParticipant, state unchanged; else rejected",
+    "participant_left": "the active endpoint at the current epoch; the shell arms the grace timer",
+    "agent_joined": "epoch = the room's epoch; agent joined",
+    "agent_left": "epoch = the room's epoch; agent left",
+    "grace_expired": "epoch current, endpoint still the active one; it stays disconnected",
+    "idle_timeout": "no active endpoint; endReason idle_timeout",
+    "max_duration": "endReason max_duration",
+    "room_lost": f"the current room, fewer than {MAX_REBINDS} rebinds so far: epoch + 1, "
+    "new room (CreateRoom, DispatchAgent)",
+    "end": "endReason given; DeleteRoom; task COMPLETED",
+    "cancel": "DeleteRoom; task CANCELED",
+    "room_deleted": "epoch = the room's epoch; endpoints removed",
+}
+
+
+def allowed_events(state: SessionState) -> tuple[SessionEventName, ...]:
+    """The events `state` accepts, in table order."""
+    return tuple(event for (source, event) in TRANSITIONS if source == state)
+
+
+def new_session(
+    *,
+    session_id: str,
+    task_id: str,
+    context_id: str,
+    client_session_id: str,
+    requested: Requested,
+    required_capabilities: tuple[str, ...],
+    transcript: Literal["off", "on"],
+    now: str,
+) -> Accepted[Session]:
+    """A session in provisioning at epoch 1, its task WORKING, and the provisioning effects."""
+    started = advance_task(TaskCore(state=task.SUBMITTED), "start")
+    room = room_name(session_id, 1)
+    session = Session(
+        session_id=session_id,
+        task_id=task_id,
+        context_id=context_id,
+        client_session_id=client_session_id,
+        requested=requested,
+        required_capabilities=required_capabilities,
+        transcript=transcript,
+        created_at=now,
+        updated_at=now,
+        task_state=started.state,
+        task_version=started.version,
+        room=room,
+    )
+    return Accepted(session, (CreateRoom(room, 1), DispatchAgent(room, 1)))
+
+
+def decide(session: Session, event: SessionEvent, *, now: str) -> Accepted[Session] | Rejected:
+    """Apply `event`: the next session with its effects, or a rejection that changes nothing."""
+    fenced = _fence(session, event)
+    if fenced is not None:
+        return fenced
+    name = event_name(event)
+    target = TRANSITIONS.get((session.state, name))
+    if target is None:
+        return _invalid(session, f"a session in {session.state} does not accept `{name}`")
+    step = _apply(session, event, target, now)
+    if isinstance(step, Rejected):
+        return step
+    after, effects = step
+    after = settle_task(after)
+    if after != session:
+        after = replace(after, updated_at=now)
+    return Accepted(after, effects)
+
+
+# --- guards -------------------------------------------------------------------------------------
+
+
+def _fence(session: Session, event: SessionEvent) -> Rejected | None:
+    """Epoch checks come before the state machine: stale commands and old-room events."""
+    match event:
+        case RegisterEndpoint() | Join():
+            return _stale_epoch(session, event.epoch)
+        case Provisioned() | ProvisioningFailed() | ProvisioningTimeout() | RoomDeleted():
+            current = event.epoch == session.room_epoch
+        case ParticipantJoined() | ParticipantLeft() if event.is_agent:
+            current = event.epoch == session.room_epoch
+        case ParticipantJoined() | ParticipantLeft():
+            # a token of any epoch since the room was provisioned can be in this room
+            current = session.room_epoch <= event.epoch <= session.epoch
+        case GraceExpired():
+            current = event.epoch == session.epoch
+        case RoomLost():
+            current = event.room == session.room
+        case _:
+            current = True
+    return None if current else _invalid(session, f"fenced: `{event_name(event)}` is not current")
+
+
+def _stale_epoch(session: Session, epoch: int) -> Rejected | None:
+    if epoch == session.epoch:
+        return None
+    if epoch > session.epoch:
+        why = "ahead"
+    elif session.state in (ENDING, ENDED, FAILED):
+        why = "ended"
+    else:
+        why = next((bump.reason for bump in session.bumps if bump.epoch > epoch), "superseded")
+    return Rejected(
+        reason=RejectReason.STALE_EPOCH,
+        state=session.state,
+        current_epoch=session.epoch,
+        epoch_reason=why,
+        detail=f"sessionEpoch {epoch} is not the current epoch {session.epoch} ({why})",
+    )
+
+
+def _is_active(session: Session, identity: str, epoch: int) -> bool:
+    return identity == session.active_endpoint_id and epoch == session.epoch
+
+
+def _awaits_active(session: Session) -> bool:
+    """Joining or reconnecting: the active endpoint's participant is expected in the room."""
+    return session.state in (JOINING, RECONNECTING)
+
+
+def _is_superseded(session: Session, identity: str) -> bool:
+    return any(
+        item.endpoint_id == identity and item.state == endpoints.SUPERSEDED
+        for item in session.endpoints
+    )
+
+
+def _rebinds_exhausted(session: Session) -> bool:
+    return session.rebinds >= MAX_REBINDS
+
+
+def _is_handoff(session: Session, endpoint_id: str) -> bool:
+    """Another endpoint is active, joining or reconnecting: this join supersedes it."""
+    return session.active_endpoint_id not in (None, endpoint_id)
+
+
+# --- rules --------------------------------------------------------------------------------------
+
+
+def _apply(
+    session: Session, event: SessionEvent, target: SessionState, now: str
+) -> Step | Rejected:
+    match event:
+        case Provisioned():
+            # the agent's participant_joined may overtake the dispatch confirmation
+            agent = "dispatched" if session.agent_state == "dispatching" else session.agent_state
+            return replace(session, state=target, agent_state=agent), ()
+        case ProvisioningFailed():
+            return fail(session, target, event.reason, now)
+        case ProvisioningTimeout():
+            return fail(session, target, "provisioning_timeout", now)
+        case RegisterEndpoint():
+            return _register(session, event, now)
+        case Join():
+            return _join(session, event, target, now)
+        case ParticipantJoined():
+            return _participant_joined(session, event, target)
+        case ParticipantLeft():
+            return _participant_left(session, event, target)
+        case GraceExpired():
+            if event.endpoint_id != session.active_endpoint_id:
+                return _invalid(session, f"{event.endpoint_id} is no longer the active endpoint")
+            return replace(session, state=target, active_endpoint_id=None), ()
+        case IdleTimeout():
+            if session.active_endpoint_id is not None:
+                return _invalid(session, "an endpoint is active: the session is not idle")
+            return end(session, target, "idle_timeout")
+        case MaxDuration():
+            return end(session, target, "max_duration")
+        case RoomLost():
+            if _rebinds_exhausted(session):
+                return fail(session, FALLBACK[session.state, "room_lost"], "room_lost", now)
+            return rebind(session, target)
+        case End():
+            if (session.state, "end") in IDEMPOTENT:
+                return session, ()
+            return end(session, target, event.reason)
+        case Cancel():
+            return end(replace(session, canceled=True), target, "canceled")
+        case _:
+            return finish(session, target, now), ()
+
+
+def _register(session: Session, event: RegisterEndpoint, now: str) -> Step | Rejected:
+    known = by_key(session, event.client_endpoint_key)
+    if known is not None:
+        again = endpoints.decide(known, "reregister")
+        if isinstance(again, Rejected):
+            return _endpoint_refused(session, again)
+        updated = replace(again.state, capabilities=event.capabilities)
+        return replace(session, endpoints=put(session.endpoints, updated)), ()
+    if len(session.endpoints) >= event.max_endpoints:
+        return Rejected(
+            reason=RejectReason.LIMIT_EXCEEDED,
+            state=session.state,
+            current_epoch=session.epoch,
+            limit="endpoints_per_session",
+            detail=f"a session has at most {event.max_endpoints} endpoints",
+        )
+    added = Endpoint(
+        endpoint_id=event.endpoint_id,
+        client_endpoint_key=event.client_endpoint_key,
+        capabilities=event.capabilities,
+        registered_at=now,
+    )
+    return replace(session, endpoints=(*session.endpoints, added)), ()
+
+
+def _join(session: Session, event: Join, target: SessionState, now: str) -> Step | Rejected:
+    known = by_id(session, event.endpoint_id)
+    if known is None:
+        return Rejected(
+            reason=RejectReason.ENDPOINT_NOT_FOUND,
+            state=session.state,
+            current_epoch=session.epoch,
+            detail=f"no endpoint {event.endpoint_id} in this session",
+        )
+    joining = endpoints.decide(known, "join")
+    if isinstance(joining, Rejected):
+        return _endpoint_refused(session, joining)
+    effects: tuple[Effect, ...] = ()
+    previous = session.active_endpoint_id
+    if previous is not None and _is_handoff(session, known.endpoint_id):
+        session, effects = hand_off(session, previous)
+    joined = replace(joining.state, joined_at=now, joined_epoch=session.epoch)
+    session = replace(
+        session,
+        state=target,
+        active_endpoint_id=joined.endpoint_id,
+        endpoints=put(session.endpoints, joined),
+    )
+    return session, (*effects, join_token(session, joined))
+
+
+def _participant_joined(
+    session: Session, event: ParticipantJoined, target: SessionState
+) -> Step | Rejected:
+    if event.is_agent:
+        return replace(session, agent_state="joined", agent_identity=event.identity), ()
+    if _awaits_active(session) and _is_active(session, event.identity, event.epoch):
+        connected = moved(session.endpoints, "connected", (event.identity,))
+        return replace(session, state=target, endpoints=connected), ()
+    if _is_superseded(session, event.identity):
+        # LiveKit cannot revoke a token: a superseded device that re-joins is removed again
+        return session, (RemoveParticipant(session.room, event.identity),)
+    return _invalid(session, f"participant {event.identity} is not awaited in {session.state}")
+
+
+def _participant_left(
+    session: Session, event: ParticipantLeft, target: SessionState
+) -> Step | Rejected:
+    if event.is_agent:
+        return replace(session, agent_state="left"), ()
+    if not _is_active(session, event.identity, event.epoch):
+        return _invalid(session, f"participant {event.identity} is not the active endpoint")
+    disconnected = moved(session.endpoints, "disconnected", (event.identity,))
+    return replace(session, state=target, endpoints=disconnected), ()
+
+
+def _invalid(session: Session, detail: str) -> Rejected:
+    return Rejected(
+        reason=RejectReason.INVALID_STATE,
+        state=session.state,
+        allowed=allowed_events(session.state),
+        current_epoch=session.epoch,
+        detail=detail,
+    )
+
+
+def _endpoint_refused(session: Session, refused: Rejected) -> Rejected:
+    """The endpoint's own state refuses: report that state and the endpoint events it allows."""
+    return replace(refused, current_epoch=session.epoch)

@@ -1,0 +1,179 @@
+"""The events a session accepts (realtime-profile §5): client commands, LiveKit webhooks, timers.
+
+Frozen, tagged values (`{"type": "Join", ...}`), so the shell can store or log one `SessionEvent`
+union. Each maps to one event *name* in the session's transition table (`event_name`): a
+participant event of the agent is `agent_joined` / `agent_left`, the others are about endpoints.
+
+Epochs: `RegisterEndpoint` and `Join` carry the client's `sessionEpoch`. Provisioning events and
+`RoomDeleted` carry the epoch of the room they concern (the epoch in its name). Participant events
+carry the participant's epoch: for an endpoint, the `sessionEpoch` in its token metadata; for the
+agent, the epoch of the room it was dispatched to. `GraceExpired` and `ProvisioningTimeout` carry
+the epoch at which their timer was armed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from state_machines.endpoint import Capabilities
+
+SessionEventName = Literal[
+    "provisioned",
+    "provisioning_failed",
+    "provisioning_timeout",
+    "register_endpoint",
+    "join",
+    "participant_joined",
+    "participant_left",
+    "agent_joined",
+    "agent_left",
+    "grace_expired",
+    "idle_timeout",
+    "max_duration",
+    "room_lost",
+    "end",
+    "cancel",
+    "room_deleted",
+]
+
+
+class Provisioned(msgspec.Struct, frozen=True, tag=True):
+    """The room of `epoch` exists and the agent was dispatched into it."""
+
+    epoch: int
+
+
+class ProvisioningFailed(msgspec.Struct, frozen=True, tag=True):
+    """Creating the room of `epoch` or dispatching the agent failed for good."""
+
+    epoch: int
+    reason: str
+
+
+class ProvisioningTimeout(msgspec.Struct, frozen=True, tag=True):
+    """Provisioning of `epoch` did not finish in time (15 s)."""
+
+    epoch: int
+
+
+class RegisterEndpoint(msgspec.Struct, frozen=True, tag=True):
+    """aim.realtime.RegisterEndpoint; `endpoint_id` is used only for a new clientEndpointKey."""
+
+    epoch: int
+    endpoint_id: str
+    client_endpoint_key: str
+    capabilities: Capabilities
+    max_endpoints: int
+
+
+class Join(msgspec.Struct, frozen=True, tag=True):
+    """aim.realtime.JoinSession by `endpoint_id`."""
+
+    epoch: int
+    endpoint_id: str
+
+
+class ParticipantJoined(msgspec.Struct, frozen=True, tag=True):
+    """Webhook participant_joined in the session's room."""
+
+    epoch: int
+    identity: str
+    is_agent: bool
+
+
+class ParticipantLeft(msgspec.Struct, frozen=True, tag=True):
+    """Webhook participant_left / participant_connection_aborted."""
+
+    epoch: int
+    identity: str
+    is_agent: bool
+
+
+class GraceExpired(msgspec.Struct, frozen=True, tag=True):
+    """The reconnect grace timer (60 s) of `endpoint_id`, armed at `epoch`, fired."""
+
+    epoch: int
+    endpoint_id: str
+
+
+class IdleTimeout(msgspec.Struct, frozen=True, tag=True):
+    """No endpoint was active for the idle timeout (300 s)."""
+
+
+class MaxDuration(msgspec.Struct, frozen=True, tag=True):
+    """The session reached its maximum duration (3600 s)."""
+
+
+class RoomLost(msgspec.Struct, frozen=True, tag=True):
+    """Webhook room_finished for `room`."""
+
+    room: str
+
+
+class End(msgspec.Struct, frozen=True, tag=True):
+    """aim.realtime.EndSession (no epoch: ending is always allowed)."""
+
+    reason: str
+
+
+class Cancel(msgspec.Struct, frozen=True, tag=True):
+    """A2A CancelTask."""
+
+
+class RoomDeleted(msgspec.Struct, frozen=True, tag=True):
+    """The DeleteRoom effect for the room of `epoch` is done."""
+
+    epoch: int
+
+
+SessionEvent = (
+    Provisioned
+    | ProvisioningFailed
+    | ProvisioningTimeout
+    | RegisterEndpoint
+    | Join
+    | ParticipantJoined
+    | ParticipantLeft
+    | GraceExpired
+    | IdleTimeout
+    | MaxDuration
+    | RoomLost
+    | End
+    | Cancel
+    | RoomDeleted
+)
+
+
+def event_name(event: SessionEvent) -> SessionEventName:
+    """The name under which `event` appears in the session's transition table."""
+    match event:
+        case Provisioned():
+            return "provisioned"
+        case ProvisioningFailed():
+            return "provisioning_failed"
+        case ProvisioningTimeout():
+            return "provisioning_timeout"
+        case RegisterEndpoint():
+            return "register_endpoint"
+        case Join():
+            return "join"
+        case ParticipantJoined():
+            return "agent_joined" if event.is_agent else "participant_joined"
+        case ParticipantLeft():
+            return "agent_left" if event.is_agent else "participant_left"
+        case GraceExpired():
+            return "grace_expired"
+        case IdleTimeout():
+            return "idle_timeout"
+        case MaxDuration():
+            return "max_duration"
+        case RoomLost():
+            return "room_lost"
+        case End():
+            return "end"
+        case Cancel():
+            return "cancel"
+        case _:
+            return "room_deleted"

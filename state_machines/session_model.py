@@ -1,0 +1,218 @@
+"""The session value and the changes to it that cannot be refused (used by `session.decide`).
+
+`session.py` holds the table and the guards; the functions here only build the next value once a
+guard has let an event through, so none of them returns a rejection. Import the public names from
+`state_machines.session`.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import msgspec
+
+from state_machines import endpoint as endpoints
+from state_machines import task
+from state_machines.effects import (
+    MICROPHONE,
+    CreateRoom,
+    DeleteRoom,
+    DispatchAgent,
+    Effect,
+    MintJoinToken,
+    RemoveParticipant,
+)
+from state_machines.endpoint import Endpoint, EndpointEvent
+from state_machines.task import TaskCore, TaskEvent, TaskState
+
+SessionState = Literal[
+    "provisioning", "ready", "joining", "active", "reconnecting", "ending", "ended", "failed"
+]
+
+PROVISIONING: Final = "provisioning"
+READY: Final = "ready"
+JOINING: Final = "joining"
+ACTIVE: Final = "active"
+RECONNECTING: Final = "reconnecting"
+ENDING: Final = "ending"
+ENDED: Final = "ended"
+FAILED: Final = "failed"
+
+LIVE_STATES: Final[tuple[SessionState, ...]] = (PROVISIONING, READY, JOINING, ACTIVE, RECONNECTING)
+TERMINAL_STATES: Final[tuple[SessionState, ...]] = (ENDED, FAILED)
+
+_TASK_EVENTS: Final[dict[TaskState, TaskEvent]] = {
+    task.COMPLETED: "complete",
+    task.CANCELED: "cancel",
+    task.FAILED: "fail",
+}
+
+
+class Requested(msgspec.Struct, frozen=True):
+    """What the client asked for when it created the session."""
+
+    user_video_sources: tuple[str, ...]
+    agent_video_sources: tuple[str, ...]
+    interactions: tuple[str, ...]
+
+
+class EpochBump(msgspec.Struct, frozen=True):
+    """`epoch` is the epoch this bump created; `reason` says why the previous one ended."""
+
+    epoch: int
+    reason: Literal["superseded", "rebound"]
+
+
+class Session(msgspec.Struct, frozen=True, kw_only=True):
+    """One realtime session and the task that follows it."""
+
+    session_id: str
+    task_id: str
+    context_id: str
+    client_session_id: str
+    requested: Requested
+    required_capabilities: tuple[str, ...]
+    transcript: Literal["off", "on"]
+    created_at: str
+    updated_at: str
+    epoch: int = 1
+    state: SessionState = PROVISIONING
+    task_state: TaskState = task.WORKING
+    task_version: int = 1
+    room: str = ""
+    room_epoch: int = 1
+    agent_state: Literal["dispatching", "dispatched", "joined", "left"] = "dispatching"
+    agent_identity: str | None = None
+    active_endpoint_id: str | None = None
+    endpoints: tuple[Endpoint, ...] = ()
+    bumps: tuple[EpochBump, ...] = ()
+    rebinds: int = 0
+    canceled: bool = False
+    ended_at: str | None = None
+    end_reason: str | None = None
+
+
+Step = tuple[Session, tuple[Effect, ...]]
+replace = msgspec.structs.replace
+
+
+def room_name(session_id: str, epoch: int) -> str:
+    """The LiveKit room of `session_id` provisioned at `epoch`."""
+    return f"aim-{session_id}-e{epoch}"
+
+
+def derive_task_state(session: Session) -> TaskState:
+    """The task state the session implies (operations arrive in a later version)."""
+    if session.state in LIVE_STATES:
+        return task.WORKING
+    if session.state == FAILED:
+        return task.FAILED
+    return task.CANCELED if session.canceled else task.COMPLETED
+
+
+def advance_task(core: TaskCore, event: TaskEvent) -> TaskCore:
+    """The task lifecycle's own table decides; a KeyError here is a bug in the session machine."""
+    return TaskCore(state=task.TRANSITIONS[core.state, event], version=core.version + 1)
+
+
+def settle_task(session: Session) -> Session:
+    """Move the task to the state the session implies, bumping task_version once."""
+    target = derive_task_state(session)
+    if target == session.task_state:
+        return session
+    core = advance_task(TaskCore(session.task_state, session.task_version), _TASK_EVENTS[target])
+    return replace(session, task_state=core.state, task_version=core.version)
+
+
+def by_key(session: Session, key: str) -> Endpoint | None:
+    return next((item for item in session.endpoints if item.client_endpoint_key == key), None)
+
+
+def by_id(session: Session, endpoint_id: str) -> Endpoint | None:
+    return next((item for item in session.endpoints if item.endpoint_id == endpoint_id), None)
+
+
+def put(items: tuple[Endpoint, ...], updated: Endpoint) -> tuple[Endpoint, ...]:
+    """`items` with the endpoint of the same id replaced by `updated`."""
+    return tuple(updated if item.endpoint_id == updated.endpoint_id else item for item in items)
+
+
+def moved(
+    items: tuple[Endpoint, ...], event: EndpointEvent, ids: tuple[str, ...]
+) -> tuple[Endpoint, ...]:
+    """`items` with `event` applied to the endpoints named in `ids` (already known legal)."""
+    return tuple(
+        endpoints.transition(item, event) if item.endpoint_id in ids else item for item in items
+    )
+
+
+def join_token(session: Session, joined: Endpoint) -> MintJoinToken:
+    """The token for the active endpoint: microphone iff audio input; video needs grants (later)."""
+    caps = joined.capabilities
+    return MintJoinToken(
+        room=session.room,
+        identity=joined.endpoint_id,
+        epoch=session.epoch,
+        can_subscribe=caps.audio_output,
+        publish_sources=(MICROPHONE,) if caps.audio_input else (),
+    )
+
+
+def hand_off(session: Session, previous: str) -> Step:
+    """Another endpoint takes over: epoch + 1, the previous one superseded and removed."""
+    epoch = session.epoch + 1
+    superseded = replace(
+        session,
+        epoch=epoch,
+        bumps=(*session.bumps, EpochBump(epoch, "superseded")),
+        endpoints=moved(session.endpoints, "supersede", (previous,)),
+    )
+    return superseded, (RemoveParticipant(session.room, previous),)
+
+
+def end(session: Session, target: SessionState, reason: str) -> Step:
+    """Ending: the task is terminal from here, the room is deleted behind it."""
+    ending = replace(session, state=target, end_reason=reason)
+    return ending, (DeleteRoom(session.room, session.room_epoch),)
+
+
+def finish(session: Session, target: SessionState, now: str) -> Session:
+    """The session is over: every endpoint removed, none active."""
+    ids = tuple(item.endpoint_id for item in session.endpoints if item.state != endpoints.REMOVED)
+    return replace(
+        session,
+        state=target,
+        ended_at=now,
+        active_endpoint_id=None,
+        endpoints=moved(session.endpoints, "remove", ids),
+    )
+
+
+def fail(session: Session, target: SessionState, reason: str, now: str) -> Step:
+    """Failed: over at once, nothing left to clean up in LiveKit."""
+    return finish(replace(session, end_reason=reason), target, now), ()
+
+
+def rebind(session: Session, target: SessionState) -> Step:
+    """The room is lost: epoch + 1, a new room named with it, every device must join again."""
+    epoch = session.epoch + 1
+    room = room_name(session.session_id, epoch)
+    ids = tuple(item.endpoint_id for item in session.endpoints if endpoints.accepts(item, "rebind"))
+    reset = tuple(
+        replace(item, joined_at=None, joined_epoch=None) if item.endpoint_id in ids else item
+        for item in moved(session.endpoints, "rebind", ids)
+    )
+    rebound = replace(
+        session,
+        epoch=epoch,
+        bumps=(*session.bumps, EpochBump(epoch, "rebound")),
+        rebinds=session.rebinds + 1,
+        room=room,
+        room_epoch=epoch,
+        state=target,
+        agent_state="dispatching",
+        agent_identity=None,
+        active_endpoint_id=None,
+        endpoints=reset,
+    )
+    return rebound, (CreateRoom(room, epoch), DispatchAgent(room, epoch))
