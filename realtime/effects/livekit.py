@@ -1,0 +1,212 @@
+"""The only module that imports livekit: server API calls and join tokens (profile §9).
+
+Every call is idempotent (an existing room is upserted, a missing room or participant counts as
+done, a dispatch is created only when none exists for the agent) and bounded by a timeout of our
+own: livekit-api hands aiohttp no timeout, so a hung server would otherwise hang the caller.
+Failures are sorted into `LiveKitUnavailable` (retry later) and `LiveKitRejected` (no retry will
+help: wrong credentials, bad request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import Any, Final, TypeVar
+
+import aiohttp
+import jwt
+from livekit import api
+
+from realtime.settings import Settings
+
+T = TypeVar("T")
+
+CALL_TIMEOUT_S: Final = 5.0
+ROOM_EMPTY_TIMEOUT_S: Final = 300
+ROOM_DEPARTURE_TIMEOUT_S: Final = 20
+ROOM_MAX_PARTICIPANTS: Final = 16  # up to 8 endpoints, the agent, and room for handoffs
+
+SOURCE_NAMES: Final = {
+    "microphone": api.TrackSource.MICROPHONE,
+    "camera": api.TrackSource.CAMERA,
+    "screen_share": api.TrackSource.SCREEN_SHARE,
+    "screen_share_audio": api.TrackSource.SCREEN_SHARE_AUDIO,
+}
+
+
+class LiveKitUnavailable(Exception):  # noqa: N818 - reads as a condition, like ConnectionError
+    """LiveKit could not be reached or answered 5xx: retry with backoff."""
+
+
+class LiveKitRejected(Exception):  # noqa: N818
+    """LiveKit refused the call (401 = our credentials, 4xx = our request): retrying won't help."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class LiveKitNotConfigured(LiveKitUnavailable):
+    """AIM_LIVEKIT_URL or the API credentials are missing."""
+
+
+class LiveKitGateway:
+    """Server API calls for one process; the HTTP session is opened on first use."""
+
+    def __init__(self, settings: Settings, *, timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self._api: api.LiveKitAPI | None = None
+
+    @property
+    def configured(self) -> bool:
+        s = self.settings
+        return bool(s.livekit_url and s.livekit_api_key and s.livekit_api_secret)
+
+    def _client(self) -> api.LiveKitAPI:
+        if not self.configured:
+            raise LiveKitNotConfigured("LiveKit is not configured (AIM_LIVEKIT_URL and keys)")
+        if self._api is None:
+            self._api = api.LiveKitAPI(
+                self.settings.livekit_url,
+                self.settings.livekit_api_key,
+                self.settings.livekit_api_secret,
+            )
+        return self._api
+
+    async def aclose(self) -> None:
+        if self._api is not None:
+            await self._api.aclose()
+            self._api = None
+
+    async def _call(self, call: Callable[[api.LiveKitAPI], Awaitable[T]]) -> T:
+        client = self._client()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await call(client)
+        except api.ServerError as exc:
+            if exc.status >= 500 or exc.status == 429:
+                raise LiveKitUnavailable(f"LiveKit answered {exc.status} {exc.code}") from exc
+            raise LiveKitRejected(
+                "LiveKit rejected our credentials (401)"
+                if exc.status == 401
+                else f"LiveKit refused the call: {exc.status} {exc.code} {exc.message}",
+                status=exc.status,
+            ) from exc
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise LiveKitUnavailable(f"LiveKit unreachable: {type(exc).__name__}") from exc
+
+    async def create_room(self, room: str, *, metadata: dict[str, Any]) -> None:
+        """Create (or, since CreateRoom is an upsert, refresh) the session's room."""
+        request = api.CreateRoomRequest(
+            name=room,
+            empty_timeout=ROOM_EMPTY_TIMEOUT_S,
+            departure_timeout=ROOM_DEPARTURE_TIMEOUT_S,
+            max_participants=ROOM_MAX_PARTICIPANTS,
+            metadata=json.dumps(metadata, separators=(",", ":")),
+        )
+        await self._call(lambda c: c.room.create_room(request))
+
+    async def ensure_dispatch(self, room: str, *, metadata: dict[str, Any]) -> str:
+        """Dispatch the agent into `room` once: LiveKit does not de-duplicate dispatches, so an
+        existing dispatch for our agent name (from an earlier attempt) is reused."""
+        agent = self.settings.agent_name
+        existing = await self._call(lambda c: c.agent_dispatch.list_dispatch(room))
+        for dispatch in existing:
+            if dispatch.agent_name == agent:
+                return str(dispatch.id)
+        request = api.CreateAgentDispatchRequest(
+            agent_name=agent, room=room, metadata=json.dumps(metadata, separators=(",", ":"))
+        )
+        created = await self._call(lambda c: c.agent_dispatch.create_dispatch(request))
+        return str(created.id)
+
+    async def remove_participant(self, room: str, identity: str) -> None:
+        request = api.RoomParticipantIdentity(room=room, identity=identity)
+        await self._tolerate_missing(lambda c: c.room.remove_participant(request))
+
+    async def delete_room(self, room: str) -> None:
+        request = api.DeleteRoomRequest(room=room)
+        await self._tolerate_missing(lambda c: c.room.delete_room(request))
+
+    async def update_permissions(
+        self, room: str, identity: str, *, can_subscribe: bool, publish_sources: Sequence[str]
+    ) -> None:
+        """Send the full permission set: LiveKit replaces every flag it is sent."""
+        permission = api.ParticipantPermission(
+            can_subscribe=can_subscribe,
+            can_publish=bool(publish_sources),
+            can_publish_data=False,
+            can_publish_sources=[SOURCE_NAMES[name] for name in publish_sources],
+            can_update_metadata=False,
+        )
+        request = api.UpdateParticipantRequest(room=room, identity=identity, permission=permission)
+        await self._tolerate_missing(lambda c: c.room.update_participant(request))
+
+    async def _tolerate_missing(self, call: Callable[[api.LiveKitAPI], Awaitable[Any]]) -> None:
+        try:
+            await self._call(call)
+        except LiveKitRejected as exc:
+            if exc.status != 404:  # a missing room or participant counts as done
+                raise
+
+
+def join_token_claims(
+    settings: Settings,
+    *,
+    room: str,
+    identity: str,
+    name: str,
+    epoch: int,
+    session_id: str,
+    can_subscribe: bool,
+    publish_sources: Sequence[str],
+    now: int,
+) -> dict[str, Any]:
+    """The claims of an endpoint's join token, built with livekit-api's grant types (§9)."""
+    if settings.livekit_api_key is None:
+        raise LiveKitNotConfigured("AIM_LIVEKIT_API_KEY is not set")
+    unknown = [source for source in publish_sources if source not in SOURCE_NAMES]
+    if unknown:  # an unknown source name silently allows nothing in LiveKit
+        raise ValueError(f"unknown LiveKit track sources: {unknown}")
+    grants = api.VideoGrants(
+        room_join=True,
+        room=room,
+        can_subscribe=can_subscribe,
+        can_publish=bool(publish_sources),
+        can_publish_sources=list(publish_sources),
+        can_publish_data=False,
+        can_update_own_metadata=False,
+    )
+    token = (
+        api.AccessToken(settings.livekit_api_key, settings.livekit_api_secret)
+        .with_identity(identity)
+        .with_name(name)
+        .with_metadata(
+            json.dumps(
+                {"sessionId": session_id, "endpointId": identity, "sessionEpoch": epoch},
+                separators=(",", ":"),
+            )
+        )
+        .with_ttl(timedelta(seconds=settings.join_token_ttl_s))
+        .with_grants(grants)
+    )
+    claims: dict[str, Any] = token.claims.asdict()
+    claims.update(
+        {
+            "sub": identity,
+            "iss": settings.livekit_api_key,
+            "nbf": now,
+            "exp": now + settings.join_token_ttl_s,
+        }
+    )
+    return claims
+
+
+def sign_join_token(settings: Settings, claims: dict[str, Any]) -> str:
+    """Deterministic: the same claims always give the byte-identical JWT (replays rely on it)."""
+    if settings.livekit_api_secret is None:
+        raise LiveKitNotConfigured("AIM_LIVEKIT_API_SECRET is not set")
+    return jwt.encode(claims, settings.livekit_api_secret, algorithm="HS256")

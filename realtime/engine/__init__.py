@@ -1,0 +1,1 @@
+"""Load → decide → commit → effects: the one path every session change takes."""

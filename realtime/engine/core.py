@@ -1,0 +1,394 @@
+"""Execute one event against a session: load (1 round trip), decide (pure), commit (1 script).
+
+Commands carry a commandId: the lookup of its stored outcome rides in the load, so a replay is one
+round trip and an applied command two. A version conflict (another writer committed between our
+load and commit) reloads and decides again, a bounded number of times. Effects are stored in the
+commit (outbox) and carried out right after it by the runner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, cast
+
+import msgspec
+
+from realtime.a2a import types as wire
+from realtime.effects.livekit import join_token_claims, sign_join_token
+from realtime.errors import RpcError
+from realtime.settings import Settings
+from realtime.store.records import CommandOutcome, PendingEffect, SessionRecord, TaskRecord
+from realtime.store.redis_store import Loaded, SessionStore
+from state_machines import (
+    Accepted,
+    Effect,
+    MintJoinToken,
+    Rejected,
+    RejectReason,
+    Session,
+    SessionEvent,
+)
+from state_machines import session as machine
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS: Final = 8
+RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
+_ENCODER: Final = msgspec.json.Encoder()
+_CANONICAL: Final = msgspec.json.Encoder(order="sorted")
+_EVENT_ENCODER: Final = msgspec.json.Encoder()
+
+
+def params_digest(method: str, params: Any) -> str:
+    """sha256 of the canonical params (sorted keys, commandId left out; epoch included)."""
+    body = msgspec.to_builtins(params)
+    body.pop("commandId", None)
+    return "sha256:" + hashlib.sha256(_CANONICAL.encode([method, body])).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """What identifies a client command for exactly-once handling."""
+
+    method: str
+    command_id: str
+    digest: str
+
+
+# builds a command's stored result from the committed session and the (token-free) join media
+Render = Callable[[Session, int, dict[str, Any] | None], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    session: Session
+    version: int
+    response: bytes | None  # the command's result JSON (identical for every replay)
+    task: TaskRecord | None  # the task as committed (None for a replay or a no-op)
+
+
+def reject(rejection: Rejected, session: Session) -> RpcError:
+    """The one translation from a core rejection to a JSON-RPC error."""
+    reason = rejection.reason
+    if reason is RejectReason.STALE_EPOCH:
+        return RpcError(
+            "StaleEpoch",
+            f"sessionEpoch is not current (the session is at epoch {rejection.current_epoch}, "
+            f"reason: {rejection.epoch_reason}). Reload the session with GetSession.",
+            metadata={
+                "currentEpoch": rejection.current_epoch,
+                "state": rejection.state,
+                "reason": rejection.epoch_reason,
+            },
+        )
+    if reason is RejectReason.ENDPOINT_NOT_FOUND:
+        return RpcError(
+            "EndpointNotFound",
+            "No such endpoint in this session; register the device with RegisterEndpoint.",
+        )
+    if reason is RejectReason.LIMIT_EXCEEDED:
+        return RpcError(
+            "LimitExceeded",
+            f"Limit reached: {rejection.limit}. {rejection.detail}".strip(),
+            metadata={"limit": rejection.limit},
+        )
+    if reason is RejectReason.CAPABILITY_UNAVAILABLE:
+        return RpcError(
+            "CapabilityUnavailable",
+            f"Not available: {', '.join(rejection.missing)}.",
+            metadata={"missing": rejection.missing},
+        )
+    return RpcError(
+        "InvalidState",
+        f"Not allowed while {rejection.state}: {rejection.detail}. "
+        f"Allowed now: {', '.join(rejection.allowed) or 'nothing'}.",
+        metadata={"state": rejection.state, "allowed": rejection.allowed},
+    )
+
+
+def session_not_found(session_id: str) -> RpcError:
+    return RpcError(
+        "SessionNotFound",
+        f"Session {session_id} was not found. Check the id; sessions are visible only to "
+        "their owner.",
+        metadata={"sessionId": session_id},
+    )
+
+
+def task_metadata(session: Session) -> dict[str, Any]:
+    return {
+        wire.REALTIME_EXTENSION: {
+            "sessionId": session.session_id,
+            "sessionEpoch": session.epoch,
+            "sessionState": session.state,
+            "taskVersion": session.task_version,
+        }
+    }
+
+
+def task_record_for(session: Session, owner: str, previous: TaskRecord, now_ms: int) -> TaskRecord:
+    """The session's task as it follows the session (a new status time on every task change)."""
+    changed = previous.version != session.task_version
+    status_ms = now_ms if changed else previous.status_ms
+    status = (
+        wire.TaskStatus(state=session.task_state, timestamp=wire.timestamp(now_ms))
+        if changed
+        else previous.task.status
+    )
+    task = msgspec.structs.replace(previous.task, status=status, metadata=task_metadata(session))
+    return TaskRecord(
+        owner=owner,
+        version=session.task_version,
+        created_at=previous.created_at,
+        status_ms=status_ms,
+        task=task,
+    )
+
+
+class Engine:
+    """Runs events through the session machine and commits them."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: SessionStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_effects: Callable[[str], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.clock = clock
+        # called after a commit that stored effects, so they are carried out right away
+        self.on_effects = on_effects
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    async def load_own(self, session_id: str, owner: str, command_id: str | None = None) -> Loaded:
+        loaded = await self.sessions.load(session_id, command_id)
+        if loaded.record is None or loaded.record.owner != owner:
+            raise session_not_found(session_id)
+        return loaded
+
+    def render_outcome(self, outcome: CommandOutcome) -> bytes:
+        """The stored result, with the join token re-signed from its claims (byte-identical)."""
+        if outcome.token_claims is None:
+            return bytes(outcome.result)
+        result = msgspec.json.decode(outcome.result)
+        result["media"]["token"] = sign_join_token(self.settings, outcome.token_claims)
+        return _ENCODER.encode(result)
+
+    def replay(self, outcome: CommandOutcome, command: Command) -> bytes:
+        if outcome.method != command.method or outcome.digest != command.digest:
+            raise RpcError(
+                "CommandConflict",
+                f"commandId {command.command_id} was already used for a different "
+                f"{outcome.method} request; use a new commandId for a new command.",
+                metadata={"commandId": command.command_id, "method": outcome.method},
+            )
+        return self.render_outcome(outcome)
+
+    async def execute(
+        self,
+        session_id: str,
+        event_for: Callable[[Session], SessionEvent],
+        *,
+        owner: str | None,
+        command: Command | None = None,
+        render: Render | None = None,
+    ) -> Applied:
+        """Apply the event built by `event_for` (from the current snapshot) and commit it.
+
+        `owner` None means a server event (webhook, timer, effect follow-up): no ownership check.
+        """
+        command_id = command.command_id if command else None
+        for _ in range(MAX_ATTEMPTS):
+            loaded = await self.sessions.load(session_id, command_id)
+            record = loaded.record
+            if record is None or (owner is not None and record.owner != owner):
+                raise session_not_found(session_id)
+            if loaded.outcome is not None and command is not None:
+                return Applied(
+                    record.session, loaded.version, self.replay(loaded.outcome, command), None
+                )
+            now_ms = self.now_ms()
+            decision = machine.decide(
+                record.session, event_for(record.session), now=wire.timestamp(now_ms)
+            )
+            if isinstance(decision, Rejected):
+                raise reject(decision, record.session)
+            if decision.state == record.session and not decision.effects:
+                # an idempotent no-op (e.g. ending an ended session): nothing to commit or store
+                response = (
+                    _ENCODER.encode(render(record.session, loaded.version, None))
+                    if render is not None
+                    else None
+                )
+                return Applied(record.session, loaded.version, response, loaded.task)
+            applied = await self._commit(
+                session_id, loaded, decision, now_ms=now_ms, command=command, render=render
+            )
+            if applied is not None:
+                return applied
+        raise RpcError(
+            "UpstreamUnavailable",
+            "The session is changing too fast to apply this command; retry it.",
+            metadata={"service": "redis", "retryable": True},
+        )
+
+    async def create(
+        self, record: SessionRecord, decision: Accepted[Session], task: TaskRecord
+    ) -> bool:
+        """Commit a new session (version 0 → 1); False when it already exists."""
+        session = decision.state
+        now_ms = self.now_ms()
+        pending = [
+            (
+                f"{1:012d}-{index:02d}",
+                PendingEffect(effect=cast(Effect, effect), epoch=session.epoch),
+            )
+            for index, effect in enumerate(decision.effects)
+        ]
+        event = _EVENT_ENCODER.encode(
+            {
+                "from": None,
+                "to": session.state,
+                "epoch": session.epoch,
+                "version": 1,
+                "taskVersion": session.task_version,
+                "at": wire.timestamp(now_ms),
+            }
+        )
+        committed = await self.sessions.commit(
+            session.session_id,
+            expected_version=0,
+            record=record,
+            task=task,
+            command_id=None,
+            outcome=b"",
+            events=[event],
+            effects=pending,
+            ttl_s=self.settings.task_ttl_s,
+            due_ms=now_ms + RETRY_GRACE_MS,
+        )
+        return committed.status == "ok"  # the caller carries out provisioning (it may wait)
+
+    async def _commit(
+        self,
+        session_id: str,
+        loaded: Loaded,
+        decision: Accepted[Session],
+        *,
+        now_ms: int,
+        command: Command | None,
+        render: Render | None,
+    ) -> Applied | None:
+        assert loaded.record is not None  # noqa: S101 - checked by the caller
+        old = loaded.record.session
+        new = decision.state
+        version = loaded.version + 1
+        claims: dict[str, Any] | None = None
+        media: dict[str, Any] | None = None
+        effects: list[Effect] = []
+        for effect in decision.effects:
+            if isinstance(effect, MintJoinToken):
+                claims = join_token_claims(
+                    self.settings,
+                    room=effect.room,
+                    identity=effect.identity,
+                    name=loaded.record.principal_name,
+                    epoch=effect.epoch,
+                    session_id=session_id,
+                    can_subscribe=effect.can_subscribe,
+                    publish_sources=effect.publish_sources,
+                    now=now_ms // 1000,
+                )
+                media = {
+                    "binding": "livekit-webrtc-v1",
+                    "url": self.settings.livekit_public_url or "",
+                    "room": effect.room,
+                    "identity": effect.identity,
+                    "token": "",
+                    "expiresAt": wire.timestamp(int(claims["exp"]) * 1000),
+                }
+            else:
+                effects.append(cast(Effect, effect))
+        outcome_bytes = b""
+        outcome: CommandOutcome | None = None
+        if command is not None and render is not None:
+            outcome = CommandOutcome(
+                command_id=command.command_id,
+                method=command.method,
+                digest=command.digest,
+                session_epoch=new.epoch,
+                created_at=wire.timestamp(now_ms),
+                result=msgspec.Raw(_ENCODER.encode(render(new, version, media))),
+                token_claims=claims,
+            )
+            outcome_bytes = _ENCODER.encode(outcome)
+        task = self._task_for(loaded, new, now_ms)
+        event = _EVENT_ENCODER.encode(
+            {
+                "from": old.state,
+                "to": new.state,
+                "epoch": new.epoch,
+                "version": version,
+                "taskVersion": new.task_version,
+                "at": wire.timestamp(now_ms),
+                **({"commandId": command.command_id} if command else {}),
+            }
+        )
+        pending = [
+            (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=new.epoch))
+            for index, effect in enumerate(effects)
+        ]
+        committed = await self.sessions.commit(
+            session_id,
+            expected_version=loaded.version,
+            record=SessionRecord(
+                owner=loaded.record.owner,
+                principal_name=loaded.record.principal_name,
+                session=new,
+            ),
+            task=task,
+            command_id=command.command_id if command else None,
+            outcome=outcome_bytes,
+            events=[event],
+            effects=pending,
+            ttl_s=self.settings.task_ttl_s,
+            due_ms=now_ms + RETRY_GRACE_MS,
+        )
+        if committed.status == "conflict":
+            return None
+        if committed.status == "replay":
+            assert committed.outcome is not None  # noqa: S101
+            assert command is not None  # noqa: S101
+            return Applied(old, loaded.version, self.replay(committed.outcome, command), None)
+        if new.state in machine.TERMINAL_STATES and old.state not in machine.TERMINAL_STATES:
+            await self.sessions.forget_live(loaded.record.owner, [session_id])
+        if pending and self.on_effects is not None:
+            self.on_effects(session_id)
+        response = self.render_outcome(outcome) if outcome is not None else None
+        return Applied(new, version, response, task)
+
+    def _task_for(self, loaded: Loaded, session: Session, now_ms: int) -> TaskRecord:
+        assert loaded.record is not None  # noqa: S101
+        previous = loaded.task
+        if previous is None:  # a task record always exists beside its session; repair if not
+            previous = TaskRecord(
+                owner=loaded.record.owner,
+                version=0,
+                created_at=session.created_at,
+                status_ms=now_ms,
+                task=wire.Task(
+                    id=session.task_id,
+                    context_id=session.context_id,
+                    status=wire.TaskStatus(state=session.task_state, timestamp=session.created_at),
+                ),
+            )
+        return task_record_for(session, loaded.record.owner, previous, now_ms)

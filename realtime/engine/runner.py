@@ -1,0 +1,152 @@
+"""The outbox runner: carries out each committed effect at least once, in commit order.
+
+Right after a commit the request that made it runs the session's outbox inline; whatever is left
+(LiveKit down, a crash) is found through the due index by the worker loop and retried with
+backoff. A per-session lease keeps two runners from racing (agent dispatch must happen once per
+room, and LiveKit does not de-duplicate dispatches). Effects that complete may feed an event back
+through the engine (room and dispatch done → Provisioned; room deleted → RoomDeleted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from typing import Final
+
+from realtime.effects.livekit import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
+from realtime.engine.core import Engine
+from realtime.errors import RpcError
+from state_machines import (
+    CreateRoom,
+    DeleteRoom,
+    DispatchAgent,
+    Effect,
+    Provisioned,
+    RemoveParticipant,
+    RoomDeleted,
+    SessionEvent,
+    UpdatePermissions,
+)
+
+log = logging.getLogger(__name__)
+
+LEASE_MS: Final = 30_000
+BACKOFF_BASE_MS: Final = 500
+BACKOFF_MAX_MS: Final = 60_000
+POLL_INTERVAL_S: Final = 0.5
+
+
+def backoff_ms(attempts: int) -> int:
+    return int(min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** max(0, attempts - 1)))
+
+
+class Runner:
+    """Carries out outboxes; `run(session_id)` after a commit, `loop()` as the worker."""
+
+    def __init__(self, engine: Engine, gateway: LiveKitGateway, *, public_base_url: str) -> None:
+        self.engine = engine
+        self.sessions = engine.sessions
+        self.gateway = gateway
+        self.public_base_url = public_base_url
+        self.failures = 0
+
+    async def run(self, session_id: str) -> bool:
+        """Empty the session's outbox; False when an effect failed (it stays for a retry)."""
+        token = uuid.uuid4().hex
+        if not await self.sessions.lease(session_id, token, LEASE_MS):
+            return True  # another runner holds it and will finish the work
+        try:
+            while True:
+                pending = await self.sessions.pending(session_id)
+                if not pending:
+                    await self.sessions.schedule(session_id, None)
+                    return True
+                effect_id, entry = pending[0]
+                try:
+                    follow_up = await self._perform(session_id, entry.effect)
+                except (LiveKitUnavailable, LiveKitRejected) as exc:
+                    entry.attempts += 1
+                    self.failures += 1
+                    level = logging.ERROR if isinstance(exc, LiveKitRejected) else logging.WARNING
+                    log.log(
+                        level,
+                        "effect %s of session %s failed (attempt %d): %s",
+                        type(entry.effect).__name__,
+                        session_id,
+                        entry.attempts,
+                        exc,
+                    )
+                    await self.sessions.retry_later(session_id, effect_id, entry)
+                    await self.sessions.schedule(
+                        session_id, self.engine.now_ms() + backoff_ms(entry.attempts)
+                    )
+                    return False
+                await self.sessions.done(session_id, effect_id)
+                if follow_up is not None:
+                    await self._feed(session_id, follow_up)
+        finally:
+            await self.sessions.release(session_id, token)
+
+    async def _feed(self, session_id: str, event: SessionEvent) -> None:
+        try:
+            await self.engine.execute(session_id, lambda _: event, owner=None)
+        except RpcError as exc:
+            # the session moved on (e.g. ended while its room was being created): nothing to do
+            log.info(
+                "follow-up %s of session %s not applied: %s",
+                type(event).__name__,
+                session_id,
+                exc.message,
+            )
+
+    async def _perform(self, session_id: str, effect: Effect) -> SessionEvent | None:
+        if isinstance(effect, CreateRoom):
+            await self.gateway.create_room(
+                effect.room, metadata={"sessionId": session_id, "sessionEpoch": effect.epoch}
+            )
+            return None
+        if isinstance(effect, DispatchAgent):
+            loaded = await self.sessions.load(session_id)
+            session = loaded.record.session if loaded.record else None
+            await self.gateway.ensure_dispatch(
+                effect.room,
+                metadata={
+                    "sessionId": session_id,
+                    "sessionEpoch": effect.epoch,
+                    "taskId": session.task_id if session else None,
+                    "retention": {"transcript": session.transcript if session else "off"},
+                    "requested": {
+                        "interactions": list(session.requested.interactions) if session else [],
+                    },
+                    "providerUrl": f"{self.public_base_url}/provider",
+                },
+            )
+            return Provisioned(effect.epoch)
+        if isinstance(effect, RemoveParticipant):
+            await self.gateway.remove_participant(effect.room, effect.identity)
+            return None
+        if isinstance(effect, DeleteRoom):
+            await self.gateway.delete_room(effect.room)
+            return RoomDeleted(effect.epoch)
+        if isinstance(effect, UpdatePermissions):
+            await self.gateway.update_permissions(
+                effect.room,
+                effect.identity,
+                can_subscribe=effect.can_subscribe,
+                publish_sources=effect.publish_sources,
+            )
+            return None
+        raise TypeError(f"the runner cannot carry out {type(effect).__name__}")
+
+    async def loop(self, stop: asyncio.Event) -> None:
+        """Worker: retry outboxes that are due until `stop` is set."""
+        while not stop.is_set():
+            try:
+                for session_id in await self.sessions.due(self.engine.now_ms()):
+                    await self.run(session_id)
+            except RpcError as exc:  # Redis unreachable: try again on the next tick
+                log.warning("outbox sweep failed: %s", exc.message)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), POLL_INTERVAL_S)

@@ -1,0 +1,34 @@
+-- One atomic commit of a session (profile §11). Every key is on the session's slot.
+-- KEYS: 1 session hash, 2 task record, 3 command outcomes, 4 event stream, 5 outbox
+-- ARGV: 1 expected version, 2 snapshot, 3 task record, 4 commandId ('' = none),
+--       5 outcome, 6 ttl seconds, 7 events maxlen, 8 event count, then the events,
+--       then pairs (effectId, effect) for the outbox
+-- Returns {'replay', outcome} | {'conflict', current version} | {'ok', new version}
+if ARGV[4] ~= '' then
+  local prior = redis.call('HGET', KEYS[3], ARGV[4])
+  if prior then return {'replay', prior} end
+end
+local current = redis.call('HGET', KEYS[1], 'v') or '0'
+if current ~= ARGV[1] then return {'conflict', current} end
+local version = tostring(tonumber(current) + 1)
+local ttl = tonumber(ARGV[6])
+redis.call('HSET', KEYS[1], 'v', version, 's', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('SET', KEYS[2], ARGV[3], 'EX', ttl)
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+  redis.call('EXPIRE', KEYS[3], ttl)
+end
+local events = tonumber(ARGV[8])
+for i = 1, events do
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'e', ARGV[8 + i])
+end
+if events > 0 then redis.call('EXPIRE', KEYS[4], ttl) end
+local first = 9 + events
+if #ARGV >= first then
+  for i = first, #ARGV, 2 do
+    redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+  end
+  redis.call('EXPIRE', KEYS[5], ttl)
+end
+return {'ok', version}

@@ -1,0 +1,94 @@
+"""Every Redis key, prefix and TTL of the service, named here and nowhere else.
+
+Hash tags: every key of one task/session carries `{<sessionId>}`, so one Lua script touches one
+Cluster slot. A task's tag is derived from its id (`tag_for_task`), which lets GetTask find a
+task in one round trip without a lookup; a realtime session's id *is* that tag. Per-principal
+indexes carry `{o:<ownerKey>}` and are written idempotently next to (never inside) a task commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Final
+
+PREFIX: Final = "aim"
+
+# uuid5 namespace for the task → tag derivation; changing it orphans every stored task
+_TAG_NAMESPACE: Final = uuid.UUID("5b0b8a5e-3f1c-4d7e-9a57-0d4c7f9e2a61")
+
+# idempotency keys outlive the task they point at by a day, so a late retry still replays
+IDEMPOTENCY_GRACE_S: Final = 24 * 3600
+
+
+def tag_for_task(task_id: str) -> str:
+    """The hash tag (and, for realtime tasks, the session id) that belongs to `task_id`."""
+    return str(uuid.uuid5(_TAG_NAMESPACE, task_id.lower()))
+
+
+def task_key(task_id: str) -> str:
+    """String: the task record (msgspec JSON)."""
+    return f"{PREFIX}:{{{tag_for_task(task_id)}}}:task"
+
+
+def owner_tasks_key(owner: str) -> str:
+    """Sorted set: the owner's task ids scored by their last status time (ms)."""
+    return f"{PREFIX}:{{o:{owner}}}:tasks"
+
+
+def owner_message_key(owner: str, message_id: str) -> str:
+    """String: the task a message id created (SendMessage replay by messageId)."""
+    digest = hashlib.sha256(message_id.encode()).hexdigest()[:32]
+    return f"{PREFIX}:{{o:{owner}}}:msg:{digest}"
+
+
+# --- realtime sessions: every key below carries the session's tag {<sessionId>} ---------------
+# a session's keys live as long as its task (AIM_TASK_TTL_S after the last change), which keeps
+# command outcomes at least 24 h past the end of any session, as the profile requires
+EVENTS_MAXLEN: Final = 1000  # approximate cap of a session's event stream (XADD MAXLEN ~)
+
+
+def session_key(session_id: str) -> str:
+    """Hash: `v` (snapshot version), `s` (snapshot, msgspec JSON)."""
+    return f"{PREFIX}:{{{session_id}}}:session"
+
+
+def session_task_key(session_id: str) -> str:
+    """The task record of the session's task (same key as `task_key(taskId)`)."""
+    return f"{PREFIX}:{{{session_id}}}:task"
+
+
+def commands_key(session_id: str) -> str:
+    """Hash: commandId → stored outcome of an applied command."""
+    return f"{PREFIX}:{{{session_id}}}:cmd"
+
+
+def events_key(session_id: str) -> str:
+    """Stream: one entry per committed state change (capped)."""
+    return f"{PREFIX}:{{{session_id}}}:events"
+
+
+def outbox_key(session_id: str) -> str:
+    """Hash: effectId → pending effect (removed once carried out)."""
+    return f"{PREFIX}:{{{session_id}}}:outbox"
+
+
+def outbox_due_key() -> str:
+    """Sorted set: session ids with pending effects, scored by when to look again (ms).
+    Cross-slot by nature; written idempotently next to each commit."""
+    return f"{PREFIX}:outbox:due"
+
+
+def owner_client_session_key(owner: str, client_session_id: str) -> str:
+    """String: the session a clientSessionId created, with the digest of its create payload."""
+    return f"{PREFIX}:{{o:{owner}}}:csid:{client_session_id.lower()}"
+
+
+def owner_live_sessions_key(owner: str) -> str:
+    """Sorted set: the owner's live session ids (limit per principal), scored by creation ms."""
+    return f"{PREFIX}:{{o:{owner}}}:live"
+
+
+def runner_lease_key(session_id: str) -> str:
+    """String: the token of the runner currently carrying out the session's outbox (PX lease)."""
+    return f"{PREFIX}:{{{session_id}}}:runner"

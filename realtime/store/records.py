@@ -1,0 +1,85 @@
+"""Stored shapes. Snapshots evolve by adding defaulted fields; `schema` says which layout wrote
+them, and a process that meets a newer layout than it knows refuses to write it back."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from realtime.a2a.types import Task
+from state_machines import Effect, Session
+
+TASK_SCHEMA: Final = 1
+
+
+class NewerSchemaError(RuntimeError):
+    """A record was written by a newer release; this process must not overwrite it."""
+
+
+class TaskRecord(msgspec.Struct, kw_only=True, rename="camel"):
+    """A task as stored: the wire Task plus what only the server needs."""
+
+    schema: int = TASK_SCHEMA
+    owner: str
+    version: int = 0
+    created_at: str
+    status_ms: int
+    task: Task
+
+    def check_writable(self) -> None:
+        if self.schema > TASK_SCHEMA:
+            raise NewerSchemaError(
+                f"task {self.task.id} was stored with schema {self.schema}; "
+                f"this release writes {TASK_SCHEMA}"
+            )
+
+
+TASK_ENCODER: Final = msgspec.json.Encoder()
+TASK_DECODER: Final = msgspec.json.Decoder(TaskRecord)
+
+
+SESSION_SCHEMA: Final = 1
+
+
+class SessionRecord(msgspec.Struct, kw_only=True, rename="camel"):
+    """A session snapshot as stored (its version lives beside it in the hash, field `v`)."""
+
+    schema: int = SESSION_SCHEMA
+    owner: str
+    principal_name: str
+    session: Session
+
+    def check_writable(self) -> None:
+        if self.schema > SESSION_SCHEMA:
+            raise NewerSchemaError(
+                f"session {self.session.session_id} was stored with schema {self.schema}; "
+                f"this release writes {SESSION_SCHEMA}"
+            )
+
+
+class CommandOutcome(msgspec.Struct, kw_only=True, rename="camel"):
+    """The durable outcome of an applied command. `result` is the JSON result without any
+    token; `tokenClaims` are re-signed into the identical join token on every read."""
+
+    command_id: str
+    method: str
+    digest: str
+    session_epoch: int
+    created_at: str
+    result: msgspec.Raw
+    token_claims: dict[str, Any] | None = None
+
+
+class PendingEffect(msgspec.Struct, kw_only=True, rename="camel"):
+    """An outbox entry: one effect of one commit, carried out at least once."""
+
+    effect: Effect
+    epoch: int
+    attempts: int = 0
+
+
+SESSION_ENCODER: Final = msgspec.json.Encoder()
+SESSION_DECODER: Final = msgspec.json.Decoder(SessionRecord)
+OUTCOME_DECODER: Final = msgspec.json.Decoder(CommandOutcome)
+EFFECT_DECODER: Final = msgspec.json.Decoder(PendingEffect)

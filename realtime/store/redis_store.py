@@ -1,0 +1,367 @@
+"""The only module that talks to Redis (redis-py asyncio, or fakeredis as the embedded store).
+
+Atomicity: the owner-side step of SendMessage (claim the message id, index the task) is one Lua
+script on the owner's slot; the task itself is one SET on the task's slot. The index is written
+first and read tolerantly (an id whose task is missing is skipped), so a crash between the two
+steps leaves nothing a retry of the same message does not repair.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, Final, NamedTuple
+
+import redis.asyncio as aioredis
+import redis.exceptions
+from redis.asyncio.cluster import RedisCluster
+
+from realtime.errors import RpcError
+from realtime.store import keys
+from realtime.store.records import (
+    EFFECT_DECODER,
+    OUTCOME_DECODER,
+    SESSION_DECODER,
+    SESSION_ENCODER,
+    TASK_DECODER,
+    TASK_ENCODER,
+    CommandOutcome,
+    PendingEffect,
+    SessionRecord,
+    TaskRecord,
+)
+
+log = logging.getLogger(__name__)
+
+# claim a message id for a task and index the task, once; returns the earlier task id if any
+_CLAIM_MESSAGE: Final = """
+local existing = redis.call('GET', KEYS[1])
+if existing then return existing end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return false
+"""
+
+# claim a create for a session, once per messageId and per clientSessionId, within the limit of
+# live sessions; returns {'message', taskId} | {'client', 'taskId digest'} | {'limit'} | {'ok'}
+_CLAIM_CREATE: Final = """
+local by_message = redis.call('GET', KEYS[1])
+if by_message then return {'message', by_message} end
+local by_client = redis.call('GET', KEYS[2])
+if by_client then return {'client', by_client} end
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[6]) then return {'limit'} end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[4])
+redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[3], 'EX', ARGV[4])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[2])
+redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
+redis.call('EXPIRE', KEYS[3], ARGV[4])
+redis.call('EXPIRE', KEYS[4], ARGV[4])
+return {'ok'}
+"""
+
+# release a lease only if we still hold it (a lease that expired may belong to another runner)
+_RELEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+_COMMIT: Final = (Path(__file__).parent / "commit.lua").read_text()
+
+CONNECTION_ERRORS: Final = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    OSError,
+)
+
+
+def redis_unavailable() -> RpcError:
+    return RpcError(
+        "UpstreamUnavailable",
+        "The state store (Redis) is unreachable; nothing was changed. Retry the request.",
+        metadata={"service": "redis", "retryable": True},
+    )
+
+
+@contextlib.asynccontextmanager
+async def translated_errors() -> AsyncIterator[None]:
+    """Connection failures become -31012 (retryable, nothing stored)."""
+    try:
+        yield
+    except CONNECTION_ERRORS as exc:
+        log.warning("redis unavailable: %s", type(exc).__name__)
+        raise redis_unavailable() from exc
+
+
+class RedisStore:
+    """Task storage and the shared Redis client."""
+
+    def __init__(self, client: Any, *, embedded: bool = False) -> None:
+        self.client = client
+        self.embedded = embedded
+        self._claim = client.register_script(_CLAIM_MESSAGE)
+        self._claim_create = client.register_script(_CLAIM_CREATE)
+        self._commit = client.register_script(_COMMIT)
+        self._release = client.register_script(_RELEASE)
+
+    @classmethod
+    def from_url(cls, url: str, *, cluster: bool = False, pool_size: int = 64) -> RedisStore:
+        if cluster:
+            return cls(RedisCluster.from_url(url, max_connections=pool_size))
+        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=pool_size, timeout=5)
+        return cls(aioredis.Redis.from_pool(pool))
+
+    @classmethod
+    def embedded_store(cls) -> RedisStore:
+        """An in-process Redis-compatible store: neither durable nor shared between processes."""
+        import fakeredis  # only loaded when no real Redis can be had
+
+        return cls(fakeredis.FakeAsyncRedis(), embedded=True)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self.client.ping())
+        except CONNECTION_ERRORS:
+            return False
+
+    async def get_task(self, task_id: str) -> TaskRecord | None:
+        async with translated_errors():
+            raw = await self.client.get(keys.task_key(task_id))
+        return None if raw is None else TASK_DECODER.decode(raw)
+
+    async def claim_message(
+        self, owner: str, message_id: str, task_id: str, *, score_ms: int, ttl_s: int
+    ) -> str | None:
+        """Bind `message_id` to `task_id` and index it; the earlier task id when already bound."""
+        async with translated_errors():
+            existing = await self._claim(
+                keys=[keys.owner_message_key(owner, message_id), keys.owner_tasks_key(owner)],
+                args=[task_id, ttl_s + keys.IDEMPOTENCY_GRACE_S, score_ms],
+            )
+        return None if existing is None else _text(existing)
+
+    async def put_task(self, record: TaskRecord, *, ttl_s: int) -> None:
+        """Write the task (its own slot), then refresh its place in the owner's index."""
+        record.check_writable()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(keys.task_key(record.task.id), TASK_ENCODER.encode(record), ex=ttl_s)
+        pipe.zadd(keys.owner_tasks_key(record.owner), {record.task.id: record.status_ms})
+        async with translated_errors():
+            await pipe.execute()
+
+    async def owner_tasks(self, owner: str, *, newer_than_ms: int) -> list[TaskRecord]:
+        """Every live task of `owner` (index entries older than the retention are pruned)."""
+        index = keys.owner_tasks_key(owner)
+        async with translated_errors():
+            await self.client.zremrangebyscore(index, "-inf", f"({newer_than_ms}")
+            ids: Sequence[bytes] = await self.client.zrange(index, 0, -1)
+            if not ids:
+                return []
+            pipe = self.client.pipeline(transaction=False)
+            for task_id in ids:
+                pipe.get(keys.task_key(_text(task_id)))
+            raws = await pipe.execute()
+        records = [TASK_DECODER.decode(raw) for raw in raws if raw is not None]
+        return [record for record in records if record.owner == owner]
+
+
+class Loaded(NamedTuple):
+    """A session read in one round trip, with the outcome of the command being retried."""
+
+    record: SessionRecord | None
+    version: int
+    outcome: CommandOutcome | None
+    task: TaskRecord | None
+
+
+class Committed(NamedTuple):
+    status: str  # "ok" | "replay" | "conflict"
+    version: int
+    outcome: CommandOutcome | None
+
+
+class SessionStore:
+    """Session snapshots, command outcomes, events and the outbox (one slot per session)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.client = store.client
+        self._commit = store._commit
+        self._claim_create = store._claim_create
+        self._release = store._release
+
+    async def load(self, session_id: str, command_id: str | None = None) -> Loaded:
+        """Snapshot, version and (when retrying) the stored outcome: one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(keys.session_key(session_id), "v", "s")
+        pipe.get(keys.session_task_key(session_id))
+        if command_id is not None:
+            pipe.hget(keys.commands_key(session_id), command_id)
+        async with translated_errors():
+            replies = await pipe.execute()
+        version, snapshot = replies[0]
+        task = replies[1]
+        outcome = replies[2] if command_id is not None else None
+        return Loaded(
+            None if snapshot is None else SESSION_DECODER.decode(snapshot),
+            int(version or 0),
+            None if outcome is None else OUTCOME_DECODER.decode(outcome),
+            None if task is None else TASK_DECODER.decode(task),
+        )
+
+    async def outcome(self, session_id: str, command_id: str) -> CommandOutcome | None:
+        async with translated_errors():
+            raw = await self.client.hget(keys.commands_key(session_id), command_id)
+        return None if raw is None else OUTCOME_DECODER.decode(raw)
+
+    async def claim_create(
+        self,
+        owner: str,
+        *,
+        message_id: str,
+        client_session_id: str,
+        task_id: str,
+        session_id: str,
+        digest: str,
+        score_ms: int,
+        ttl_s: int,
+        limit: int,
+    ) -> tuple[str, str | None]:
+        """('ok'|'message'|'client'|'limit', what the earlier claim stored)."""
+        async with translated_errors():
+            reply = await self._claim_create(
+                keys=[
+                    keys.owner_message_key(owner, message_id),
+                    keys.owner_client_session_key(owner, client_session_id),
+                    keys.owner_live_sessions_key(owner),
+                    keys.owner_tasks_key(owner),
+                ],
+                args=[
+                    task_id,
+                    session_id,
+                    digest,
+                    ttl_s + keys.IDEMPOTENCY_GRACE_S,
+                    score_ms,
+                    limit,
+                ],
+            )
+        status = _text(reply[0])
+        return status, (_text(reply[1]) if len(reply) > 1 else None)
+
+    async def live_sessions(self, owner: str) -> list[str]:
+        async with translated_errors():
+            members = await self.client.zrange(keys.owner_live_sessions_key(owner), 0, -1)
+        return [_text(member) for member in members]
+
+    async def forget_live(self, owner: str, session_ids: Sequence[str]) -> None:
+        if session_ids:
+            async with translated_errors():
+                await self.client.zrem(keys.owner_live_sessions_key(owner), *session_ids)
+
+    async def commit(
+        self,
+        session_id: str,
+        *,
+        expected_version: int,
+        record: SessionRecord,
+        task: TaskRecord,
+        command_id: str | None,
+        outcome: bytes,
+        events: Sequence[bytes],
+        effects: Sequence[tuple[str, PendingEffect]],
+        ttl_s: int,
+        due_ms: int,
+    ) -> Committed:
+        """One atomic script on the session's slot; the cross-slot outbox index rides along in
+        the same round trip (written idempotently: an index entry without effects is harmless)."""
+        record.check_writable()
+        args: list[Any] = [
+            expected_version,
+            SESSION_ENCODER.encode(record),
+            TASK_ENCODER.encode(task),
+            command_id or "",
+            outcome,
+            ttl_s,
+            keys.EVENTS_MAXLEN,
+            len(events),
+            *events,
+        ]
+        for effect_id, effect in effects:
+            args.extend((effect_id, SESSION_ENCODER.encode(effect)))
+        # `async with`: a pipeline with scripts checks them (SCRIPT EXISTS) before the try/finally
+        # in which redis-py gives its connection back, so a connection lost right there would
+        # leak a pooled connection for good; leaving the block always resets the pipeline
+        async with self.client.pipeline(transaction=False) as pipe:
+            await self._commit(
+                keys=[
+                    keys.session_key(session_id),
+                    keys.session_task_key(session_id),
+                    keys.commands_key(session_id),
+                    keys.events_key(session_id),
+                    keys.outbox_key(session_id),
+                ],
+                args=args,
+                client=pipe,
+            )
+            if effects:
+                pipe.zadd(keys.outbox_due_key(), {session_id: due_ms})
+            pipe.zadd(keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms})
+            async with translated_errors():
+                replies = await pipe.execute()
+        status, value = _text(replies[0][0]), replies[0][1]
+        if status == "replay":
+            return Committed(status, 0, OUTCOME_DECODER.decode(value))
+        return Committed(status, int(value), None)
+
+    async def pending(self, session_id: str) -> list[tuple[str, PendingEffect]]:
+        """The session's outbox in creation order (effect ids sort by commit)."""
+        async with translated_errors():
+            entries = await self.client.hgetall(keys.outbox_key(session_id))
+        return sorted(
+            (_text(effect_id), EFFECT_DECODER.decode(raw)) for effect_id, raw in entries.items()
+        )
+
+    async def done(self, session_id: str, effect_id: str) -> None:
+        async with translated_errors():
+            await self.client.hdel(keys.outbox_key(session_id), effect_id)
+
+    async def retry_later(self, session_id: str, effect_id: str, effect: PendingEffect) -> None:
+        async with translated_errors():
+            await self.client.hset(
+                keys.outbox_key(session_id), effect_id, SESSION_ENCODER.encode(effect)
+            )
+
+    async def schedule(self, session_id: str, due_ms: int | None) -> None:
+        """Look at the session's outbox again at `due_ms` (None: nothing left to do)."""
+        async with translated_errors():
+            if due_ms is None:
+                await self.client.zrem(keys.outbox_due_key(), session_id)
+            else:
+                await self.client.zadd(keys.outbox_due_key(), {session_id: due_ms})
+
+    async def lease(self, session_id: str, token: str, ttl_ms: int) -> bool:
+        """Take the session's runner lease unless another runner holds it."""
+        async with translated_errors():
+            return bool(
+                await self.client.set(keys.runner_lease_key(session_id), token, nx=True, px=ttl_ms)
+            )
+
+    async def release(self, session_id: str, token: str) -> None:
+        async with translated_errors():
+            await self._release(keys=[keys.runner_lease_key(session_id)], args=[token])
+
+    async def due(self, now_ms: int, limit: int = 50) -> list[str]:
+        async with translated_errors():
+            members = await self.client.zrangebyscore(
+                keys.outbox_due_key(), "-inf", now_ms, start=0, num=limit
+            )
+        return [_text(member) for member in members]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

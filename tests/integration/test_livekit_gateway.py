@@ -1,0 +1,127 @@
+"""The LiveKit gateway against the stand-in: idempotent calls, error classes, join tokens."""
+
+from __future__ import annotations
+
+import pytest
+from livekit.api import TokenVerifier
+
+from realtime.effects.livekit import (
+    LiveKitGateway,
+    LiveKitNotConfigured,
+    LiveKitRejected,
+    LiveKitUnavailable,
+    join_token_claims,
+    sign_join_token,
+)
+from realtime.settings import Settings
+from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings
+
+ROOM = "aim-3f2a-e1"
+
+
+@pytest.fixture
+async def gateway(livekit):
+    gateway = LiveKitGateway(livekit_settings(livekit), timeout_s=1.0)
+    yield gateway
+    await gateway.aclose()
+
+
+async def test_create_room_twice_leaves_one_room(gateway, livekit):
+    await gateway.create_room(ROOM, metadata={"sessionId": "s", "sessionEpoch": 1})
+    await gateway.create_room(ROOM, metadata={"sessionId": "s", "sessionEpoch": 1})
+    assert list(livekit.rooms) == [ROOM]
+    assert livekit.rooms[ROOM].metadata == '{"sessionId":"s","sessionEpoch":1}'
+
+
+async def test_dispatch_happens_once_per_room_even_when_retried(gateway, livekit):
+    await gateway.create_room(ROOM, metadata={})
+    first = await gateway.ensure_dispatch(ROOM, metadata={"sessionId": "s"})
+    second = await gateway.ensure_dispatch(ROOM, metadata={"sessionId": "s"})
+    assert first == second
+    assert len(livekit.dispatches_in(ROOM, "aim-realtime-agent")) == 1
+    assert len(livekit.calls_to("CreateDispatch")) == 1
+
+
+async def test_missing_room_and_participant_count_as_done(gateway, livekit):
+    await gateway.delete_room("aim-nothing-e1")
+    await gateway.create_room(ROOM, metadata={})
+    await gateway.remove_participant(ROOM, "nobody")
+    assert [call.code for call in livekit.calls_to("DeleteRoom")] == ["not_found"]
+
+
+async def test_permissions_are_sent_as_a_full_set(gateway, livekit):
+    await gateway.create_room(ROOM, metadata={})
+    livekit.add_participant(ROOM, "device-1")
+    await gateway.update_permissions(
+        ROOM, "device-1", can_subscribe=True, publish_sources=["microphone", "camera"]
+    )
+    permission = livekit.permission(ROOM, "device-1")
+    assert permission.can_publish is True
+    assert permission.can_subscribe is True
+    assert permission.can_publish_data is False
+    assert list(permission.can_publish_sources) == [2, 1]  # MICROPHONE, CAMERA
+
+
+async def test_wrong_credentials_are_rejected_with_status_401(livekit):
+    settings = livekit_settings(livekit, livekit_api_secret="wrong-secret-" + "x" * 40)
+    gateway = LiveKitGateway(settings)
+    try:
+        with pytest.raises(LiveKitRejected) as raised:
+            await gateway.create_room(ROOM, metadata={})
+        assert raised.value.status == 401
+    finally:
+        await gateway.aclose()
+
+
+async def test_unreachable_or_5xx_livekit_is_unavailable(gateway, livekit):
+    livekit.fail_next(1, status=503)
+    with pytest.raises(LiveKitUnavailable):
+        await gateway.create_room(ROOM, metadata={})
+    await livekit.set_down(True)
+    with pytest.raises(LiveKitUnavailable):
+        await gateway.create_room(ROOM, metadata={})
+
+
+async def test_a_hung_livekit_times_out_as_unavailable(gateway, livekit):
+    livekit.delay(3.0, method="CreateRoom")
+    with pytest.raises(LiveKitUnavailable):
+        await gateway.create_room(ROOM, metadata={})
+
+
+async def test_unconfigured_livekit_is_unavailable():
+    gateway = LiveKitGateway(Settings())
+    with pytest.raises(LiveKitNotConfigured):
+        await gateway.delete_room(ROOM)
+
+
+def test_join_token_carries_exactly_the_grants_and_signs_deterministically(livekit):
+    settings = livekit_settings(livekit, join_token_ttl_s=120)
+    claims = join_token_claims(
+        settings, room=ROOM, identity="ep-1", name="alice", epoch=3, session_id="s-1",
+        can_subscribe=True, publish_sources=["microphone"], now=1_900_000_000,
+    )  # fmt: skip
+    assert claims["exp"] - claims["nbf"] == 120
+    assert sign_join_token(settings, claims) == sign_join_token(settings, dict(claims))
+    import time
+
+    fresh = join_token_claims(
+        settings, room=ROOM, identity="ep-1", name="alice", epoch=3, session_id="s-1",
+        can_subscribe=False, publish_sources=[], now=int(time.time()),
+    )  # fmt: skip
+    verified = TokenVerifier(LIVEKIT_KEY, LIVEKIT_SECRET).verify(sign_join_token(settings, fresh))
+    assert verified.identity == "ep-1"
+    assert verified.name == "alice"
+    assert verified.video.room == ROOM
+    assert verified.video.can_publish is False
+    assert verified.video.can_subscribe is False
+    assert verified.video.can_update_own_metadata is False
+    assert not verified.video.room_admin
+    assert '"sessionEpoch":3' in verified.metadata
+
+
+def test_unknown_track_source_is_refused(livekit):
+    with pytest.raises(ValueError, match="mic"):
+        join_token_claims(
+            livekit_settings(livekit), room=ROOM, identity="e", name="n", epoch=1,
+            session_id="s", can_subscribe=True, publish_sources=["mic"], now=0,
+        )  # fmt: skip

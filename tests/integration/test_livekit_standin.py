@@ -1,0 +1,480 @@
+"""The LiveKit stand-in, driven only through the real ``livekit-api`` client (and raw HTTP for
+what the client cannot send), behaves like LiveKit's server (livekit-notes §2, §3)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from livekit import api
+
+from tests.livekit_standin import LiveKitStandin, running_standin, sign_webhook, webhook_headers
+
+KEY = "APIstandinTestKey"
+SECRET = "standin-test-secret-0123456789-abcdefghij"  # 32+ bytes: PyJWT warns on short keys
+ROOM = "aim-s-1-e1"
+
+
+@pytest.fixture
+async def standin() -> AsyncIterator[LiveKitStandin]:
+    async with running_standin(KEY, SECRET) as lk:
+        yield lk
+
+
+@pytest.fixture
+async def lkapi(standin: LiveKitStandin) -> AsyncIterator[api.LiveKitAPI]:
+    client = api.LiveKitAPI(standin.ws_url, KEY, SECRET)
+    yield client
+    await client.aclose()
+
+
+def admin_token(room: str, **grants: bool) -> str:
+    video = api.VideoGrants(room=room, **grants)
+    return api.AccessToken(KEY, SECRET).with_grants(video).to_jwt()
+
+
+async def raw_post(
+    standin: LiveKitStandin, path: str, body: bytes | str, headers: dict[str, str]
+) -> tuple[int, str, str]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(standin.url + path, data=body, headers=headers) as resp,
+    ):
+        return resp.status, resp.headers.get("Content-Type", ""), await resp.text()
+
+
+# ---- rooms ----------------------------------------------------------------------------------
+async def test_create_room_is_an_upsert(standin: LiveKitStandin, lkapi: api.LiveKitAPI) -> None:
+    first = await lkapi.room.create_room(
+        api.CreateRoomRequest(name=ROOM, empty_timeout=60, max_participants=3, metadata='{"a":1}')
+    )
+    assert first.sid.startswith("RM_")
+    assert first.creation_time > 0
+    assert first.departure_timeout == 20  # server default
+    second = await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM, empty_timeout=90))
+    assert second.sid == first.sid
+    assert second.empty_timeout == 90  # non-zero fields are updated ...
+    assert second.max_participants == 3  # ... zero fields leave the stored value
+    assert second.metadata == '{"a":1}'
+    listed = await lkapi.room.list_rooms(api.ListRoomsRequest())
+    assert [r.name for r in listed.rooms] == [ROOM]
+    assert [c.code for c in standin.calls_to("CreateRoom")] == ["ok", "ok"]
+    assert standin.calls_to("CreateRoom")[0].request.max_participants == 3
+
+
+async def test_new_room_gets_dispatches_like_livekit(
+    standin: LiveKitStandin, lkapi: api.LiveKitAPI
+) -> None:
+    await lkapi.room.create_room(api.CreateRoomRequest(name="plain"))
+    agents = [api.RoomAgentDispatch(agent_name="voice", metadata="m")]
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM, agents=agents))
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM, agents=agents))  # upsert
+    assert [d.agent_name for d in standin.dispatches_in("plain")] == [""]
+    assert [(d.agent_name, d.metadata) for d in standin.dispatches_in(ROOM)] == [("voice", "m")]
+
+
+async def test_delete_room(standin: LiveKitStandin, lkapi: api.LiveKitAPI) -> None:
+    with pytest.raises(api.ServerError) as err:
+        await lkapi.room.delete_room(api.DeleteRoomRequest(room=ROOM))
+    assert (err.value.code, err.value.status) == ("not_found", 404)
+    assert err.value.message == "requested room does not exist"
+
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    standin.add_participant(ROOM, "user-1")
+    await lkapi.agent_dispatch.create_dispatch(
+        api.CreateAgentDispatchRequest(agent_name="voice", room=ROOM)
+    )
+    await lkapi.room.delete_room(api.DeleteRoomRequest(room=ROOM))
+    assert ROOM not in standin.rooms
+    assert standin.participant(ROOM, "user-1") is None
+    assert standin.dispatches_in(ROOM) == []
+
+
+async def test_update_room_metadata(standin: LiveKitStandin, lkapi: api.LiveKitAPI) -> None:
+    with pytest.raises(api.ServerError) as err:
+        await lkapi.room.update_room_metadata(api.UpdateRoomMetadataRequest(room=ROOM))
+    assert err.value.code == "not_found"
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    room = await lkapi.room.update_room_metadata(
+        api.UpdateRoomMetadataRequest(room=ROOM, metadata="x")
+    )
+    assert room.metadata == standin.rooms[ROOM].metadata == "x"
+
+
+# ---- participants ---------------------------------------------------------------------------
+async def test_participants(standin: LiveKitStandin, lkapi: api.LiveKitAPI) -> None:
+    # a missing room lists nobody (the server's store has no entry)
+    empty = await lkapi.room.list_participants(api.ListParticipantsRequest(room=ROOM))
+    assert list(empty.participants) == []
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    standin.add_participant(ROOM, "user-1", name="Alice")
+    standin.add_participant(ROOM, "agent-1", kind="agent")
+    listed = await lkapi.room.list_participants(api.ListParticipantsRequest(room=ROOM))
+    assert {p.identity: p.kind for p in listed.participants} == {
+        "user-1": api.ParticipantInfo.STANDARD,
+        "agent-1": api.ParticipantInfo.AGENT,
+    }
+    got = await lkapi.room.get_participant(
+        api.RoomParticipantIdentity(room=ROOM, identity="user-1")
+    )
+    assert (got.name, got.state) == ("Alice", api.ParticipantInfo.ACTIVE)
+    assert standin.rooms[ROOM].num_participants == 2
+    with pytest.raises(api.ServerError) as err:
+        await lkapi.room.get_participant(api.RoomParticipantIdentity(room=ROOM, identity="nobody"))
+    assert (err.value.code, err.value.message) == ("not_found", "participant does not exist")
+
+
+async def test_remove_participant(standin: LiveKitStandin, lkapi: api.LiveKitAPI) -> None:
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    with pytest.raises(api.ServerError) as err:
+        await lkapi.room.remove_participant(
+            api.RoomParticipantIdentity(room=ROOM, identity="user-1")
+        )
+    assert (err.value.code, err.value.status) == ("not_found", 404)
+    standin.add_participant(ROOM, "user-1")
+    await lkapi.room.remove_participant(api.RoomParticipantIdentity(room=ROOM, identity="user-1"))
+    assert standin.participant(ROOM, "user-1") is None
+    assert standin.calls_to("RemoveParticipant", code="ok")[0].request.identity == "user-1"
+
+
+async def test_join_needs_an_existing_room_unless_auto_create() -> None:
+    async with running_standin(KEY, SECRET) as lk:
+        with pytest.raises(LookupError):
+            lk.add_participant(ROOM, "user-1")
+    async with running_standin(KEY, SECRET, auto_create=True) as lk:
+        lk.add_participant(ROOM, "user-1")
+        assert ROOM in lk.rooms
+
+
+async def test_update_participant_replaces_the_whole_permission(
+    standin: LiveKitStandin, lkapi: api.LiveKitAPI
+) -> None:
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    standin.add_participant(ROOM, "user-1")
+    full = api.ParticipantPermission(
+        can_subscribe=True,
+        can_publish=True,
+        can_publish_data=False,
+        can_publish_sources=[api.TrackSource.MICROPHONE, api.TrackSource.CAMERA],
+        can_update_metadata=False,
+    )
+    info = await lkapi.room.update_participant(
+        api.UpdateParticipantRequest(room=ROOM, identity="user-1", permission=full, metadata="m")
+    )
+    assert info.permission == full
+    assert standin.permission(ROOM, "user-1") == full
+    assert standin.participant(ROOM, "user-1").metadata == "m"
+    # a partial permission is not merged: every flag not sent becomes false
+    await lkapi.room.update_participant(
+        api.UpdateParticipantRequest(
+            room=ROOM, identity="user-1", permission=api.ParticipantPermission(can_subscribe=True)
+        )
+    )
+    assert standin.permission(ROOM, "user-1") == api.ParticipantPermission(can_subscribe=True)
+    assert standin.participant(ROOM, "user-1").metadata == "m"  # empty metadata: unchanged
+    with pytest.raises(api.ServerError) as err:
+        await lkapi.room.update_participant(
+            api.UpdateParticipantRequest(room=ROOM, identity="ghost", permission=full)
+        )
+    assert (err.value.code, err.value.message) == ("not_found", "participant does not exist")
+
+
+async def test_mute_published_track(standin: LiveKitStandin, lkapi: api.LiveKitAPI) -> None:
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    standin.add_participant(ROOM, "user-1")
+    track = standin.add_track(ROOM, "user-1", api.TrackSource.CAMERA)
+    muted = await lkapi.room.mute_published_track(
+        api.MuteRoomTrackRequest(room=ROOM, identity="user-1", track_sid=track.sid, muted=True)
+    )
+    assert muted.track.muted
+    assert standin.participant(ROOM, "user-1").tracks[0].muted
+    with pytest.raises(api.ServerError) as err:
+        await lkapi.room.mute_published_track(
+            api.MuteRoomTrackRequest(room=ROOM, identity="user-1", track_sid=track.sid)
+        )
+    assert (err.value.code, err.value.status) == ("failed_precondition", 412)
+    with pytest.raises(api.ServerError) as err:
+        await lkapi.room.mute_published_track(
+            api.MuteRoomTrackRequest(room=ROOM, identity="user-1", track_sid="TR_x", muted=True)
+        )
+    assert err.value.code == "not_found"
+
+
+async def test_send_data_is_recorded(standin: LiveKitStandin, lkapi: api.LiveKitAPI) -> None:
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    await lkapi.room.send_data(
+        api.SendDataRequest(
+            room=ROOM,
+            data=b'{"type":"hello"}',
+            kind=api.DataPacket.RELIABLE,
+            topic="aim.interaction",
+            destination_identities=["user-1", "agent-1"],
+        )
+    )
+    (call,) = standin.calls_to("SendData", code="ok")
+    assert call.request.data == b'{"type":"hello"}'
+    assert call.request.topic == "aim.interaction"
+    assert list(call.request.destination_identities) == ["user-1", "agent-1"]
+    assert len(call.request.nonce) == 16  # the client always sets one
+    assert standin.data_messages == [call.request]
+    with pytest.raises(api.ServerError) as err:  # nobody hosts a missing room
+        await lkapi.room.send_data(api.SendDataRequest(room="gone", data=b"x"))
+    assert (err.value.code, err.value.message) == ("unavailable", "no response from servers")
+
+
+# ---- agent dispatch -------------------------------------------------------------------------
+async def test_dispatches_are_not_deduplicated(
+    standin: LiveKitStandin, lkapi: api.LiveKitAPI
+) -> None:
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    request = api.CreateAgentDispatchRequest(agent_name="voice", room=ROOM, metadata='{"s":1}')
+    first = await lkapi.agent_dispatch.create_dispatch(request)
+    second = await lkapi.agent_dispatch.create_dispatch(request)
+    assert first.id.startswith("AD_")
+    assert first.id != second.id
+    listed = await lkapi.agent_dispatch.list_dispatch(ROOM)
+    voice = [d for d in listed if d.agent_name == "voice"]
+    assert {d.id for d in voice} == {first.id, second.id}
+    assert all(d.metadata == '{"s":1}' and d.room == ROOM for d in voice)
+    assert [d.agent_name for d in listed if d.agent_name != "voice"] == [""]  # room's default
+    assert (await lkapi.agent_dispatch.get_dispatch(first.id, ROOM)).id == first.id
+    deleted = await lkapi.agent_dispatch.delete_dispatch(first.id, ROOM)
+    assert deleted.id == first.id
+    assert [d.id for d in standin.dispatches_in(ROOM, "voice")] == [second.id]
+    assert await lkapi.agent_dispatch.get_dispatch(first.id, ROOM) is None
+    with pytest.raises(api.ServerError) as err:
+        await lkapi.agent_dispatch.delete_dispatch(first.id, ROOM)
+    assert err.value.code == "not_found"
+
+
+async def test_dispatch_to_a_missing_room() -> None:
+    request = api.CreateAgentDispatchRequest(agent_name="voice", room=ROOM)
+    async with running_standin(KEY, SECRET) as lk:
+        client = lk.client()
+        try:
+            with pytest.raises(api.ServerError) as err:
+                await client.agent_dispatch.create_dispatch(request)
+            assert (err.value.code, err.value.status) == ("unavailable", 503)
+            with pytest.raises(api.ServerError) as err:
+                await client.agent_dispatch.list_dispatch(ROOM)
+            assert err.value.code == "unavailable"
+        finally:
+            await client.aclose()
+    async with running_standin(KEY, SECRET, auto_create=True) as lk:
+        client = lk.client()
+        try:
+            created = await client.agent_dispatch.create_dispatch(request)
+        finally:
+            await client.aclose()
+        assert ROOM in lk.rooms
+        assert created.id in {d.id for d in lk.dispatches_in(ROOM, "voice")}
+
+
+# ---- auth -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("key", "secret"), [(KEY, "x" * 40), ("APIother", SECRET)])
+async def test_bad_credentials_fail_before_twirp(
+    standin: LiveKitStandin, key: str, secret: str
+) -> None:
+    client = api.LiveKitAPI(standin.url, key, secret)
+    try:
+        with pytest.raises(api.ServerError) as err:
+            await client.room.create_room(api.CreateRoomRequest(name=ROOM))
+    finally:
+        await client.aclose()
+    assert (err.value.code, err.value.status, err.value.message) == ("unknown", 401, "")
+    assert standin.rooms == {}
+    assert standin.calls_to("CreateRoom")[0].code == "invalid_token"
+    status, content_type, text = await raw_post(
+        standin,
+        "/twirp/livekit.RoomService/ListRooms",
+        b"",
+        {"Authorization": f"Bearer {api.AccessToken(key, secret).to_jwt()}"},
+    )
+    assert status == 401
+    assert content_type.startswith("text/plain")
+    assert text.startswith("invalid")
+
+
+async def test_expired_token_is_rejected(standin: LiveKitStandin) -> None:
+    token = (
+        api.AccessToken(KEY, SECRET)
+        .with_grants(api.VideoGrants(room_create=True))
+        .with_ttl(datetime.timedelta(minutes=-5))  # beyond the 60 s leeway
+        .to_jwt()
+    )
+    client = api.LiveKitAPI(standin.url, token=token)
+    try:
+        with pytest.raises(api.ServerError) as err:
+            await client.room.create_room(api.CreateRoomRequest(name=ROOM))
+    finally:
+        await client.aclose()
+    assert (err.value.code, err.value.status) == ("unknown", 401)
+
+
+async def test_admin_grant_for_another_room_is_unauthenticated(
+    standin: LiveKitStandin, lkapi: api.LiveKitAPI
+) -> None:
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    standin.add_participant(ROOM, "user-1")
+    client = api.LiveKitAPI(standin.url, token=admin_token("other-room", room_admin=True))
+    try:
+        with pytest.raises(api.ServerError) as err:
+            await client.room.remove_participant(
+                api.RoomParticipantIdentity(room=ROOM, identity="user-1")
+            )
+        assert (err.value.code, err.value.status) == ("unauthenticated", 401)
+        assert err.value.message == "permissions denied"
+        with pytest.raises(api.ServerError) as err:  # roomAdmin is no roomCreate
+            await client.room.create_room(api.CreateRoomRequest(name="other-room"))
+        assert err.value.code == "unauthenticated"
+    finally:
+        await client.aclose()
+    assert standin.participant(ROOM, "user-1") is not None
+    # the right room's admin grant works
+    client = api.LiveKitAPI(standin.url, token=admin_token(ROOM, room_admin=True))
+    try:
+        await client.room.remove_participant(
+            api.RoomParticipantIdentity(room=ROOM, identity="user-1")
+        )
+    finally:
+        await client.aclose()
+    assert standin.participant(ROOM, "user-1") is None
+
+
+async def test_no_token_means_no_grants(standin: LiveKitStandin) -> None:
+    request = api.ListRoomsRequest().SerializeToString()
+    status, content_type, text = await raw_post(
+        standin,
+        "/twirp/livekit.RoomService/ListRooms",
+        request,
+        {"Content-Type": "application/protobuf"},
+    )
+    assert (status, content_type) == (401, "application/json")
+    assert json.loads(text) == {"code": "unauthenticated", "msg": "permissions denied"}
+
+
+# ---- Twirp details --------------------------------------------------------------------------
+async def test_json_requests_and_twirp_routing(standin: LiveKitStandin) -> None:
+    auth = {"Authorization": f"Bearer {admin_token('', room_create=True, room_list=True)}"}
+    json_headers = {**auth, "Content-Type": "application/json"}
+    status, content_type, text = await raw_post(
+        standin, "/twirp/livekit.RoomService/CreateRoom", '{"name": "j", "bogus": 1}', json_headers
+    )
+    assert (status, content_type) == (200, "application/json")
+    assert json.loads(text)["name"] == "j"
+    assert json.loads(text)["max_participants"] == 0  # proto names, defaults included
+
+    status, _, text = await raw_post(
+        standin, "/twirp/livekit.AgentDispatchService/GetDispatch", "{}", json_headers
+    )
+    assert (status, json.loads(text)["code"]) == (404, "bad_route")
+    status, _, text = await raw_post(
+        standin, "/twirp/livekit.RoomService/CreateRoom", "{}", {**auth, "Content-Type": "text/x"}
+    )
+    assert (status, json.loads(text)["code"]) == (404, "bad_route")
+    status, _, text = await raw_post(
+        standin,
+        "/twirp/livekit.RoomService/CreateRoom",
+        b"\xff\xff",
+        {**auth, "Content-Type": "application/protobuf"},
+    )
+    assert (status, json.loads(text)["code"]) == (400, "malformed")
+
+
+# ---- failure modes --------------------------------------------------------------------------
+async def test_unreachable_server_raises_a_connection_error(
+    standin: LiveKitStandin, lkapi: api.LiveKitAPI
+) -> None:
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))  # keep-alive connection open
+    await standin.set_down(True)
+    assert standin.down
+    with pytest.raises(aiohttp.ClientError):
+        await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    with pytest.raises(aiohttp.ClientConnectorError):
+        await lkapi.room.list_rooms(api.ListRoomsRequest())
+    await standin.set_down(False)
+    rooms = await lkapi.room.list_rooms(api.ListRoomsRequest())
+    assert [r.name for r in rooms.rooms] == [ROOM]
+
+
+async def test_fail_next(standin: LiveKitStandin, lkapi: api.LiveKitAPI) -> None:
+    standin.fail_next(1, status=503)
+    with pytest.raises(api.ServerError) as err:
+        await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    assert (err.value.code, err.value.status) == ("unavailable", 503)
+    assert ROOM not in standin.rooms
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))  # only the next one failed
+
+    # a lost reply: the dispatch is created, but the client sees a 503
+    standin.fail_next(1, status=503, method="CreateDispatch", effect_first=True)
+    await lkapi.room.list_rooms(api.ListRoomsRequest())  # other methods are unaffected
+    with pytest.raises(api.ServerError):
+        await lkapi.agent_dispatch.create_dispatch(
+            api.CreateAgentDispatchRequest(agent_name="voice", room=ROOM)
+        )
+    assert len(standin.dispatches_in(ROOM, "voice")) == 1
+    assert [c.code for c in standin.calls_to("CreateDispatch")] == ["unavailable"]
+
+
+async def test_delay_and_client_timeouts(standin: LiveKitStandin) -> None:
+    # livekit-api 1.2.2 passes timeout=None to every post, which aiohttp reads as "no
+    # timeout": LiveKitAPI(timeout=...) does not bound a call; callers need asyncio.timeout.
+    client = standin.client(timeout=aiohttp.ClientTimeout(total=0.1))
+    try:
+        standin.delay(0.4, n=1)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await client.room.list_rooms(api.ListRoomsRequest())
+        assert loop.time() - started >= 0.4
+
+        standin.delay(0.4, n=1, method="CreateRoom", effect_first=True)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1):
+                await client.room.create_room(api.CreateRoomRequest(name=ROOM))
+        assert ROOM in standin.rooms  # carried out although the caller gave up
+        listed = await client.room.list_rooms(api.ListRoomsRequest())
+        assert [r.name for r in listed.rooms] == [ROOM]
+    finally:
+        await client.aclose()
+
+
+async def test_wait_for_call(standin: LiveKitStandin, lkapi: api.LiveKitAPI) -> None:
+    waiter = asyncio.create_task(standin.wait_for_call("CreateRoom", within=2.0))
+    await asyncio.sleep(0)
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    call = await waiter
+    assert (call.code, call.request.name) == ("ok", ROOM)
+    assert call.claims is not None
+    assert call.claims.video.room_create
+
+
+# ---- webhooks -------------------------------------------------------------------------------
+async def test_signed_webhooks_verify_like_livekits() -> None:
+    event = api.WebhookEvent(
+        event="participant_joined",
+        id="EV_test",
+        created_at=1_795_957_345,
+        room=api.Room(name=ROOM, sid="RM_x"),
+        participant=api.ParticipantInfo(identity="user-1", state=api.ParticipantInfo.ACTIVE),
+    )
+    body, auth = sign_webhook(event, KEY, SECRET)
+    assert '"createdAt": "1795957345"' in body  # protojson: int64 as a string
+    receiver = api.WebhookReceiver(api.TokenVerifier(KEY, SECRET))
+    assert receiver.receive(body, auth) == event
+    claims = api.TokenVerifier(KEY, SECRET).verify(auth)
+    assert claims.identity == ""
+    assert headers_ok(webhook_headers(auth), auth)
+    with pytest.raises(Exception, match="hash mismatch"):
+        receiver.receive(body.replace("user-1", "user-2"), auth)
+    with pytest.raises(Exception, match="Signature"):
+        api.WebhookReceiver(api.TokenVerifier(KEY, "y" * 40)).receive(body, auth)
+
+
+def headers_ok(headers: dict[str, str], auth: str) -> bool:
+    return headers["Authorization"] == auth and headers["Content-Type"] == (
+        "application/webhook+json"
+    )

@@ -1,0 +1,283 @@
+"""Which Redis the service opens (profile §14), and the task store against a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from realtime.a2a.types import Task, TaskStatus
+from realtime.errors import RpcError
+from realtime.settings import Settings
+from realtime.store import keys
+from realtime.store.records import TaskRecord
+from realtime.store.redis_store import RedisStore
+from realtime.store.selection import EMBEDDED_WARNING, open_store
+from realtime.store.server import RedisUnavailableError, redis_server_available
+
+pytestmark = pytest.mark.redis
+
+UNAVAILABLE = -31012
+OWNER = "owner-0123456789abcdef"
+
+
+def needs_redis_server() -> None:
+    if not redis_server_available():
+        if os.environ.get("AIM_REQUIRE_REDIS") == "1":
+            pytest.fail("AIM_REQUIRE_REDIS=1 but there is no redis-server on PATH")
+        pytest.skip("no redis-server on PATH")
+
+
+def record(task_id: str, *, owner: str = OWNER, status_ms: int = 1_000) -> TaskRecord:
+    return TaskRecord(
+        owner=owner,
+        version=1,
+        created_at="2030-01-01T00:00:00Z",
+        status_ms=status_ms,
+        task=Task(
+            id=task_id,
+            context_id=f"ctx-{task_id}",
+            status=TaskStatus(state="TASK_STATE_WORKING", timestamp="2030-01-01T00:00:00Z"),
+        ),
+    )
+
+
+def unix_socket_path(store: RedisStore) -> Path:
+    return Path(store.client.connection_pool.connection_kwargs["path"])
+
+
+def dead_tcp_url() -> str:
+    """A loopback port nobody listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"redis://127.0.0.1:{port}/0"
+
+
+@pytest.fixture
+def no_redis_server_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    assert not redis_server_available()
+
+
+# --- selection ---------------------------------------------------------------------------------
+
+
+async def test_a_configured_url_is_the_store_that_is_opened(
+    redis_url: str | None, store: RedisStore, tmp_path: Path
+) -> None:
+    if redis_url is None:
+        pytest.skip("no real Redis for this session")
+    opened, release = open_store(Settings(redis_url=redis_url, data_dir=str(tmp_path)))
+    try:
+        assert opened.embedded is False
+        await opened.client.set("aim:test:selection", b"through-the-url")
+        # the fixture's own client sees the write: both talk to the same server
+        assert await store.client.get("aim:test:selection") == b"through-the-url"
+    finally:
+        await opened.aclose()
+        release()
+    assert not (tmp_path / "redis").exists()  # no private server was started
+
+
+async def test_without_a_url_a_private_redis_server_is_started_with_aof_and_stopped(
+    tmp_path: Path,
+) -> None:
+    needs_redis_server()
+    data_dir = tmp_path / "data"
+    opened, release = open_store(Settings(data_dir=str(data_dir)))
+    sock = unix_socket_path(opened)
+    try:
+        assert opened.embedded is False
+        assert sock.exists()
+        assert await opened.ping()
+        await opened.client.set("aim:test:durable", b"kept-in-the-aof")
+        config = await opened.client.config_get("appendonly")
+        assert {_text(k): _text(v) for k, v in config.items()} == {"appendonly": "yes"}
+        assert await asyncio.to_thread(_aof_mentions, data_dir / "redis", b"aim:test:durable")
+    finally:
+        await opened.aclose()
+        release()
+    assert not sock.exists()
+    after = RedisStore.from_url(f"unix://{sock}")
+    try:
+        assert await after.ping() is False
+    finally:
+        await after.aclose()
+
+
+async def test_without_a_url_or_binary_the_embedded_store_answers_and_warns_loudly(
+    no_redis_server_on_path: None, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="realtime.store.selection"):
+        opened, release = open_store(Settings(data_dir=str(tmp_path)))
+    try:
+        assert opened.embedded is True
+        assert await opened.ping() is True
+        await opened.client.set("k", b"v")
+        assert await opened.client.get("k") == b"v"
+    finally:
+        await opened.aclose()
+        release()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in warnings] == [EMBEDDED_WARNING]
+    assert "neither durable nor shared" in warnings[0].getMessage()
+    assert not (tmp_path / "redis").exists()
+
+
+def test_without_a_url_or_binary_a_required_redis_is_an_error(
+    no_redis_server_on_path: None, tmp_path: Path
+) -> None:
+    with pytest.raises(RedisUnavailableError, match="AIM_REQUIRE_REDIS"):
+        open_store(Settings(require_redis=True, data_dir=str(tmp_path)))
+
+
+# --- RedisStore against the session's Redis ---------------------------------------------------
+
+
+async def test_claiming_a_message_returns_none_first_and_the_first_task_on_a_repeat(
+    store: RedisStore,
+) -> None:
+    first = await store.claim_message(OWNER, "msg-1", "task-a", score_ms=1_000, ttl_s=60)
+    repeat = await store.claim_message(OWNER, "msg-1", "task-b", score_ms=2_000, ttl_s=60)
+    again = await store.claim_message(OWNER, "msg-1", "task-c", score_ms=3_000, ttl_s=60)
+
+    assert first is None
+    assert repeat == "task-a"
+    assert again == "task-a"
+    index = await store.client.zrange(keys.owner_tasks_key(OWNER), 0, -1, withscores=True)
+    assert index == [(b"task-a", 1_000.0)]
+
+
+async def test_a_claim_outlives_its_task_by_the_idempotency_grace(store: RedisStore) -> None:
+    await store.claim_message(OWNER, "msg-ttl", "task-a", score_ms=1_000, ttl_s=60)
+
+    ttl = await store.client.ttl(keys.owner_message_key(OWNER, "msg-ttl"))
+    assert 60 < ttl <= 60 + keys.IDEMPOTENCY_GRACE_S
+
+
+async def test_claims_of_different_owners_do_not_collide(store: RedisStore) -> None:
+    assert await store.claim_message("alice", "msg-1", "t-alice", score_ms=1, ttl_s=60) is None
+    assert await store.claim_message("bob", "msg-1", "t-bob", score_ms=1, ttl_s=60) is None
+    assert await store.claim_message("bob", "msg-1", "t-x", score_ms=1, ttl_s=60) == "t-bob"
+
+
+async def test_a_stored_task_reads_back_equal(store: RedisStore) -> None:
+    original = record("task-round-trip", status_ms=1_234)
+
+    await store.put_task(original, ttl_s=60)
+
+    assert await store.get_task("task-round-trip") == original
+    assert 0 < await store.client.ttl(keys.task_key("task-round-trip")) <= 60
+
+
+async def test_an_unknown_task_reads_as_none(store: RedisStore) -> None:
+    assert await store.get_task("no-such-task") is None
+
+
+async def test_owner_tasks_skips_missing_tasks_and_prunes_old_entries(store: RedisStore) -> None:
+    await store.put_task(record("old", status_ms=1_000), ttl_s=60)
+    await store.put_task(record("recent", status_ms=5_000), ttl_s=60)
+    # a claim whose task write never happened (a crash between the two steps)
+    await store.claim_message(OWNER, "msg-lost", "lost", score_ms=6_000, ttl_s=60)
+
+    tasks = await store.owner_tasks(OWNER, newer_than_ms=2_000)
+
+    assert [t.task.id for t in tasks] == ["recent"]
+    index = await store.client.zrange(keys.owner_tasks_key(OWNER), 0, -1)
+    assert index == [b"recent", b"lost"]  # the old entry is pruned, the missing one kept
+    assert await store.get_task("old") is not None  # pruning touches the index only
+
+
+async def test_owner_tasks_keeps_an_entry_exactly_at_the_cut_off(store: RedisStore) -> None:
+    await store.put_task(record("edge", status_ms=2_000), ttl_s=60)
+
+    tasks = await store.owner_tasks(OWNER, newer_than_ms=2_000)
+
+    assert [t.task.id for t in tasks] == ["edge"]
+
+
+async def test_owner_tasks_of_an_owner_without_tasks_is_empty(store: RedisStore) -> None:
+    assert await store.owner_tasks("nobody", newer_than_ms=0) == []
+
+
+async def test_owner_tasks_never_returns_another_owners_task(store: RedisStore) -> None:
+    await store.put_task(record("theirs", owner="someone-else", status_ms=5_000), ttl_s=60)
+    await store.client.zadd(keys.owner_tasks_key(OWNER), {"theirs": 5_000})
+
+    assert await store.owner_tasks(OWNER, newer_than_ms=0) == []
+
+
+# --- an unreachable server ---------------------------------------------------------------------
+
+
+@pytest.fixture
+async def dead_store() -> RedisStore:
+    return RedisStore.from_url(dead_tcp_url())
+
+
+async def test_a_dead_server_fails_reads_with_upstream_unavailable(dead_store: RedisStore) -> None:
+    try:
+        with pytest.raises(RpcError) as caught:
+            await dead_store.get_task("any")
+    finally:
+        await dead_store.aclose()
+
+    assert caught.value.code == UNAVAILABLE
+    assert caught.value.metadata == {"service": "redis", "retryable": "true"}
+
+
+async def test_a_dead_server_fails_writes_with_upstream_unavailable(
+    dead_store: RedisStore,
+) -> None:
+    try:
+        with pytest.raises(RpcError) as put:
+            await dead_store.put_task(record("t"), ttl_s=60)
+        with pytest.raises(RpcError) as claim:
+            await dead_store.claim_message(OWNER, "m", "t", score_ms=1, ttl_s=60)
+        with pytest.raises(RpcError) as listing:
+            await dead_store.owner_tasks(OWNER, newer_than_ms=0)
+    finally:
+        await dead_store.aclose()
+
+    assert put.value.code == claim.value.code == listing.value.code == UNAVAILABLE
+
+
+async def test_a_dead_server_answers_ping_with_false(dead_store: RedisStore) -> None:
+    try:
+        assert await dead_store.ping() is False
+    finally:
+        await dead_store.aclose()
+
+
+async def test_a_vanished_unix_socket_fails_with_upstream_unavailable(tmp_path: Path) -> None:
+    gone = RedisStore.from_url(f"unix://{tmp_path / 'gone.sock'}")
+    try:
+        with pytest.raises(RpcError) as caught:
+            await gone.get_task("any")
+    finally:
+        await gone.aclose()
+
+    assert caught.value.code == UNAVAILABLE
+
+
+def _aof_mentions(redis_dir: Path, needle: bytes, timeout_s: float = 3.0) -> bool:
+    """Whether an append-only file under `redis_dir` holds `needle` (written within a beat)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for path in redis_dir.rglob("*.aof"):
+            if needle in path.read_bytes():
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

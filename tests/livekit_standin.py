@@ -1,0 +1,630 @@
+"""A local stand-in for LiveKit's server API, for tests (realtime-profile §9, livekit-notes §3).
+
+No LiveKit server can run here, so this aiohttp app answers the Twirp routes ``livekit-api``
+calls the way the Go server does (livekit/livekit ``pkg/service``):
+
+* Auth middleware first: a bad, expired or unknown-key Bearer token gets HTTP 401 with a
+  plain-text body (the client raises ``ServerError(code="unknown", status=401)``); a request
+  without a token passes on with no grants.
+* Twirp: ``POST /twirp/livekit.RoomService/<M>`` and ``/twirp/livekit.AgentDispatchService/<M>``,
+  ``application/protobuf`` or ``application/json``; unknown method (``GetDispatch`` is none: the
+  client's ``get_dispatch`` calls ``ListDispatch``), other HTTP method or content type ->
+  ``bad_route`` 404; undecodable body -> ``malformed`` 400.
+* Grants: ``roomCreate`` (CreateRoom, DeleteRoom), ``roomList`` (ListRooms), else ``roomAdmin``
+  with ``room`` == the request's room; missing -> ``unauthenticated`` 401 "permissions denied".
+* CreateRoom upserts; a new room gets one dispatch per ``agents`` entry, or an empty-name one if
+  there are none (``createAgentDispatchesFromRoomAgent``). Dispatches are never de-duplicated.
+* Missing things answer as on the server: DeleteRoom/UpdateRoomMetadata -> not_found "requested
+  room does not exist"; Get/UpdateParticipant -> not_found "participant does not exist";
+  RemoveParticipant -> not_found "participant not found"; calls the server relays over psrpc to
+  the room's or participant's topic (SendData, MutePublishedTrack, UpdateSubscriptions,
+  Create/List/DeleteDispatch) -> ``unavailable`` 503 "no response from servers" (after ~3 s on
+  a real server: ``no_response_wait``). With ``auto_create``, CreateDispatch creates the room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import json
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import jwt
+from aiohttp import web
+from google.protobuf import json_format, message_factory
+from google.protobuf.message import DecodeError, Message
+from livekit import api
+from livekit.api.access_token import Claims
+from livekit.protocol import agent_dispatch as _dispatch_proto
+from livekit.protocol import room as _room_proto
+
+TWIRP_STATUS = {
+    "invalid_argument": 400, "malformed": 400, "out_of_range": 400, "unauthenticated": 401,
+    "permission_denied": 403, "not_found": 404, "bad_route": 404, "canceled": 408,
+    "deadline_exceeded": 408, "aborted": 409, "already_exists": 409, "failed_precondition": 412,
+    "resource_exhausted": 429, "internal": 500, "unknown": 500, "dataloss": 500,
+    "unimplemented": 501, "unavailable": 503,
+}  # fmt: skip
+_CODE_FOR_STATUS = {status: code for code, status in reversed(TWIRP_STATUS.items())}
+SERVICES = {
+    s.full_name: s
+    for s in (
+        _room_proto.DESCRIPTOR.services_by_name["RoomService"],
+        _dispatch_proto.DESCRIPTOR.services_by_name["AgentDispatchService"],
+    )
+}
+_GLOBAL_GRANTS = {
+    "CreateRoom": "room_create",
+    "DeleteRoom": "room_create",
+    "ListRooms": "room_list",
+}
+MAX_NAME_LENGTH = 256
+DEFAULT_EMPTY_TIMEOUT, DEFAULT_DEPARTURE_TIMEOUT = 300, 20  # livekit pkg/config defaults
+
+
+class TwirpError(Exception):
+    def __init__(self, code: str, msg: str, meta: dict[str, str] | None = None) -> None:
+        super().__init__(f"{code}: {msg}")
+        self.code, self.msg, self.meta = code, msg, meta or {}
+
+
+class _NoResponseError(TwirpError):
+    """Nothing hosts the room's/participant's psrpc topic (psrpc.ErrNoResponse)."""
+
+    def __init__(self) -> None:
+        super().__init__("unavailable", "no response from servers")
+
+
+class _AuthError(Exception):
+    """Rejected by the HTTP auth middleware: plain-text 401, before Twirp."""
+
+
+def _handler_name(method: str) -> str:
+    return "_rpc_" + re.sub(r"(?<!^)(?=[A-Z])", "_", method).lower()  # CreateRoom: _rpc_create_room
+
+
+def _guid(prefix: str) -> str:
+    return prefix + secrets.token_hex(6)
+
+
+@dataclass
+class Call:
+    """A request as the stand-in saw it. ``code``: "ok", the Twirp error code, or
+    "invalid_token" for the middleware's plain-text 401. ``request`` is the decoded message."""
+
+    service: str
+    method: str
+    request: Message | None
+    time: float
+    status: int = 0
+    code: str = ""
+    msg: str = ""
+    claims: Claims | None = None
+    request_id: str = ""
+    answered: bool = False
+
+
+@dataclass
+class _Rule:
+    remaining: int | None  # None: until clear_faults()
+    method: str | None
+    delay: float = 0.0
+    status: int = 0  # 0 for a delay rule
+    code: str = ""
+    msg: str = ""
+    effect_first: bool = False
+
+
+def sign_webhook(event: api.WebhookEvent, api_key: str, api_secret: str) -> tuple[str, str]:
+    """``(body, Authorization value)`` exactly as LiveKit signs a webhook (livekit-notes §2)."""
+    body = json_format.MessageToJson(event, indent=None)
+    digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+    token = api.AccessToken(api_key, api_secret).with_sha256(digest)
+    return body, token.with_ttl(timedelta(minutes=5)).to_jwt()
+
+
+def webhook_headers(authorization: str) -> dict[str, str]:
+    """The headers LiveKit sends with a webhook (the raw JWT, no Bearer prefix)."""
+    return {
+        "Authorization": authorization,
+        "Content-Type": "application/webhook+json",
+        "User-Agent": "LiveKit",
+    }
+
+
+class LiveKitStandin:
+    """In-process LiveKit Twirp server on 127.0.0.1 with an ephemeral port.
+
+    ``async with LiveKitStandin(key, secret) as lk:`` (or ``await start()`` / ``await stop()``).
+    State is public protobuf messages: ``rooms[name]``, ``participants[room][identity]``,
+    ``dispatches[room][id]``, ``data_messages`` (SendData requests), ``calls``.
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        api_secret: str,
+        *,
+        auto_create: bool = False,
+        default_dispatch: bool = True,
+        enable_remote_unmute: bool = False,
+        no_response_wait: float = 0.0,
+    ) -> None:
+        self.api_key, self.api_secret = api_key, api_secret
+        self.keys = {api_key: api_secret}
+        self.auto_create = auto_create
+        self.default_dispatch = default_dispatch
+        self.enable_remote_unmute = enable_remote_unmute
+        self.no_response_wait = no_response_wait
+        self.host, self.port = "127.0.0.1", 0
+        self.calls: list[Call] = []
+        self.rooms: dict[str, api.Room] = {}
+        self.participants: dict[str, dict[str, api.ParticipantInfo]] = {}
+        self.dispatches: dict[str, dict[str, api.AgentDispatch]] = {}
+        self.data_messages: list[api.SendDataRequest] = []
+        self._rules: list[_Rule] = []
+        self._answered = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{self.host}:{self.port}"
+
+    async def start(self) -> LiveKitStandin:
+        app = web.Application()
+        app.router.add_route("*", "/twirp/{service}/{method}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, self.host, self.port)
+        await self._site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = self._site = None
+
+    async def __aenter__(self) -> LiveKitStandin:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def client(self, **kwargs: Any) -> api.LiveKitAPI:
+        """A ``LiveKitAPI`` on this stand-in with its key; the caller must ``aclose()`` it."""
+        return api.LiveKitAPI(self.ws_url, self.api_key, self.api_secret, **kwargs)
+
+    # ---- failure controls ------------------------------------------------------------------
+    @property
+    def down(self) -> bool:
+        return self._runner is not None and self._site is None
+
+    async def set_down(self, down: bool = True) -> None:
+        """Down: stop listening and drop open connections, so clients get "connection refused"
+        like an unreachable LiveKit. ``set_down(False)``: listen on the same port again."""
+        if self._runner is None:
+            raise RuntimeError("the stand-in is not running")
+        if down and self._site is not None:
+            await self._site.stop()
+            self._site = None
+            for conn in self._runner.server.connections if self._runner.server else []:
+                conn.force_close()
+        elif not down and self._site is None:
+            self._site = web.TCPSite(self._runner, self.host, self.port)
+            await self._site.start()
+
+    def fail_next(
+        self,
+        n: int = 1,
+        *,
+        status: int = 503,
+        code: str | None = None,
+        msg: str = "injected failure",
+        method: str | None = None,
+        effect_first: bool = False,
+    ) -> None:
+        """Answer the next ``n`` calls (to ``method``, if given) with a Twirp error, ahead of
+        auth. ``effect_first``: carry the call out, then answer the error (a lost reply)."""
+        code = code or _CODE_FOR_STATUS.get(status, "internal" if status >= 500 else "unknown")
+        rule = _Rule(n, method, status=status, code=code, msg=msg, effect_first=effect_first)
+        self._rules.append(rule)
+
+    def delay(
+        self,
+        seconds: float,
+        *,
+        n: int | None = None,
+        method: str | None = None,
+        effect_first: bool = False,
+    ) -> None:
+        """Hold the answers to the next ``n`` calls (all calls if ``n`` is None, until
+        ``clear_faults``). ``effect_first``: carry the call out before waiting, so a client
+        timeout hides a success."""
+        self._rules.append(_Rule(n, method, delay=seconds, effect_first=effect_first))
+
+    def clear_faults(self) -> None:
+        self._rules.clear()
+
+    def _take_rule(self, method: str, failure: bool) -> _Rule | None:
+        for rule in self._rules:
+            if bool(rule.status) == failure and rule.method in (None, method):
+                if rule.remaining is not None:
+                    rule.remaining -= 1
+                    if rule.remaining <= 0:
+                        self._rules.remove(rule)
+                return rule
+        return None
+
+    # ---- inspection ------------------------------------------------------------------------
+    def calls_to(self, method: str, *, code: str | None = None) -> list[Call]:
+        return [c for c in self.calls if c.method == method and code in (None, c.code)]
+
+    async def wait_for_call(self, method: str, count: int = 1, within: float = 5.0) -> Call:
+        """Wait until ``count`` calls to ``method`` have been answered; return the last one."""
+        async with asyncio.timeout(within):
+            while len(done := [c for c in self.calls_to(method) if c.answered]) < count:
+                await self._answered.wait()
+        return done[-1]
+
+    def participant(self, room: str, identity: str) -> api.ParticipantInfo | None:
+        return self.participants.get(room, {}).get(identity)
+
+    def permission(self, room: str, identity: str) -> api.ParticipantPermission | None:
+        p = self.participant(room, identity)
+        return p.permission if p is not None else None
+
+    def dispatches_in(self, room: str, agent_name: str | None = None) -> list[api.AgentDispatch]:
+        found = self.dispatches.get(room, {}).values()
+        return [d for d in found if agent_name in (None, d.agent_name)]
+
+    # ---- simulating the media side ---------------------------------------------------------
+    def add_participant(
+        self,
+        room: str,
+        identity: str,
+        *,
+        kind: int | str = "standard",
+        name: str = "",
+        metadata: str = "",
+        permission: api.ParticipantPermission | None = None,
+    ) -> api.ParticipantInfo:
+        """Simulate a join (state ACTIVE). The room must exist unless ``auto_create``; joining
+        again with the same identity replaces the older participant (DUPLICATE_IDENTITY)."""
+        if room not in self.rooms:
+            if not self.auto_create:
+                raise LookupError(f"room {room!r} does not exist; LiveKit would refuse the join")
+            self._ensure_room(room)
+        if isinstance(kind, str):
+            kind = api.ParticipantInfo.Kind.Value(kind.upper())
+        now = time.time()
+        info = api.ParticipantInfo(
+            sid=_guid("PA_"),
+            identity=identity,
+            name=name,
+            metadata=metadata,
+            kind=kind,
+            state=api.ParticipantInfo.ACTIVE,
+            joined_at=int(now),
+            joined_at_ms=int(now * 1000),
+        )
+        grants = api.ParticipantPermission(
+            can_subscribe=True, can_publish=True, can_publish_data=True
+        )
+        info.permission.CopyFrom(permission or grants)  # a token's defaults
+        self.participants[room][identity] = info
+        self._count(room)
+        return info
+
+    def add_track(
+        self,
+        room: str,
+        identity: str,
+        source: int = api.TrackSource.MICROPHONE,
+    ) -> api.TrackInfo:
+        """Simulate the participant publishing a track; returns it (``sid`` for muting)."""
+        audio = source in (api.TrackSource.MICROPHONE, api.TrackSource.SCREEN_SHARE_AUDIO)
+        kind = api.TrackType.AUDIO if audio else api.TrackType.VIDEO
+        p = self.participants[room][identity]
+        p.tracks.append(api.TrackInfo(sid=_guid("TR_"), source=source, type=kind))
+        p.is_publisher = True
+        self._count(room)
+        return p.tracks[-1]
+
+    def leave(self, room: str, identity: str) -> None:
+        """Simulate the participant leaving."""
+        self.participants.get(room, {}).pop(identity, None)
+        self._count(room)
+
+    def close_room(self, name: str) -> None:
+        """Simulate the room closing (e.g. empty timeout): its participants and dispatches go."""
+        self.rooms.pop(name, None)
+        self.participants.pop(name, None)
+        self.dispatches.pop(name, None)
+
+    def sign_webhook(self, event: api.WebhookEvent) -> tuple[str, str]:
+        return sign_webhook(event, self.api_key, self.api_secret)
+
+    # ---- HTTP, auth middleware, Twirp ------------------------------------------------------
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        headers = request.headers
+        call = Call(request.match_info["service"], request.match_info["method"], None, time.time())
+        call.request_id = headers.get("X-Livekit-Request-Id", "")
+        self.calls.append(call)
+        body = await request.read()
+        fault, pause = self._take_rule(call.method, True), self._take_rule(call.method, False)
+        if pause and not pause.effect_first:
+            await asyncio.sleep(pause.delay)
+        if fault and not fault.effect_first:
+            response = self._twirp_error(call, TwirpError(fault.code, fault.msg), fault.status)
+        else:
+            response = await self._serve(request, call, body)
+            if fault:
+                response = self._twirp_error(call, TwirpError(fault.code, fault.msg), fault.status)
+        if pause and pause.effect_first:
+            await asyncio.sleep(pause.delay)
+        call.answered = True
+        self._answered.set()
+        self._answered = asyncio.Event()
+        return response
+
+    async def _serve(self, request: web.Request, call: Call, body: bytes) -> web.Response:
+        try:
+            call.claims = self._authenticate(request)
+        except _AuthError as exc:
+            call.status, call.code, call.msg = 401, "invalid_token", str(exc)
+            return web.Response(status=401, text=str(exc), content_type="text/plain")
+        content_type = request.headers.get("Content-Type", "")
+        as_json = content_type.split(";")[0].strip().lower() == "application/json"
+        try:
+            req = self._route(request, call, body, content_type)
+            handler = getattr(self, _handler_name(call.method))
+            self._authorize(call, req)
+            try:
+                reply = handler(req)
+            except _NoResponseError:
+                await asyncio.sleep(self.no_response_wait)
+                raise
+        except TwirpError as exc:
+            return self._twirp_error(call, exc)
+        call.status, call.code = 200, "ok"
+        if as_json:
+            text = json_format.MessageToJson(
+                reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+            )
+            return web.Response(body=text.encode(), content_type="application/json")
+        return web.Response(body=reply.SerializeToString(), content_type="application/protobuf")
+
+    def _route(self, request: web.Request, call: Call, body: bytes, content_type: str) -> Message:
+        """Twirp's generated server: route, check method and content type, decode."""
+        route = {"twirp_invalid_route": f"{request.method} {request.path}"}
+        if request.method != "POST":
+            msg = f'unsupported method "{request.method}" (only POST is allowed)'
+            raise TwirpError("bad_route", msg, route)
+        svc = SERVICES.get(call.service)
+        if svc is None or call.method not in svc.methods_by_name:
+            raise TwirpError("bad_route", f'no handler for path "{request.path}"', route)
+        kind = content_type.split(";")[0].strip().lower()
+        if kind not in ("application/protobuf", "application/json"):
+            raise TwirpError("bad_route", f'unexpected Content-Type: "{content_type}"', route)
+        if not hasattr(self, _handler_name(call.method)):
+            raise TwirpError("unimplemented", f"{call.method} is not modelled by the stand-in")
+        req_cls = message_factory.GetMessageClass(svc.methods_by_name[call.method].input_type)
+        try:
+            if kind == "application/json":
+                call.request = json_format.Parse(body, req_cls(), ignore_unknown_fields=True)
+            else:
+                call.request = req_cls.FromString(body)
+        except (DecodeError, json_format.ParseError, UnicodeDecodeError) as exc:
+            what = "json" if kind == "application/json" else "protobuf"
+            raise TwirpError("malformed", f"the {what} request could not be decoded") from exc
+        return call.request
+
+    @staticmethod
+    def _twirp_error(call: Call, err: TwirpError, status: int | None = None) -> web.Response:
+        call.status, call.code, call.msg = status or TWIRP_STATUS[err.code], err.code, err.msg
+        payload: dict[str, Any] = {"code": err.code, "msg": err.msg}
+        if err.meta:  # Twirp leaves out an empty meta
+            payload["meta"] = err.meta
+        body = json.dumps(payload).encode()  # bytes: Twirp sends no charset parameter
+        return web.Response(body=body, status=call.status, content_type="application/json")
+
+    def _authenticate(self, request: web.Request) -> Claims | None:
+        """LiveKit's APIKeyAuthMiddleware (pkg/service/auth.go)."""
+        header = request.headers.get("Authorization", "")
+        if header and not header.startswith("Bearer "):
+            raise _AuthError("invalid authorization header. Must start with Bearer ")
+        token = header.removeprefix("Bearer ") or request.query.get("access_token", "")
+        if not token:
+            return None
+        try:
+            key = str(jwt.decode(token, options={"verify_signature": False}).get("iss", ""))
+        except jwt.PyJWTError as exc:
+            raise _AuthError("invalid authorization token") from exc
+        if key not in self.keys:
+            raise _AuthError(f"invalid API key: {key}")
+        try:
+            return api.TokenVerifier(key, self.keys[key]).verify(token)
+        except (jwt.PyJWTError, ValueError, TypeError) as exc:
+            raise _AuthError(f"invalid token: {token}, error: {exc}") from exc
+
+    @staticmethod
+    def _authorize(call: Call, req: Any) -> None:
+        """EnsureCreatePermission / EnsureListPermission / EnsureAdminPermission."""
+        video = call.claims.video if call.claims is not None else None
+        grant = _GLOBAL_GRANTS.get(call.method)
+        if grant is not None:
+            allowed = video is not None and bool(getattr(video, grant))
+        else:
+            allowed = video is not None and bool(video.room_admin) and video.room == req.room
+        if not allowed:
+            raise TwirpError("unauthenticated", "permissions denied")
+
+    # ---- state helpers ---------------------------------------------------------------------
+    def _ensure_room(self, name: str, agents: list[Any] | None = None) -> api.Room:
+        if name in self.rooms:
+            return self.rooms[name]
+        now = time.time()
+        self.rooms[name] = api.Room(
+            sid=_guid("RM_"),
+            name=name,
+            creation_time=int(now),
+            creation_time_ms=int(now * 1000),
+            empty_timeout=DEFAULT_EMPTY_TIMEOUT,
+            departure_timeout=DEFAULT_DEPARTURE_TIMEOUT,
+        )
+        self.participants[name], self.dispatches[name] = {}, {}
+        for agent in agents or ([api.RoomAgentDispatch()] if self.default_dispatch else []):
+            dispatch = api.AgentDispatch(agent_name=agent.agent_name, metadata=agent.metadata)
+            self._add_dispatch(name, dispatch)
+        return self.rooms[name]
+
+    def _add_dispatch(self, room: str, dispatch: api.AgentDispatch) -> api.AgentDispatch:
+        dispatch.id, dispatch.room = _guid("AD_"), room
+        dispatch.state.created_at = time.time_ns()
+        self.dispatches[room][dispatch.id] = dispatch
+        return dispatch
+
+    def _count(self, room: str) -> None:
+        if room in self.rooms:
+            people = self.participants[room].values()
+            self.rooms[room].num_participants = len(people)
+            self.rooms[room].num_publishers = sum(p.is_publisher for p in people)
+
+    def _hosted(self, room: str, identity: str | None = None) -> api.ParticipantInfo | None:
+        """The room's (participant's) psrpc topic has a server, else no response."""
+        p = self.participant(room, identity) if identity is not None else None
+        if room not in self.rooms or (identity is not None and p is None):
+            raise _NoResponseError()
+        return p
+
+    def _participant_or_404(self, room: str, identity: str, msg: str) -> api.ParticipantInfo:
+        if (p := self.participant(room, identity)) is None:
+            raise TwirpError("not_found", msg)
+        return p
+
+    # ---- RoomService -----------------------------------------------------------------------
+    def _rpc_create_room(self, req: api.CreateRoomRequest) -> Message:
+        if len(req.name) > MAX_NAME_LENGTH:
+            msg = f"room name length exceeds limits: max length {MAX_NAME_LENGTH}"
+            raise TwirpError("invalid_argument", msg)
+        created = req.name not in self.rooms
+        room = self._ensure_room(req.name, list(req.agents) if created else None)
+        for field in ("empty_timeout", "departure_timeout", "max_participants", "metadata"):
+            if getattr(req, field):  # an upsert: only non-zero fields change
+                setattr(room, field, getattr(req, field))
+        return room
+
+    def _rpc_list_rooms(self, req: api.ListRoomsRequest) -> Message:
+        rooms = [r for name, r in self.rooms.items() if not req.names or name in req.names]
+        return api.ListRoomsResponse(rooms=rooms)
+
+    def _rpc_delete_room(self, req: api.DeleteRoomRequest) -> Message:
+        if req.room not in self.rooms:
+            raise TwirpError("not_found", "requested room does not exist")
+        self.close_room(req.room)
+        return api.DeleteRoomResponse()
+
+    def _rpc_list_participants(self, req: api.ListParticipantsRequest) -> Message:
+        found = self.participants.get(req.room, {}).values()  # a missing room lists nobody
+        return api.ListParticipantsResponse(participants=found)
+
+    def _rpc_get_participant(self, req: api.RoomParticipantIdentity) -> Message:
+        return self._participant_or_404(req.room, req.identity, "participant does not exist")
+
+    def _rpc_remove_participant(self, req: api.RoomParticipantIdentity) -> Message:
+        self._participant_or_404(req.room, req.identity, "participant not found")
+        self.leave(req.room, req.identity)
+        return api.RemoveParticipantResponse()
+
+    def _rpc_mute_published_track(self, req: api.MuteRoomTrackRequest) -> Message:
+        p = self._hosted(req.room, req.identity)
+        track = next((t for t in p.tracks if t.sid == req.track_sid), None) if p else None
+        if track is None:
+            raise TwirpError("not_found", "track is not found")
+        if not req.muted and not self.enable_remote_unmute:
+            raise TwirpError("failed_precondition", "remote unmute not enabled")
+        track.muted = req.muted
+        return api.MuteRoomTrackResponse(track=track)
+
+    def _rpc_update_participant(self, req: api.UpdateParticipantRequest) -> Message:
+        if len(req.name) > MAX_NAME_LENGTH:
+            arg = "name length exceeds limits"
+            raise TwirpError("invalid_argument", f"{arg} {MAX_NAME_LENGTH}", {"argument": arg})
+        p = self._participant_or_404(req.room, req.identity, "participant does not exist")
+        p.metadata = req.metadata or p.metadata
+        p.name = req.name or p.name
+        for key, value in req.attributes.items():  # an empty value deletes the attribute
+            if value:
+                p.attributes[key] = value
+            else:
+                p.attributes.pop(key, None)
+        if req.HasField("permission"):  # replaces every flag (UpdateFromPermission)
+            p.permission.CopyFrom(req.permission)
+        return p
+
+    def _rpc_update_subscriptions(self, req: api.UpdateSubscriptionsRequest) -> Message:
+        self._hosted(req.room, req.identity)
+        return api.UpdateSubscriptionsResponse()
+
+    def _rpc_send_data(self, req: api.SendDataRequest) -> Message:
+        if len(req.nonce) not in (0, 16):
+            msg = f"nonce should be 16-bytes or not present, got: {len(req.nonce)} bytes"
+            raise TwirpError("invalid_argument", msg)
+        self._hosted(req.room)
+        self.data_messages.append(req)
+        return api.SendDataResponse()
+
+    def _rpc_update_room_metadata(self, req: api.UpdateRoomMetadataRequest) -> Message:
+        if req.room not in self.rooms:
+            raise TwirpError("not_found", "requested room does not exist")
+        self.rooms[req.room].metadata = req.metadata
+        return self.rooms[req.room]
+
+    # ---- AgentDispatchService --------------------------------------------------------------
+    def _rpc_create_dispatch(self, req: api.CreateAgentDispatchRequest) -> Message:
+        if self.auto_create:
+            self._ensure_room(req.room)
+        self._hosted(req.room)
+        dispatch = api.AgentDispatch(
+            agent_name=req.agent_name,
+            metadata=req.metadata,
+            restart_policy=req.restart_policy,
+            deployment=req.deployment,
+            attributes=req.attributes,
+        )
+        return self._add_dispatch(req.room, dispatch)
+
+    def _rpc_list_dispatch(self, req: api.ListAgentDispatchRequest) -> Message:
+        self._hosted(req.room)
+        found = [d for d in self.dispatches_in(req.room) if req.dispatch_id in ("", d.id)]
+        return api.ListAgentDispatchResponse(agent_dispatches=found)
+
+    def _rpc_delete_dispatch(self, req: api.DeleteAgentDispatchRequest) -> Message:
+        self._hosted(req.room)
+        if (dispatch := self.dispatches[req.room].pop(req.dispatch_id, None)) is None:
+            raise TwirpError("not_found", "dispatch ID not found")
+        return dispatch
+
+
+@contextlib.asynccontextmanager
+async def running_standin(
+    api_key: str, api_secret: str, **options: Any
+) -> AsyncIterator[LiveKitStandin]:
+    """``async with running_standin(key, secret) as lk:`` yields a started ``LiveKitStandin``."""
+    async with LiveKitStandin(api_key, api_secret, **options) as standin:
+        yield standin
