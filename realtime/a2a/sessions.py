@@ -1,0 +1,161 @@
+"""Wire views of realtime objects (profile §4): Session, Endpoint, Command, join media."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from realtime.a2a.types import Wire
+from state_machines import Endpoint as EndpointSnapshot
+from state_machines import Session as SessionSnapshot
+
+MEDIA_BINDING = "livekit-webrtc-v1"
+
+
+class Capabilities(Wire, frozen=True):
+    audio_input: bool
+    audio_output: bool
+    camera: bool
+    screen: bool
+    interactions: list[str]
+
+
+class Endpoint(Wire, frozen=True):
+    endpoint_id: str
+    client_endpoint_key: str
+    capabilities: Capabilities
+    state: str
+    registered_at: str
+    identity: str
+    joined_at: str | UnsetType = UNSET
+
+
+class SourceStates(Wire, frozen=True):
+    camera: str = "off"
+    screen: str = "off"
+
+
+class Sources(Wire, frozen=True):
+    user: SourceStates
+    agent: SourceStates
+
+
+class Media(Wire, frozen=True):
+    binding: str
+    url: str
+    room: str
+    sources: Sources
+
+
+class Agent(Wire, frozen=True):
+    state: str
+    identity: str | None = None
+
+
+class Requested(Wire, frozen=True):
+    media_binding: str
+    audio: str
+    user_video_sources: list[str]
+    agent_video_sources: list[str]
+    interactions: list[str]
+
+
+class Retention(Wire, frozen=True):
+    transcript: str
+    summary: Literal["off"] = "off"
+
+
+class Session(Wire, frozen=True):
+    session_id: str
+    task_id: str
+    context_id: str
+    client_session_id: str
+    session_epoch: int
+    state: str
+    version: int
+    created_at: str
+    updated_at: str
+    requested: Requested
+    required_capabilities: list[str]
+    recording: str
+    retention: Retention
+    media: Media
+    agent: Agent
+    endpoints: list[Endpoint]
+    pending_operation_ids: list[str]
+    ended_at: str | UnsetType = UNSET
+    end_reason: str | UnsetType = UNSET
+    active_endpoint_id: str | UnsetType = UNSET
+
+
+class JoinMedia(Wire, frozen=True):
+    binding: str
+    url: str
+    room: str
+    identity: str
+    token: str
+    expires_at: str
+
+
+def endpoint_view(endpoint: EndpointSnapshot) -> Endpoint:
+    caps = endpoint.capabilities
+    return Endpoint(
+        endpoint_id=endpoint.endpoint_id,
+        client_endpoint_key=endpoint.client_endpoint_key,
+        capabilities=Capabilities(
+            audio_input=caps.audio_input,
+            audio_output=caps.audio_output,
+            camera=caps.camera,
+            screen=caps.screen,
+            interactions=list(caps.interactions),
+        ),
+        state=endpoint.state,
+        registered_at=endpoint.registered_at,
+        identity=endpoint.endpoint_id,
+        joined_at=endpoint.joined_at if endpoint.joined_at is not None else UNSET,
+    )
+
+
+def session_view(session: SessionSnapshot, *, version: int, media_url: str) -> Session:
+    """The Session object of profile §4 for snapshot `session` at `version`."""
+    return Session(
+        session_id=session.session_id,
+        task_id=session.task_id,
+        context_id=session.context_id,
+        client_session_id=session.client_session_id,
+        session_epoch=session.epoch,
+        state=session.state,
+        version=version,
+        created_at=session.created_at,
+        updated_at=session.updated_at,
+        ended_at=session.ended_at if session.ended_at is not None else UNSET,
+        end_reason=session.end_reason if session.end_reason is not None else UNSET,
+        requested=Requested(
+            media_binding=MEDIA_BINDING,
+            audio="bidirectional",
+            user_video_sources=list(session.requested.user_video_sources),
+            agent_video_sources=list(session.requested.agent_video_sources),
+            interactions=list(session.requested.interactions),
+        ),
+        required_capabilities=list(session.required_capabilities),
+        recording="off",
+        retention=Retention(transcript=session.transcript),
+        media=Media(
+            binding=MEDIA_BINDING,
+            url=media_url,
+            room=session.room,
+            sources=Sources(user=SourceStates(), agent=SourceStates()),
+        ),
+        agent=Agent(state=session.agent_state, identity=session.agent_identity),
+        active_endpoint_id=(
+            session.active_endpoint_id if session.active_endpoint_id is not None else UNSET
+        ),
+        endpoints=[endpoint_view(endpoint) for endpoint in session.endpoints],
+        pending_operation_ids=[],
+    )
+
+
+def to_builtins(value: Any) -> Any:
+    return msgspec.to_builtins(value)

@@ -1,0 +1,117 @@
+"""The A2A 1.0 Agent Card served at /.well-known/agent-card.json."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+from realtime.a2a.types import REALTIME_EXTENSION
+from realtime.rpc.registry import CANCEL, INVOKE, METHODS, READ
+from realtime.settings import Settings
+
+INTERACTION_TYPES = (
+    "input.text",
+    "visual.select",
+    "response.interrupt",
+    "operation.confirm",
+    "operation.cancel",
+    "media.request",
+    "media.decide",
+    "media.prepare",
+    "media.stop",
+    "media.revoke",
+)
+SCHEME = "bearer"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("aim-realtime")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def build_agent_card(settings: Settings) -> dict[str, Any]:
+    """The card as a JSON-ready dict; depends only on settings, so it is built once."""
+    base = settings.public_base_url
+    return {
+        "name": "AIM realtime session orchestrator",
+        "description": (
+            "Starts live voice/video sessions with an AI agent over LiveKit WebRTC. "
+            "Send a message with a session.create data part (extension "
+            f"{REALTIME_EXTENSION}) to start one; text-only chat is not offered."
+        ),
+        "version": _version(),
+        "supportedInterfaces": [
+            {"url": f"{base}/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
+        "capabilities": {
+            "streaming": True,
+            "pushNotifications": False,
+            "extendedAgentCard": False,
+            "extensions": [
+                {
+                    "uri": REALTIME_EXTENSION,
+                    "description": (
+                        "Realtime sessions: session.create data part, aim.realtime.* methods, "
+                        "commandId idempotency and sessionEpoch fencing."
+                    ),
+                    "required": False,
+                    "params": {
+                        "methods": [name for name in METHODS if name.startswith("aim.realtime.")],
+                        "mediaBindings": ["livekit-webrtc-v1"],
+                        "interactionTypes": list(INTERACTION_TYPES),
+                        "interactionClasses": ["text", "pointer", "tool", "confirmation"],
+                        "providerCapabilities": sorted(settings.provider_capabilities),
+                        "sessionCreate": {
+                            "mediaType": "application/json",
+                            "operation": "session.create",
+                        },
+                    },
+                }
+            ],
+        },
+        "securitySchemes": {
+            SCHEME: {
+                "httpAuthSecurityScheme": {
+                    "scheme": "Bearer",
+                    "bearerFormat": "JWT",
+                    "description": (
+                        f"OAuth 2.0 bearer JWT. Scopes: {INVOKE} (send, realtime commands), "
+                        f"{READ} (get/list/subscribe), {CANCEL} (cancel)."
+                    ),
+                }
+            }
+        },
+        # OR-ed: a token with any one of the scopes may call the methods that scope covers
+        "securityRequirements": [
+            {"schemes": {SCHEME: {"list": [scope]}}} for scope in (INVOKE, READ, CANCEL)
+        ],
+        "defaultInputModes": ["application/json", "text/plain"],
+        "defaultOutputModes": ["application/json", "text/plain"],
+        "skills": [
+            {
+                "id": "realtime-session",
+                "name": "Realtime voice/video session",
+                "description": (
+                    "Creates a LiveKit room with the AI agent dispatched, registers devices, "
+                    "issues WebRTC join tokens, hands sessions over between devices."
+                ),
+                "tags": ["realtime", "voice", "video", "webrtc", "livekit"],
+                "examples": ["Start a voice session with the assistant"],
+                "inputModes": ["application/json"],
+                "outputModes": ["application/json"],
+                "securityRequirements": [{"schemes": {SCHEME: {"list": [INVOKE]}}}],
+            },
+            {
+                "id": "tasks",
+                "name": "Task tracking",
+                "description": "Get, list and cancel the tasks of your sessions.",
+                "tags": ["tasks"],
+                "securityRequirements": [
+                    {"schemes": {SCHEME: {"list": [READ]}}},
+                    {"schemes": {SCHEME: {"list": [CANCEL]}}},
+                ],
+            },
+        ],
+    }

@@ -1,0 +1,137 @@
+"""`aim-realtime serve | token | check` (profile §14)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from realtime.settings import Settings, SettingsError
+
+ALL_SCOPES = "a2a.invoke a2a.tasks.read a2a.tasks.cancel"
+
+
+def _load_dotenv(path: str = ".env") -> None:
+    """Variables from `.env` fill in what the environment does not already set."""
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            name, sep, value = line.strip().partition("=")
+            if sep and name and not name.startswith("#"):
+                os.environ.setdefault(name.strip(), value.strip().strip('"').strip("'"))
+
+
+def _settings() -> Settings:
+    _load_dotenv()
+    try:
+        return Settings.from_env(os.environ)
+    except SettingsError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn  # only the serve command needs the server
+
+    from realtime.app import create_app
+    from realtime.auth import mint_dev_token
+
+    settings = _settings()
+    if settings.auth_hs256_secret_generated and settings.auth_hs256_secret:
+        token = mint_dev_token(
+            settings.auth_hs256_secret,
+            subject="developer",
+            scopes=ALL_SCOPES.split(),
+            ttl_s=3600,
+            now=time.time(),
+        )
+        print(
+            "AIM_AUTH_HS256_SECRET is not set: this process signs development tokens with a "
+            "random secret.\nA development token (sub=developer, all scopes, 1 h):\n"
+            f"  {token}\nSet AIM_AUTH_HS256_SECRET to keep tokens valid across restarts.",
+            file=sys.stderr,
+        )
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        access_log=False,
+    )
+    return 0
+
+
+def _token(args: argparse.Namespace) -> int:
+    from realtime.auth import mint_dev_token
+
+    settings = _settings()
+    if settings.auth_hs256_secret_generated or not settings.auth_hs256_secret:
+        print(
+            "set AIM_AUTH_HS256_SECRET (at least 32 bytes) to the secret the service uses",
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        mint_dev_token(
+            settings.auth_hs256_secret,
+            subject=args.sub,
+            scopes=args.scope.split(),
+            ttl_s=args.ttl,
+            now=time.time(),
+        )
+    )
+    return 0
+
+
+async def _check_async(settings: Settings) -> int:
+    from realtime.store.selection import open_store
+
+    ok = True
+    store, release = open_store(settings)
+    try:
+        if await store.ping():
+            print("redis: reachable" + (" (embedded store)" if store.embedded else ""))
+        else:
+            print("redis: UNREACHABLE")
+            ok = False
+    finally:
+        await store.aclose()
+        release()
+    if settings.livekit_url is None:
+        print("livekit: not configured (AIM_LIVEKIT_URL unset); media calls will fail")
+    return 0 if ok else 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    settings = _settings()
+    print("configuration: valid")
+    return asyncio.run(_check_async(settings))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    parser = argparse.ArgumentParser(prog="aim-realtime")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the HTTP service")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.set_defaults(run=_serve)
+    token = commands.add_parser("token", help="print a development bearer token")
+    token.add_argument("--sub", required=True)
+    token.add_argument("--scope", default=ALL_SCOPES)
+    token.add_argument("--ttl", type=int, default=3600)
+    token.set_defaults(run=_token)
+    check = commands.add_parser("check", help="validate configuration and reach dependencies")
+    check.set_defaults(run=_check)
+    args = parser.parse_args(argv)
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

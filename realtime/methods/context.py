@@ -1,0 +1,63 @@
+"""What a method handler receives: the services of the process and the call being served."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from realtime.a2a.params import Params
+from realtime.a2a.types import timestamp
+from realtime.auth import Principal
+from realtime.engine.core import Engine
+from realtime.engine.runner import Runner
+from realtime.settings import Settings
+from realtime.store.redis_store import RedisStore
+
+P = TypeVar("P", bound=Params)
+
+__all__ = ["Call", "Services", "timestamp"]
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Long-lived collaborators, built once by `create_app`."""
+
+    settings: Settings
+    store: RedisStore
+    engine: Engine
+    runner: Runner
+    clock: Callable[[], float] = time.time
+    new_id: Callable[[], str] = field(default=_new_id)
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run `work` after the response (effects of a commit); kept until it finishes."""
+        task = asyncio.get_running_loop().create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def drain(self) -> None:
+        """Let background work finish (shutdown)."""
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[P]):
+    """One authenticated, validated JSON-RPC call."""
+
+    method: str
+    principal: Principal
+    params: P
+    extensions: frozenset[str]

@@ -1,0 +1,348 @@
+"""Realtime sessions: session.create (via SendMessage), GetSession, RegisterEndpoint,
+JoinSession, EndSession, GetCommand, and CancelTask of a realtime task (profile §3, §4, §6)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any, Final
+
+import msgspec
+
+from realtime.a2a import params as p
+from realtime.a2a import sessions as views
+from realtime.a2a import types as wire
+from realtime.engine.core import Command, params_digest, session_not_found, task_metadata
+from realtime.errors import RpcError
+from realtime.methods import tasks
+from realtime.methods.context import Call, Services
+from realtime.store import keys
+from realtime.store.records import SessionRecord, TaskRecord
+from state_machines import Capabilities, Session
+from state_machines import session as machine
+
+PROVISIONING_WAIT_S: Final = 5.0
+PROVISIONING: Final = "provisioning"
+_CANONICAL: Final = msgspec.json.Encoder(order="sorted")
+
+
+def _view(services: Services, session: Session, version: int) -> dict[str, Any]:
+    url = services.settings.livekit_public_url or ""
+    result: dict[str, Any] = msgspec.to_builtins(
+        views.session_view(session, version=version, media_url=url)
+    )
+    return result
+
+
+def _endpoint(session: Session, endpoint_id: str) -> dict[str, Any]:
+    found = next(e for e in session.endpoints if e.endpoint_id == endpoint_id)
+    result: dict[str, Any] = msgspec.to_builtins(views.endpoint_view(found))
+    return result
+
+
+def missing_capabilities(services: Services, create: p.SessionCreate) -> list[str]:
+    """What the provider lacks for this session (profile §3 capability check)."""
+    available = services.settings.provider_capabilities
+    missing: list[str] = [cap for cap in create.required_capabilities if cap not in available]
+    if create.requested.user_video_sources and "vision_input" not in available:
+        missing.append("vision_input")
+    if create.retention.transcript == "on" and "transcript_history" not in available:
+        missing.append("transcript_history")
+    return sorted(set(missing))
+
+
+async def create_session(
+    services: Services, call: Call[p.SendParams], data: Any, index: int
+) -> wire.SendMessageResult:
+    """SendMessage with a session.create part: idempotent by clientSessionId and messageId."""
+    create = p.decode_as(p.SessionCreate, data, root=f"params.message.parts[{index}].data")
+    params = call.params
+    config = params.configuration
+    history_length = config.history_length if config is not msgspec.UNSET else None
+    wait = not (config is not msgspec.UNSET and config.return_immediately)
+    missing = missing_capabilities(services, create)
+    if missing:
+        return await tasks.send_message_rejected(
+            services,
+            call,
+            reason={"reason": "capability_unavailable", "missing": missing},
+            text=(
+                "The agent cannot serve this session: it lacks "
+                + ", ".join(missing)
+                + ". Remove these from the request or ask the operator to enable them."
+            ),
+        )
+    owner = call.principal.key
+    digest = "sha256:" + hashlib.sha256(_CANONICAL.encode(data)).hexdigest()
+    task_id = services.new_id()
+    now_ms = services.now_ms()
+    sessions = services.engine.sessions
+    for _ in range(2):
+        status, earlier = await sessions.claim_create(
+            owner,
+            message_id=params.message.message_id,
+            client_session_id=create.client_session_id,
+            task_id=task_id,
+            session_id=keys.tag_for_task(task_id),
+            digest=digest,
+            score_ms=now_ms,
+            ttl_s=services.settings.task_ttl_s,
+            limit=services.settings.max_sessions_per_principal,
+        )
+        if status != "limit" or not await _prune_live(services, owner):
+            break
+    if status == "limit":
+        raise RpcError(
+            "LimitExceeded",
+            f"You already have {services.settings.max_sessions_per_principal} live sessions; "
+            "end one before starting another.",
+            metadata={"limit": "live_sessions_per_principal", "retryAfterSeconds": 5},
+        )
+    if status == "client":
+        assert earlier is not None  # noqa: S101 - the claim stores "taskId digest"
+        task_id, earlier_digest = earlier.split(" ", 1)
+        if earlier_digest != digest:
+            raise RpcError(
+                "CommandConflict",
+                f"clientSessionId {create.client_session_id} was already used with a different "
+                "session.create payload; use a new clientSessionId for a new session.",
+                metadata={"commandId": create.client_session_id, "method": call.method},
+            )
+    elif status == "message":
+        assert earlier is not None  # noqa: S101
+        task_id = earlier
+    session_id = keys.tag_for_task(task_id)
+    existing = await services.store.get_task(task_id)
+    created = False
+    if existing is None:  # first attempt (or one that stopped before its commit): create
+        existing = await _commit_new(services, call, create, task_id, session_id, now_ms)
+        created = existing is not None
+        if existing is None:
+            existing = await services.store.get_task(task_id)
+    if existing is None or existing.owner != owner:
+        raise RpcError("InternalError", "The session could not be created; retry the request.")
+    if status == "ok" or created:  # whoever commits the session starts its provisioning
+        existing = await _provision(services, session_id, task_id, wait=wait) or existing
+    return wire.SendMessageResult(task=tasks.view(existing.task, history_length))
+
+
+async def _commit_new(
+    services: Services,
+    call: Call[p.SendParams],
+    create: p.SessionCreate,
+    task_id: str,
+    session_id: str,
+    now_ms: int,
+) -> TaskRecord | None:
+    message = call.params.message
+    context_id = message.context_id or services.new_id()
+    decision = machine.new_session(
+        session_id=session_id,
+        task_id=task_id,
+        context_id=context_id,
+        client_session_id=create.client_session_id,
+        requested=machine.Requested(
+            user_video_sources=tuple(create.requested.user_video_sources),
+            agent_video_sources=tuple(create.requested.agent_video_sources),
+            interactions=tuple(create.requested.interactions),
+        ),
+        required_capabilities=tuple(create.required_capabilities),
+        transcript=create.retention.transcript,
+        now=wire.timestamp(now_ms),
+    )
+    session = decision.state
+    task = TaskRecord(
+        owner=call.principal.key,
+        version=session.task_version,
+        created_at=wire.timestamp(now_ms),
+        status_ms=now_ms,
+        task=wire.Task(
+            id=task_id,
+            context_id=context_id,
+            status=wire.TaskStatus(state=session.task_state, timestamp=wire.timestamp(now_ms)),
+            history=[tasks.user_message(message, task_id=task_id, context_id=context_id)],
+            metadata=task_metadata(session),
+        ),
+    )
+    record = SessionRecord(
+        owner=call.principal.key, principal_name=call.principal.subject, session=session
+    )
+    created = await services.engine.create(record, decision, task)
+    return task if created else None
+
+
+async def _provision(
+    services: Services, session_id: str, task_id: str, *, wait: bool
+) -> TaskRecord | None:
+    """Run provisioning now; when the caller waits, until ready/failed (≤ 5 s)."""
+    if not wait:
+        services.background(services.runner.run(session_id))
+        return None
+    done = await services.runner.run(session_id)
+    deadline = services.clock() + PROVISIONING_WAIT_S
+    while True:
+        loaded = await services.engine.sessions.load(session_id)
+        state = loaded.record.session.state if loaded.record else None
+        if state != PROVISIONING or services.clock() >= deadline:
+            break
+        await asyncio.sleep(0.1)
+    if state == PROVISIONING and not done:
+        raise RpcError(
+            "UpstreamUnavailable",
+            "LiveKit is unreachable, so the session could not be provisioned yet; it is retried "
+            "in the background. Repeat the same request to get the session's task.",
+            metadata={"service": "livekit", "retryable": True},
+        )
+    return loaded.task
+
+
+async def _prune_live(services: Services, owner: str) -> bool:
+    """Drop sessions that ended from the live index (a crash may have left them); True if any."""
+    sessions = services.engine.sessions
+    stale = []
+    for session_id in await sessions.live_sessions(owner):
+        loaded = await sessions.load(session_id)
+        if loaded.record is None or loaded.record.session.state not in machine.LIVE_STATES:
+            stale.append(session_id)
+    await sessions.forget_live(owner, stale)
+    return bool(stale)
+
+
+def _command(call: Call[Any], command_id: str) -> Command:
+    return Command(call.method, command_id, params_digest(call.method, call.params))
+
+
+async def get_session(services: Services, call: Call[p.GetSessionParams]) -> Any:
+    loaded = await services.engine.load_own(call.params.session_id, call.principal.key)
+    assert loaded.record is not None  # noqa: S101
+    return {"session": _view(services, loaded.record.session, loaded.version)}
+
+
+async def register_endpoint(services: Services, call: Call[p.RegisterEndpointParams]) -> Any:
+    params = call.params
+    caps = params.capabilities
+    event = machine.RegisterEndpoint(
+        epoch=params.session_epoch,
+        endpoint_id=services.new_id(),
+        client_endpoint_key=params.client_endpoint_key,
+        capabilities=Capabilities(
+            caps.audio_input, caps.audio_output, caps.camera, caps.screen, tuple(caps.interactions)
+        ),
+        max_endpoints=services.settings.max_endpoints_per_session,
+    )
+
+    def render(session: Session, version: int, media: Any) -> dict[str, Any]:
+        endpoint = next(
+            e for e in session.endpoints if e.client_endpoint_key == params.client_endpoint_key
+        )
+        return {
+            "session": _view(services, session, version),
+            "endpoint": _endpoint(session, endpoint.endpoint_id),
+        }
+
+    applied = await services.engine.execute(
+        params.session_id,
+        lambda _: event,
+        owner=call.principal.key,
+        command=_command(call, params.command_id),
+        render=render,
+    )
+    return msgspec.Raw(applied.response or b"null")
+
+
+async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> Any:
+    params = call.params
+
+    def render(session: Session, version: int, media: Any) -> dict[str, Any]:
+        return {
+            "session": _view(services, session, version),
+            "endpoint": _endpoint(session, params.endpoint_id),
+            "media": media,
+        }
+
+    applied = await services.engine.execute(
+        params.session_id,
+        lambda _: machine.Join(params.session_epoch, params.endpoint_id),
+        owner=call.principal.key,
+        command=_command(call, params.command_id),
+        render=render,
+    )
+    return msgspec.Raw(applied.response or b"null")
+
+
+async def end_session(services: Services, call: Call[p.EndSessionParams]) -> Any:
+    params = call.params
+
+    def render(session: Session, version: int, media: Any) -> dict[str, Any]:
+        return {"session": _view(services, session, version)}
+
+    applied = await services.engine.execute(
+        params.session_id,
+        lambda _: machine.End(params.reason),
+        owner=call.principal.key,
+        command=_command(call, params.command_id),
+        render=render,
+    )
+    return msgspec.Raw(applied.response or b"null")
+
+
+async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any:
+    params = call.params
+    await services.engine.load_own(params.session_id, call.principal.key)
+    outcome = await services.engine.sessions.outcome(params.session_id, params.command_id)
+    if outcome is None:
+        raise RpcError(
+            "CommandNotFound",
+            f"No applied command {params.command_id} in this session. Only applied commands "
+            "are stored; a rejected one can be sent again.",
+            metadata={"commandId": params.command_id},
+        )
+    result = msgspec.Raw(services.engine.render_outcome(outcome))
+    return {
+        "command": {
+            "commandId": outcome.command_id,
+            "sessionId": params.session_id,
+            "method": outcome.method,
+            "status": "applied",
+            "sessionEpoch": outcome.session_epoch,
+            "createdAt": outcome.created_at,
+            "result": result,
+        }
+    }
+
+
+async def cancel_realtime_task(
+    services: Services, record: TaskRecord, owner: str, history_length: int | None
+) -> wire.Task:
+    """CancelTask of a realtime task ends its session (endReason `canceled`)."""
+    metadata = record.task.metadata
+    session_id = metadata[wire.REALTIME_EXTENSION]["sessionId"] if metadata else ""
+    try:
+        applied = await services.engine.execute(session_id, lambda _: machine.Cancel(), owner=owner)
+    except RpcError as exc:
+        if exc.name == "SessionNotFound":
+            raise session_not_found(session_id) from None
+        raise RpcError(
+            "TaskNotCancelable",
+            f"Task {record.task.id} can no longer be canceled: its session is ending or over.",
+            metadata={"taskId": record.task.id, "state": record.task.status.state},
+        ) from None
+    task = applied.task.task if applied.task is not None else record.task
+    return tasks.view(task, history_length)
+
+
+async def cancel_task(services: Services, call: Call[p.TaskParams]) -> wire.Task:
+    """CancelTask: a realtime task ends its session; any other task follows its lifecycle."""
+    record = await tasks.load_own_task(services, call.principal.key, call.params.id)
+    metadata = record.task.metadata
+    if metadata is msgspec.UNSET or wire.REALTIME_EXTENSION not in metadata:
+        return await tasks.cancel_task(services, call)
+    if record.task.status.state in wire.TERMINAL_STATES:
+        raise RpcError(
+            "TaskNotCancelable",
+            f"Task {record.task.id} is {record.task.status.state} and can no longer be canceled.",
+            metadata={"taskId": record.task.id, "state": record.task.status.state},
+        )
+    return await cancel_realtime_task(
+        services, record, call.principal.key, call.params.history_length
+    )

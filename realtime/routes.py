@@ -1,0 +1,72 @@
+"""HTTP routes: the JSON-RPC endpoint, the Agent Card and the probes."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Final
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.datastructures import State
+
+from realtime.rpc.dispatch import Dispatcher
+
+JSON: Final = "application/json"
+
+
+async def read_limited(request: Request[Any, Any, Any], limit: int) -> tuple[bytes, bool]:
+    """The body, or (b"", True) once it exceeds `limit` bytes; never buffers more than that."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return b"", True
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return b"", True
+        chunks.append(chunk)
+    return b"".join(chunks), False
+
+
+@post(["/a2a", "/a2a/"], status_code=200)
+async def a2a(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+    dispatcher: Dispatcher = state.dispatcher
+    body, too_large = await read_limited(request, dispatcher.services.settings.max_body_bytes)
+    reply = await dispatcher.handle(body, request.headers, too_large=too_large)
+    return Response(reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers)
+
+
+class AgentCardBody:
+    """The card's bytes and ETag, computed once per process."""
+
+    def __init__(self, card: dict[str, Any]) -> None:
+        self.body = msgspec.json.encode(card)
+        self.etag = '"' + hashlib.sha256(self.body).hexdigest()[:32] + '"'
+
+
+@get("/.well-known/agent-card.json")
+async def agent_card(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+    card: AgentCardBody = state.agent_card
+    headers = {"ETag": card.etag, "Cache-Control": "public, max-age=300"}
+    if card.etag in request.headers.get("if-none-match", ""):
+        return Response(b"", status_code=304, headers=headers)
+    return Response(card.body, media_type=JSON, headers=headers)
+
+
+@get("/healthz")
+async def healthz() -> Response[bytes]:
+    return Response(b'{"status":"ok"}', media_type=JSON)
+
+
+@get("/readyz")
+async def readyz(state: State) -> Response[bytes]:
+    dispatcher: Dispatcher = state.dispatcher
+    if await dispatcher.services.store.ping():
+        return Response(b'{"status":"ready"}', media_type=JSON)
+    return Response(
+        b'{"status":"unavailable","redis":"unreachable"}', status_code=503, media_type=JSON
+    )
+
+
+ROUTES: Final = [a2a, agent_card, healthz, readyz]

@@ -1,0 +1,101 @@
+"""JSON-RPC 2.0 envelope: decoded once, `params` kept raw for the method's own decoder."""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+import msgspec
+
+from realtime.errors import RpcError, invalid_request
+
+RequestId = int | str
+
+_ALLOWED_MEMBERS: Final = frozenset({"jsonrpc", "id", "method", "params"})
+_OBJECT: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ID: Final = msgspec.json.Decoder(RequestId)
+_STR: Final = msgspec.json.Decoder(str)
+_FLOAT: Final = msgspec.json.Decoder(float)
+
+
+class Envelope(msgspec.Struct, frozen=True):
+    id: RequestId
+    method: str
+    params: msgspec.Raw
+
+
+def decode_envelope(body: bytes) -> tuple[Envelope | None, RpcError | None, RequestId | None]:
+    """(envelope, None, id) for a valid request, or (None, error, id-if-readable)."""
+    try:
+        members = _OBJECT.decode(body)
+    except msgspec.ValidationError:
+        # not an object: a batch array, a scalar… or not JSON at all, which msgspec only finds
+        # out past the first value (`[1,`, `1 x`): that is a parse error (JSON-RPC 2.0 §5.1)
+        if not _is_json(body):
+            return None, _parse_error(), None
+        if body.lstrip().startswith(b"["):
+            return None, invalid_request("batches are not supported; send one request"), None
+        return None, invalid_request("the request must be a JSON object"), None
+    except msgspec.DecodeError:
+        return None, _parse_error(), None
+    request_id: RequestId | None = None
+    if "id" in members:
+        request_id = _request_id(members["id"])
+        if request_id is None:
+            return None, invalid_request("`id` must be a string or an integer", "id"), None
+    unknown = sorted(set(members) - _ALLOWED_MEMBERS)
+    if unknown:
+        return (
+            None,
+            invalid_request(f"unknown member `{unknown[0]}`", unknown[0]),
+            request_id,
+        )
+    if "jsonrpc" not in members or members["jsonrpc"] != b'"2.0"':
+        try:
+            version_ok = _STR.decode(members.get("jsonrpc", b"null")) == "2.0"
+        except msgspec.ValidationError:
+            version_ok = False
+        if not version_ok:
+            return None, invalid_request('`jsonrpc` must be "2.0"', "jsonrpc"), request_id
+    if request_id is None:
+        return (
+            None,
+            invalid_request("notifications are not supported: give the request an `id`", "id"),
+            None,
+        )
+    try:
+        method = _STR.decode(members.get("method", b"null"))
+    except msgspec.ValidationError:
+        return None, invalid_request("`method` must be a string", "method"), request_id
+    params = members.get("params")
+    if params is None or not bytes(params).lstrip().startswith(b"{"):
+        return None, invalid_request("`params` must be an object", "params"), request_id
+    return Envelope(id=request_id, method=method, params=params), None, request_id
+
+
+def _request_id(raw: msgspec.Raw) -> RequestId | None:
+    """The id, or None when it is not a string or an integer (JSON null, true, 1.5, [], {})."""
+    try:
+        return _ID.decode(raw)
+    except msgspec.ValidationError:
+        pass
+    # the schema's `integer` includes numbers with a zero fraction (`1.0`, `1e2`): the same id
+    try:
+        number = _FLOAT.decode(raw)
+    except msgspec.ValidationError:
+        return None
+    return int(number) if math.isfinite(number) and number.is_integer() else None
+
+
+def _parse_error() -> RpcError:
+    return RpcError("ParseError", "The request body is not valid JSON (RFC 8259).")
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        msgspec.json.decode(body)
+    except msgspec.ValidationError:
+        return True  # well-formed, only beyond what Python holds (e.g. 1e400)
+    except msgspec.DecodeError:
+        return False
+    return True

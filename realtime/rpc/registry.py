@@ -1,0 +1,54 @@
+"""The method table, read top to bottom: scope (schema `x-aim-transport.oauthScopes`),
+handler, and whether the realtime extension must be active."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, NamedTuple
+
+from realtime.a2a.types import REALTIME_EXTENSION
+from realtime.errors import RpcError
+from realtime.methods import messages, sessions, tasks
+from realtime.methods.context import Call, Services
+
+Handler = Callable[[Services, Call[Any]], Awaitable[Any]]
+
+INVOKE: Final = "a2a.invoke"
+READ: Final = "a2a.tasks.read"
+CANCEL: Final = "a2a.tasks.cancel"
+
+
+class MethodSpec(NamedTuple):
+    scope: str
+    handler: Handler
+    realtime: bool = False
+
+
+async def _not_available(services: Services, call: Call[Any]) -> Any:
+    """Validated, authorized, but not served by this release."""
+    raise RpcError(
+        "UnsupportedOperation",
+        f"{call.method} is not supported by this server.",
+        metadata={"method": call.method},
+    )
+
+
+METHODS: Final[dict[str, MethodSpec]] = {
+    "SendMessage": MethodSpec(INVOKE, messages.send_message),
+    "SendStreamingMessage": MethodSpec(INVOKE, _not_available),
+    "ContinueTask": MethodSpec(INVOKE, _not_available),
+    "GetTask": MethodSpec(READ, tasks.get_task),
+    "ListTasks": MethodSpec(READ, tasks.list_tasks),
+    "CancelTask": MethodSpec(CANCEL, sessions.cancel_task),
+    "SubscribeToTask": MethodSpec(READ, _not_available),
+    "aim.realtime.GetSession": MethodSpec(READ, sessions.get_session, realtime=True),
+    "aim.realtime.RegisterEndpoint": MethodSpec(INVOKE, sessions.register_endpoint, realtime=True),
+    "aim.realtime.JoinSession": MethodSpec(INVOKE, sessions.join_session, realtime=True),
+    "aim.realtime.EndSession": MethodSpec(INVOKE, sessions.end_session, realtime=True),
+    "aim.realtime.SendInteraction": MethodSpec(INVOKE, _not_available, realtime=True),
+    "aim.realtime.GetCommand": MethodSpec(READ, sessions.get_command, realtime=True),
+    "aim.realtime.GetOperation": MethodSpec(READ, _not_available, realtime=True),
+}
+
+SUPPORTED_VERSIONS: Final = ("1.0",)
+EXTENSIONS: Final = frozenset({REALTIME_EXTENSION})

@@ -1,0 +1,208 @@
+"""Shared fixtures: a real Redis (private redis-server) per test session, apps built through
+`create_app`, bearer tokens, and an in-memory span exporter.
+
+Redis selection mirrors the service: AIM_TEST_REDIS_URL (a database dedicated to tests: it is
+flushed), else a private redis-server on a unix socket, else the embedded store — never when
+AIM_REQUIRE_REDIS=1 (CI), where a missing Redis fails the run instead of passing silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+import uvicorn
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from realtime.app import create_app
+from realtime.auth import mint_dev_token
+from realtime.settings import Settings
+from realtime.store.redis_store import RedisStore
+from realtime.store.server import PrivateRedis, redis_server_available
+
+TEST_SECRET = "test-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
+ALL_SCOPES = ("a2a.invoke", "a2a.tasks.read", "a2a.tasks.cancel")
+REALTIME = "urn:aim:a2a:realtime:v1"
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str | None]:
+    """The URL of the Redis the tests use; None means the embedded store."""
+    url = os.environ.get("AIM_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    if redis_server_available():
+        with tempfile.TemporaryDirectory(prefix="aim-test-redis-") as data_dir:
+            server = PrivateRedis(Path(data_dir), appendonly=False)
+            try:
+                yield server.url
+            finally:
+                server.stop()
+        return
+    if os.environ.get("AIM_REQUIRE_REDIS") == "1":
+        pytest.fail("AIM_REQUIRE_REDIS=1 but there is no redis-server binary and no URL")
+    yield None
+
+
+@pytest.fixture
+async def store(redis_url: str | None) -> AsyncIterator[RedisStore]:
+    store = RedisStore.from_url(redis_url) if redis_url else RedisStore.embedded_store()
+    await store.client.flushdb()
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(auth_hs256_secret=TEST_SECRET, rate_limit_rps=0)
+
+
+@pytest.fixture
+def span_exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def tracer_provider(span_exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(span_exporter))
+    yield provider
+    provider.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """Serve `app` with uvicorn on an ephemeral loopback port in this event loop."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False)
+    )
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.005)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+@pytest.fixture
+async def client(
+    settings: Settings, store: RedisStore, tracer_provider: TracerProvider
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings, store=store, tracer_provider=tracer_provider)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as http:
+        yield http
+
+
+def token(subject: str = "alice", scopes: tuple[str, ...] = ALL_SCOPES, ttl_s: int = 600) -> str:
+    return mint_dev_token(TEST_SECRET, subject=subject, scopes=scopes, ttl_s=ttl_s, now=time.time())
+
+
+def headers(
+    subject: str = "alice",
+    *,
+    scopes: tuple[str, ...] = ALL_SCOPES,
+    realtime: bool = False,
+    version: str | None = "1.0",
+) -> dict[str, str]:
+    result = {"Authorization": f"Bearer {token(subject, scopes)}"}
+    if version is not None:
+        result["A2A-Version"] = version
+    if realtime:
+        result["A2A-Extensions"] = REALTIME
+    return result
+
+
+async def rpc(
+    client: httpx.AsyncClient,
+    method: str,
+    params: dict[str, Any],
+    *,
+    subject: str = "alice",
+    request_id: int | str = 1,
+    **header_options: Any,
+) -> dict[str, Any]:
+    """POST one JSON-RPC call and return the decoded response object (any HTTP status)."""
+    response = await client.post(
+        "/a2a",
+        content=msgspec.json.encode(
+            {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        ),
+        headers={"Content-Type": "application/json", **headers(subject, **header_options)},
+    )
+    body: dict[str, Any] = response.json()
+    body["_status"] = response.status_code
+    return body
+
+
+def error_info(body: dict[str, Any]) -> dict[str, Any]:
+    infos = [d for d in body["error"]["data"] if d["@type"].endswith("google.rpc.ErrorInfo")]
+    assert len(infos) == 1
+    return infos[0]
+
+
+def violations(body: dict[str, Any]) -> list[str]:
+    return [
+        violation["field"]
+        for d in body["error"]["data"]
+        if d["@type"].endswith("google.rpc.BadRequest")
+        for violation in d["fieldViolations"]
+    ]
+
+
+LIVEKIT_KEY = "lk-test-key"
+LIVEKIT_SECRET = "lk-test-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
+
+
+@pytest.fixture
+async def livekit() -> AsyncIterator[Any]:
+    from tests.livekit_standin import running_standin
+
+    async with running_standin(LIVEKIT_KEY, LIVEKIT_SECRET) as standin:
+        yield standin
+
+
+def livekit_settings(livekit: Any, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "auth_hs256_secret": TEST_SECRET,
+        "rate_limit_rps": 0,
+        "livekit_url": livekit.ws_url,
+        "livekit_public_url": "wss://media.example",
+        "livekit_api_key": LIVEKIT_KEY,
+        "livekit_api_secret": LIVEKIT_SECRET,
+        "livekit_webhook_keys": ((LIVEKIT_KEY, LIVEKIT_SECRET),),
+        **overrides,
+    }
+    return Settings(**values)
+
+
+@pytest.fixture
+async def rt_client(
+    livekit: Any, store: RedisStore, tracer_provider: TracerProvider
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a service wired to the LiveKit stand-in."""
+    app = create_app(livekit_settings(livekit), store=store, tracer_provider=tracer_provider)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        yield http

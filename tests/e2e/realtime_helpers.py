@@ -1,0 +1,73 @@
+"""Building blocks for realtime session tests."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+
+from tests.conftest import rpc
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def create_part(client_session_id: str | None = None, **overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "operation": "session.create",
+        "clientSessionId": client_session_id or new_id(),
+        "requested": {
+            "mediaBinding": "livekit-webrtc-v1",
+            "audio": "bidirectional",
+            "userVideoSources": [],
+            "agentVideoSources": [],
+            "interactions": ["text"],
+        },
+        "requiredCapabilities": ["audio_input", "audio_output"],
+        "recording": "off",
+        "retention": {"transcript": "off", "summary": "off"},
+    }
+    data.update(overrides)
+    return {"data": data, "mediaType": "application/json"}
+
+
+CAPS = {"audioInput": True, "audioOutput": True, "camera": False, "screen": False,
+        "interactions": ["text"]}  # fmt: skip
+
+
+async def create_session(
+    client: httpx.AsyncClient,
+    *,
+    subject: str = "alice",
+    part: dict[str, Any] | None = None,
+    message_id: str | None = None,
+    **configuration: Any,
+) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "message": {
+            "messageId": message_id or new_id(),
+            "role": "ROLE_USER",
+            "parts": [part or create_part()],
+        }
+    }
+    if configuration:
+        params["configuration"] = configuration
+    return await rpc(client, "SendMessage", params, subject=subject, realtime=True)
+
+
+def session_of(task: dict[str, Any]) -> dict[str, Any]:
+    meta: dict[str, Any] = task["metadata"]["urn:aim:a2a:realtime:v1"]
+    return meta
+
+
+async def call(client: httpx.AsyncClient, method: str, subject: str = "alice", **params: Any):
+    return await rpc(client, f"aim.realtime.{method}", params, subject=subject, realtime=True)
+
+
+async def register(client, session_id: str, epoch: int, key: str, subject: str = "alice"):
+    return await call(
+        client, "RegisterEndpoint", subject, sessionId=session_id, sessionEpoch=epoch,
+        commandId=new_id(), clientEndpointKey=key, capabilities=CAPS,
+    )  # fmt: skip

@@ -1,0 +1,308 @@
+"""`aim-realtime token | check | serve` (profile §14), run as an operator runs them: a subprocess
+with a controlled environment, in an empty working directory so no stray `.env` is read."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import jwt
+import pytest
+
+from realtime.auth import Authenticator
+from realtime.settings import Settings
+from realtime.store.server import redis_server_available
+
+pytestmark = pytest.mark.e2e
+
+SECRET = "cli-test-secret-0123456789-abcdefghijklmnop"
+STARTUP_TIMEOUT_S = 20.0
+SHUTDOWN_TIMEOUT_S = 15.0
+
+
+def clean_environ(**variables: str) -> dict[str, str]:
+    """The caller's environment without any AIM_/OTEL_ setting, plus `variables`."""
+    environ = {
+        name: value for name, value in os.environ.items() if not name.startswith(("AIM_", "OTEL_"))
+    }
+    environ.update(variables)
+    return environ
+
+
+def run_cli(
+    *args: str, cwd: Path, timeout: float = 30.0, **variables: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "realtime.cli", *args],
+        cwd=cwd,
+        env=clean_environ(**variables),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def needs(redis_url: str | None) -> str:
+    if redis_url is None:
+        pytest.skip("no real Redis for this session")
+    return redis_url
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def children_of(pid: int) -> list[int]:
+    """Live child processes of `pid` (Linux /proc)."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with contextlib.suppress(OSError):
+            fields = dict(
+                line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line
+            )
+            if int(fields.get("PPid", "0")) == pid and not fields["State"].startswith("Z"):
+                found.append(int(status.parent.name))
+    return found
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def is_running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+class Service:
+    """A running `aim-realtime serve` subprocess."""
+
+    def __init__(self, process: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
+        self.process = process
+        self.base_url = base_url
+        self.log = log
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_until_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"serve exited with {self.process.returncode}:\n{self.output()}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{self.base_url}/readyz", timeout=1.0).status_code == 200:
+                    return
+            time.sleep(0.1)
+        pytest.fail(f"serve was not ready within {STARTUP_TIMEOUT_S} s:\n{self.output()}")
+
+    def terminate(self) -> None:
+        """SIGTERM, then wait for a graceful exit: lifespan shutdown ran to the end."""
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=SHUTDOWN_TIMEOUT_S)
+        # uvicorn re-raises the signal it handled once shutdown is done, so -SIGTERM is clean too
+        assert code in (0, -signal.SIGTERM), self.output()
+        assert "Application shutdown complete" in self.output()
+        assert "Traceback" not in self.output()
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, **variables: str) -> Iterator[Service]:
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "realtime.cli", "serve", "--port", str(port)],
+            cwd=tmp_path,
+            env=clean_environ(AIM_DATA_DIR=str(tmp_path / "data"), **variables),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    service = Service(process, f"http://127.0.0.1:{port}", log)
+    try:
+        yield service
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+# --- token -----------------------------------------------------------------------------------
+
+
+async def test_token_command_prints_a_token_the_service_accepts(tmp_path: Path) -> None:
+    result = run_cli(
+        "token",
+        "--sub",
+        "bob",
+        "--scope",
+        "a2a.tasks.read",
+        "--ttl",
+        "60",
+        cwd=tmp_path,
+        AIM_AUTH_HS256_SECRET=SECRET,
+    )
+
+    assert result.returncode == 0, result.stderr
+    token = result.stdout.strip()
+    assert token.count(".") == 2
+    assert "\n" not in token
+    authenticator = Authenticator(Settings(auth_hs256_secret=SECRET))
+    principal = await authenticator.authenticate("Bearer " + token)
+    await authenticator.aclose()
+    assert principal.subject == "bob"
+    assert principal.scopes == frozenset({"a2a.tasks.read"})
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert claims["exp"] - claims["iat"] == 60
+    assert abs(claims["iat"] - time.time()) < 30
+
+
+async def test_token_command_grants_every_scope_by_default(tmp_path: Path) -> None:
+    result = run_cli("token", "--sub", "carol", cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET)
+
+    assert result.returncode == 0, result.stderr
+    authenticator = Authenticator(Settings(auth_hs256_secret=SECRET))
+    principal = await authenticator.authenticate("Bearer " + result.stdout.strip())
+    await authenticator.aclose()
+    assert principal.scopes == {"a2a.invoke", "a2a.tasks.read", "a2a.tasks.cancel"}
+
+
+def test_token_command_without_a_secret_exits_2_and_says_what_to_set(tmp_path: Path) -> None:
+    result = run_cli("token", "--sub", "bob", cwd=tmp_path)
+
+    assert result.returncode == 2
+    assert "AIM_AUTH_HS256_SECRET" in result.stderr
+    assert result.stdout == ""
+
+
+def test_token_command_with_a_short_secret_exits_2_without_printing_it(tmp_path: Path) -> None:
+    result = run_cli("token", "--sub", "bob", cwd=tmp_path, AIM_AUTH_HS256_SECRET="tooShort-xyz")
+
+    assert result.returncode == 2
+    assert "AIM_AUTH_HS256_SECRET" in result.stderr
+    assert "tooShort-xyz" not in result.stderr + result.stdout
+
+
+def test_token_command_reads_the_secret_from_a_dotenv_file(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text(f'# development\nAIM_AUTH_HS256_SECRET="{SECRET}"\n')
+
+    result = run_cli("token", "--sub", "bob", cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    jwt.decode(result.stdout.strip(), SECRET, algorithms=["HS256"])
+
+
+def test_the_environment_wins_over_the_dotenv_file(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text(
+        "AIM_AUTH_HS256_SECRET=a-dotenv-secret-that-is-long-enough-too\n"
+    )
+
+    result = run_cli("token", "--sub", "bob", cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET)
+
+    assert result.returncode == 0, result.stderr
+    jwt.decode(result.stdout.strip(), SECRET, algorithms=["HS256"])
+
+
+@pytest.mark.parametrize(
+    "command", [["token", "--sub", "bob"], ["check"], ["serve"]], ids=["token", "check", "serve"]
+)
+def test_invalid_configuration_exits_2_naming_the_variable(
+    tmp_path: Path, command: list[str]
+) -> None:
+    result = run_cli(*command, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, AIM_IDLE_TIMEOUT_S="abc")
+
+    assert result.returncode == 2
+    assert "AIM_IDLE_TIMEOUT_S" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert SECRET not in result.stderr + result.stdout
+
+
+def test_a_missing_command_is_a_usage_error(tmp_path: Path) -> None:
+    result = run_cli(cwd=tmp_path)
+
+    assert result.returncode == 2
+    assert "usage: aim-realtime" in result.stderr
+
+
+# --- check -----------------------------------------------------------------------------------
+
+
+def test_check_with_a_reachable_redis_exits_0_and_says_so(
+    tmp_path: Path, redis_url: str | None
+) -> None:
+    result = run_cli("check", cwd=tmp_path, AIM_REDIS_URL=needs(redis_url))
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "configuration: valid" in result.stdout
+    assert "redis: reachable" in result.stdout
+    assert "embedded" not in result.stdout
+
+
+def test_check_with_an_unreachable_redis_exits_non_zero(tmp_path: Path) -> None:
+    result = run_cli("check", cwd=tmp_path, AIM_REDIS_URL="redis://127.0.0.1:1")
+
+    assert result.returncode != 0
+    assert "redis: UNREACHABLE" in result.stdout
+    assert "redis: reachable" not in result.stdout
+
+
+# --- serve -----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_serve_answers_health_and_readiness_then_stops_on_sigterm(
+    tmp_path: Path, redis_url: str | None
+) -> None:
+    with serving(tmp_path, AIM_REDIS_URL=needs(redis_url), AIM_AUTH_HS256_SECRET=SECRET) as svc:
+        svc.wait_until_ready()
+        health = httpx.get(f"{svc.base_url}/healthz", timeout=5.0)
+        ready = httpx.get(f"{svc.base_url}/readyz", timeout=5.0)
+
+        assert health.status_code == 200
+        assert health.json() == {"status": "ok"}
+        assert ready.status_code == 200
+        assert ready.json() == {"status": "ready"}
+        assert not [p for p in children_of(svc.process.pid) if process_name(p).startswith("redis")]
+
+        svc.terminate()
+    assert SECRET not in svc.output()
+
+
+@pytest.mark.slow
+def test_serve_without_a_redis_url_runs_its_own_redis_and_stops_it(tmp_path: Path) -> None:
+    if not redis_server_available():
+        if os.environ.get("AIM_REQUIRE_REDIS") == "1":
+            pytest.fail("AIM_REQUIRE_REDIS=1 but there is no redis-server on PATH")
+        pytest.skip("no redis-server on PATH")
+    with serving(tmp_path, AIM_AUTH_HS256_SECRET=SECRET) as svc:
+        svc.wait_until_ready()
+        servers = [
+            pid for pid in children_of(svc.process.pid) if process_name(pid).startswith("redis")
+        ]
+        assert len(servers) == 1, svc.output()
+        assert (tmp_path / "data" / "redis" / "appendonlydir").is_dir()  # AOF in AIM_DATA_DIR
+        assert httpx.get(f"{svc.base_url}/readyz", timeout=5.0).status_code == 200
+
+        svc.terminate()
+    deadline = time.monotonic() + 5.0
+    while is_running(servers[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not is_running(servers[0]), "the private redis-server outlived the service"

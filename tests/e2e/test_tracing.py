@@ -1,0 +1,69 @@
+"""One span per JSON-RPC call, joining the caller's traceparent, without secrets (profile §13)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import rpc, token
+
+pytestmark = pytest.mark.e2e
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+
+
+def server_spans(exporter):
+    return [span for span in exporter.get_finished_spans() if span.kind.name == "SERVER"]
+
+
+async def test_each_call_has_one_span_with_the_rpc_attributes(client, span_exporter):
+    await rpc(client, "ListTasks", {}, request_id="req-7")
+    (span,) = server_spans(span_exporter)
+    assert span.name == "ListTasks"
+    assert span.attributes["rpc.system"] == "jsonrpc"
+    assert span.attributes["rpc.method"] == "ListTasks"
+    assert span.attributes["rpc.jsonrpc.request_id"] == "req-7"
+    assert "rpc.jsonrpc.error_code" not in span.attributes
+
+
+async def test_error_code_is_recorded_on_the_span(client, span_exporter):
+    await rpc(client, "GetTask", {"id": "3c9a1f0e-7b6d-4e5c-8a2b-1d0c9e8f7a6b"})
+    (span,) = server_spans(span_exporter)
+    assert span.attributes["rpc.jsonrpc.error_code"] == -32001
+
+
+async def test_span_joins_the_callers_traceparent(client, span_exporter):
+    await client.post(
+        "/a2a",
+        content=b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}',
+        headers={
+            "Authorization": f"Bearer {token()}",
+            "A2A-Version": "1.0",
+            "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
+        },
+    )
+    (span,) = server_spans(span_exporter)
+    assert format(span.context.trace_id, "032x") == TRACE_ID
+    assert format(span.parent.span_id, "016x") == PARENT_ID
+
+
+async def test_spans_never_carry_tokens_or_message_text(client, span_exporter):
+    secret_text = "my very private words"
+    bearer = token()
+    await rpc(
+        client,
+        "SendMessage",
+        {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": secret_text}]}},
+    )
+    await client.post(
+        "/a2a",
+        content=b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}',
+        headers={"Authorization": "Bearer not.a.valid-token", "A2A-Version": "1.0"},
+    )
+    for span in span_exporter.get_finished_spans():
+        values = " ".join(str(v) for v in span.attributes.values())
+        events = " ".join(str(e.attributes) for e in span.events)
+        for forbidden in (secret_text, bearer, "not.a.valid-token"):
+            assert forbidden not in values
+            assert forbidden not in events
+            assert forbidden not in span.name

@@ -1,0 +1,60 @@
+"""The CLI entry point in-process (the subprocess tests in tests/e2e cover real start-up)."""
+
+from __future__ import annotations
+
+import pytest
+
+from realtime.auth import Authenticator
+from realtime.cli import main
+from realtime.settings import Settings
+
+SECRET = "cli-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    for name in list(__import__("os").environ):
+        if name.startswith(("AIM_", "OTEL_")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+async def test_token_prints_a_token_the_service_accepts(monkeypatch, capsys):
+    monkeypatch.setenv("AIM_AUTH_HS256_SECRET", SECRET)
+    assert main(["token", "--sub", "carol", "--scope", "a2a.invoke", "--ttl", "60"]) == 0
+    printed = capsys.readouterr().out.strip()
+    principal = await Authenticator(Settings(auth_hs256_secret=SECRET)).authenticate(
+        f"Bearer {printed}"
+    )
+    assert principal.subject == "carol"
+    assert principal.scopes == frozenset({"a2a.invoke"})
+
+
+def test_token_without_a_configured_secret_exits_2(capsys):
+    assert main(["token", "--sub", "carol"]) == 2
+    assert "AIM_AUTH_HS256_SECRET" in capsys.readouterr().err
+
+
+def test_invalid_configuration_exits_2_naming_the_variable(monkeypatch, capsys):
+    monkeypatch.setenv("AIM_IDLE_TIMEOUT_S", "soon")
+    with pytest.raises(SystemExit) as exited:
+        main(["check"])
+    assert exited.value.code == 2
+    assert "AIM_IDLE_TIMEOUT_S" in capsys.readouterr().err
+
+
+def test_dotenv_fills_in_unset_variables(monkeypatch, tmp_path, capsys):
+    (tmp_path / ".env").write_text(f"# dev\nAIM_AUTH_HS256_SECRET={SECRET}\n")
+    assert main(["token", "--sub", "dave"]) == 0
+    assert capsys.readouterr().out.count(".") == 2
+
+
+def test_check_reaches_the_configured_redis(monkeypatch, redis_url, capsys):
+    if redis_url is None:
+        pytest.skip("no real Redis on this machine")
+    monkeypatch.setenv("AIM_REDIS_URL", redis_url)
+    assert main(["check"]) == 0
+    out = capsys.readouterr().out
+    assert "configuration: valid" in out
+    assert "redis: reachable" in out
+    assert "livekit: not configured" in out
