@@ -223,13 +223,14 @@ class Engine:
             if isinstance(decision, Rejected):
                 raise reject(decision, record.session)
             if decision.state == record.session and not decision.effects:
-                # an idempotent no-op (e.g. ending an ended session): nothing to commit or store
-                response = (
-                    _ENCODER.encode(render(record.session, loaded.version, None))
-                    if render is not None
-                    else None
-                )
-                return Applied(record.session, loaded.version, response, loaded.task)
+                # an idempotent no-op (e.g. ending an ended session): no transition, but a
+                # command's outcome is stored, so a retry replays these bytes (profile §6)
+                if command is None or render is None:
+                    return Applied(record.session, loaded.version, None, loaded.task)
+                kept = await self._remember(session_id, loaded, command, render, now_ms)
+                if kept is not None:
+                    return kept
+                continue
             applied = await self._commit(
                 session_id, loaded, decision, now_ms=now_ms, command=command, render=render
             )
@@ -375,6 +376,34 @@ class Engine:
             self.on_effects(session_id)
         response = self.render_outcome(outcome) if outcome is not None else None
         return Applied(new, version, response, task)
+
+    async def _remember(
+        self, session_id: str, loaded: Loaded, command: Command, render: Render, now_ms: int
+    ) -> Applied | None:
+        """Store the outcome of a command that applied as a no-op; None on a version conflict."""
+        assert loaded.record is not None  # noqa: S101 - checked by the caller
+        session = loaded.record.session
+        outcome = CommandOutcome(
+            command_id=command.command_id,
+            method=command.method,
+            digest=command.digest,
+            session_epoch=session.epoch,
+            created_at=wire.timestamp(now_ms),
+            result=msgspec.Raw(_ENCODER.encode(render(session, loaded.version, None))),
+        )
+        kept = await self.sessions.remember(
+            session_id,
+            expected_version=loaded.version,
+            command_id=command.command_id,
+            outcome=_ENCODER.encode(outcome),
+            ttl_s=self.settings.task_ttl_s,
+        )
+        if kept.status == "conflict":
+            return None
+        if kept.status == "replay":
+            assert kept.outcome is not None  # noqa: S101
+            return Applied(session, loaded.version, self.replay(kept.outcome, command), None)
+        return Applied(session, loaded.version, self.render_outcome(outcome), loaded.task)
 
     def _task_for(self, loaded: Loaded, session: Session, now_ms: int) -> TaskRecord:
         assert loaded.record is not None  # noqa: S101

@@ -148,5 +148,7 @@ class Runner:
                     await self.run(session_id)
             except RpcError as exc:  # Redis unreachable: try again on the next tick
                 log.warning("outbox sweep failed: %s", exc.message)
+            except Exception:  # a bug must not stop the worker for every other session
+                log.exception("outbox sweep failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), POLL_INTERVAL_S)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -18,6 +19,7 @@ from realtime.settings import Settings
 from realtime.store.redis_store import RedisStore
 
 P = TypeVar("P", bound=Params)
+log = logging.getLogger(__name__)
 
 __all__ = ["Call", "Services", "timestamp"]
 
@@ -45,7 +47,13 @@ class Services:
         """Run `work` after the response (effects of a commit); kept until it finishes."""
         task = asyncio.get_running_loop().create_task(work)
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # the outbox keeps the work: the worker retries it; say why it failed here
+            log.warning("background work failed: %r", task.exception())
 
     async def drain(self) -> None:
         """Let background work finish (shutdown)."""

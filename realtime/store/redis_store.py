@@ -17,6 +17,7 @@ from typing import Any, Final, NamedTuple
 import redis.asyncio as aioredis
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
+from redis.maint_notifications import MaintNotificationsConfig
 
 from realtime.errors import RpcError
 from realtime.store import keys
@@ -68,6 +69,20 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+# store the outcome of a command that applied without changing the session (e.g. registering a
+# device again with the same capabilities), at the version it was decided on; nothing else changes
+# KEYS: 1 session hash, 2 command outcomes; ARGV: 1 commandId, 2 expected version, 3 outcome, 4 ttl
+# Returns {'replay', outcome} | {'conflict', current version} | {'ok', version}
+_REMEMBER: Final = """
+local prior = redis.call('HGET', KEYS[2], ARGV[1])
+if prior then return {'replay', prior} end
+local current = redis.call('HGET', KEYS[1], 'v') or '0'
+if current ~= ARGV[2] then return {'conflict', current} end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return {'ok', current}
+"""
+
 _COMMIT: Final = (Path(__file__).parent / "commit.lua").read_text()
 
 CONNECTION_ERRORS: Final = (
@@ -105,13 +120,22 @@ class RedisStore:
         self._claim = client.register_script(_CLAIM_MESSAGE)
         self._claim_create = client.register_script(_CLAIM_CREATE)
         self._commit = client.register_script(_COMMIT)
+        self._remember = client.register_script(_REMEMBER)
         self._release = client.register_script(_RELEASE)
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, pool_size: int = 64) -> RedisStore:
         if cluster:
             return cls(RedisCluster.from_url(url, max_connections=pool_size))
-        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=pool_size, timeout=5)
+        # maintenance notifications need RESP3, which we do not speak; left at redis-py's "auto",
+        # the pool skips its check for connections the server closed (restart, idle timeout) and
+        # hands them out, so each one failed a request with -31012 after Redis was back
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=pool_size,
+            timeout=5,
+            maint_notifications_config=MaintNotificationsConfig(enabled=False),
+        )
         return cls(aioredis.Redis.from_pool(pool))
 
     @classmethod
@@ -192,6 +216,7 @@ class SessionStore:
     def __init__(self, store: RedisStore) -> None:
         self.client = store.client
         self._commit = store._commit
+        self._remember = store._remember
         self._claim_create = store._claim_create
         self._release = store._release
 
@@ -218,6 +243,20 @@ class SessionStore:
         async with translated_errors():
             raw = await self.client.hget(keys.commands_key(session_id), command_id)
         return None if raw is None else OUTCOME_DECODER.decode(raw)
+
+    async def remember(
+        self, session_id: str, *, expected_version: int, command_id: str, outcome: bytes, ttl_s: int
+    ) -> Committed:
+        """Store the outcome of a command that changed nothing (no version bump, no event)."""
+        async with translated_errors():
+            reply = await self._remember(
+                keys=[keys.session_key(session_id), keys.commands_key(session_id)],
+                args=[command_id, expected_version, outcome, ttl_s],
+            )
+        status, value = _text(reply[0]), reply[1]
+        if status == "replay":
+            return Committed(status, 0, OUTCOME_DECODER.decode(value))
+        return Committed(status, int(value), None)
 
     async def claim_create(
         self,

@@ -1,0 +1,472 @@
+"""The commit path against a real Redis (profile §6, §11): one slot per session, one atomic script
+per commit, version conflicts retried, replays writing nothing, NOSCRIPT survived, events capped."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import msgspec
+import pytest
+from redis.crc import key_slot
+
+from realtime.a2a import types as wire
+from realtime.engine.core import (
+    MAX_ATTEMPTS,
+    Applied,
+    Command,
+    Engine,
+    params_digest,
+    task_metadata,
+)
+from realtime.errors import RpcError
+from realtime.settings import Settings
+from realtime.store import keys
+from realtime.store.records import (
+    OUTCOME_DECODER,
+    TASK_DECODER,
+    PendingEffect,
+    SessionRecord,
+    TaskRecord,
+)
+from realtime.store.redis_store import Committed, Loaded, RedisStore, SessionStore
+from state_machines import Capabilities, CreateRoom, DeleteRoom, DispatchAgent, Provisioned
+from state_machines import session as machine
+from tests.conftest import TEST_SECRET
+
+pytestmark = pytest.mark.redis
+
+OWNER = "0123456789abcdef0123456789abcdef"
+REGISTER = "aim.realtime.RegisterEndpoint"
+END = "aim.realtime.EndSession"
+CAPS = Capabilities(True, True, False, False, ("text",))
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def settings() -> Settings:
+    return Settings(auth_hs256_secret=TEST_SECRET, rate_limit_rps=0)
+
+
+def engine_on(sessions: SessionStore) -> Engine:
+    return Engine(settings(), sessions)
+
+
+async def new_session(engine: Engine, *, provisioned: bool = True) -> str:
+    """Create a session like SendMessage does (version 1), optionally made ready (version 2)."""
+    task_id = new_id()
+    session_id = keys.tag_for_task(task_id)
+    now = wire.timestamp(int(time.time() * 1000))
+    decision = machine.new_session(
+        session_id=session_id,
+        task_id=task_id,
+        context_id=new_id(),
+        client_session_id=new_id(),
+        requested=machine.Requested(
+            user_video_sources=(), agent_video_sources=(), interactions=("text",)
+        ),
+        required_capabilities=("audio_input", "audio_output"),
+        transcript="off",
+        now=now,
+    )
+    session = decision.state
+    task = TaskRecord(
+        owner=OWNER,
+        version=session.task_version,
+        created_at=now,
+        status_ms=int(time.time() * 1000),
+        task=wire.Task(
+            id=task_id,
+            context_id=session.context_id,
+            status=wire.TaskStatus(state=session.task_state, timestamp=now),
+            metadata=task_metadata(session),
+        ),
+    )
+    record = SessionRecord(owner=OWNER, principal_name="alice", session=session)
+    assert await engine.create(record, decision, task)
+    if provisioned:
+        await engine.execute(session_id, lambda _: Provisioned(1), owner=None)
+    return session_id
+
+
+def render(session: machine.Session, version: int, media: Any) -> dict[str, Any]:
+    return {
+        "version": version,
+        "state": session.state,
+        "endpoints": [e.client_endpoint_key for e in session.endpoints],
+    }
+
+
+async def register(
+    engine: Engine, session_id: str, device: str, command_id: str | None = None
+) -> Applied:
+    command_id = command_id or new_id()
+    params = {
+        "sessionId": session_id,
+        "sessionEpoch": 1,
+        "commandId": command_id,
+        "clientEndpointKey": device,
+    }
+    event = machine.RegisterEndpoint(
+        epoch=1,
+        endpoint_id=new_id(),
+        client_endpoint_key=device,
+        capabilities=CAPS,
+        max_endpoints=8,
+    )
+    command = Command(REGISTER, command_id, params_digest(REGISTER, params))
+    return await engine.execute(
+        session_id, lambda _: event, owner=OWNER, command=command, render=render
+    )
+
+
+async def end(engine: Engine, session_id: str, command_id: str) -> Applied:
+    params = {"sessionId": session_id, "commandId": command_id, "reason": "done"}
+    command = Command(END, command_id, params_digest(END, params))
+    return await engine.execute(
+        session_id, lambda _: machine.End("done"), owner=OWNER, command=command, render=render
+    )
+
+
+class Layout(msgspec.Struct):
+    """Everything one commit writes, read straight from Redis."""
+
+    version: int
+    snapshot: bytes | None
+    task: bytes | None
+    outcomes: int
+    events: int
+    outbox: int
+
+
+async def layout(store: RedisStore, session_id: str) -> Layout:
+    client = store.client
+    version, snapshot = await client.hmget(keys.session_key(session_id), "v", "s")
+    return Layout(
+        int(version or 0),
+        snapshot,
+        await client.get(keys.session_task_key(session_id)),
+        await client.hlen(keys.commands_key(session_id)),
+        await client.xlen(keys.events_key(session_id)),
+        await client.hlen(keys.outbox_key(session_id)),
+    )
+
+
+async def events_of(store: RedisStore, session_id: str) -> list[dict[str, Any]]:
+    entries = await store.client.xrange(keys.events_key(session_id))
+    return [msgspec.json.decode(fields[b"e"]) for _, fields in entries]
+
+
+# --- one slot per session ------------------------------------------------------------------------
+
+
+def session_keys(session_id: str, task_id: str) -> list[str]:
+    return [
+        keys.session_key(session_id),
+        keys.session_task_key(session_id),
+        keys.commands_key(session_id),
+        keys.events_key(session_id),
+        keys.outbox_key(session_id),
+        keys.runner_lease_key(session_id),
+        keys.task_key(task_id),
+    ]
+
+
+def test_every_key_of_a_session_is_on_one_cluster_slot():
+    slots = set()
+    for _ in range(32):
+        task_id = new_id()
+        session_id = keys.tag_for_task(task_id)  # a realtime session's id is its task's tag
+        assert keys.session_task_key(session_id) == keys.task_key(task_id)
+        assert keys.task_key(task_id.upper()) == keys.task_key(task_id)
+        found = {key_slot(key.encode()) for key in session_keys(session_id, task_id)}
+        assert len(found) == 1, found
+        assert found == {key_slot(session_id.encode())}
+        slots |= found
+    assert len(slots) > 16  # different sessions spread over the slots
+
+
+def test_owner_keys_share_one_slot_per_owner():
+    slots = set()
+    for index in range(16):
+        owner = f"{index:032x}"
+        owner_keys = [
+            keys.owner_tasks_key(owner),
+            keys.owner_live_sessions_key(owner),
+            keys.owner_message_key(owner, new_id()),
+            keys.owner_message_key(owner, "a message id with {braces} and spaces"),
+            keys.owner_client_session_key(owner, new_id()),
+            keys.owner_client_session_key(owner, "CLIENT-SESSION-{x}"),
+        ]
+        found = {key_slot(key.encode()) for key in owner_keys}
+        assert len(found) == 1, (owner, found)
+        slots |= found
+    assert len(slots) > 8
+
+
+# --- the commit script ---------------------------------------------------------------------------
+
+
+async def test_commit_writes_everything_at_once_and_a_replay_writes_nothing(store):
+    sessions = SessionStore(store)
+    engine = engine_on(sessions)
+    session_id = await new_session(engine, provisioned=False)
+
+    created = await layout(store, session_id)
+    assert (created.version, created.outcomes, created.events, created.outbox) == (1, 0, 1, 2)
+    assert await store.client.zscore(keys.outbox_due_key(), session_id) is not None
+    for key in (keys.session_key, keys.session_task_key, keys.events_key, keys.outbox_key):
+        assert await store.client.ttl(key(session_id)) > 0
+
+    command_id = new_id()
+    ended = await end(engine, session_id, command_id)
+    assert ended.task is not None
+    after = await layout(store, session_id)
+    assert (after.version, after.outcomes, after.events, after.outbox) == (2, 1, 2, 3)
+    assert await store.client.ttl(keys.commands_key(session_id)) > 0
+    loaded = await sessions.load(session_id, command_id)
+    assert loaded.record is not None
+    assert loaded.task is not None
+    assert loaded.outcome is not None
+    session = loaded.record.session
+    assert session.state == "ending"
+    # the task record was written by the same commit: it agrees with the snapshot
+    task = TASK_DECODER.decode(after.task)
+    assert task.version == session.task_version
+    assert task.task.status.state == "TASK_STATE_COMPLETED"
+    assert task.task.metadata == msgspec.to_builtins(task_metadata(session))
+    outcome = OUTCOME_DECODER.decode(
+        await store.client.hget(keys.commands_key(session_id), command_id)
+    )
+    assert (outcome.method, outcome.session_epoch) == (END, session.epoch)
+    assert msgspec.json.decode(outcome.result) == {"version": 2, "state": "ending", "endpoints": []}
+    assert [e["to"] for e in await events_of(store, session_id)] == ["provisioning", "ending"]
+    effects = [type(e.effect) for _, e in await sessions.pending(session_id)]
+    assert effects == [CreateRoom, DispatchAgent, DeleteRoom]
+
+    # the same command again: the stored outcome, nothing written
+    replayed = await end(engine, session_id, command_id)
+    assert replayed.task is None
+    assert replayed.response == ended.response
+    assert await layout(store, session_id) == after
+
+    # even a commit whose expected version matches is a replay when its commandId is known
+    direct = await sessions.commit(
+        session_id,
+        expected_version=after.version,
+        record=loaded.record,
+        task=loaded.task,
+        command_id=command_id,
+        outcome=b"{}",
+        events=[b'{"must":"not be written"}'],
+        effects=[("999999999999-00", PendingEffect(effect=DeleteRoom("x", 1), epoch=1))],
+        ttl_s=60,
+        due_ms=0,
+    )
+    assert direct.status == "replay"
+    assert direct.outcome == outcome
+    assert await layout(store, session_id) == after
+
+    # a stale version is a conflict that writes nothing either
+    stale = await sessions.commit(
+        session_id,
+        expected_version=1,
+        record=loaded.record,
+        task=loaded.task,
+        command_id=None,
+        outcome=b"",
+        events=[b'{"must":"not be written"}'],
+        effects=[],
+        ttl_s=60,
+        due_ms=0,
+    )
+    assert stale == Committed("conflict", 2, None)
+    assert await layout(store, session_id) == after
+
+
+async def test_commits_survive_a_script_flush(store):
+    sessions = SessionStore(store)
+    engine = engine_on(sessions)
+    session_id = await new_session(engine)
+    before = await layout(store, session_id)
+
+    await store.client.script_flush()
+    assert await store.client.script_exists(sessions._commit.sha) == [False]
+    applied = await register(engine, session_id, "phone")
+    assert applied.task is not None
+    assert (await layout(store, session_id)).version == before.version + 1
+    assert await store.client.script_exists(sessions._commit.sha) == [True]
+
+    await store.client.script_flush()  # the other scripts load themselves as well
+    status, _ = await sessions.claim_create(
+        OWNER,
+        message_id=new_id(),
+        client_session_id=new_id(),
+        task_id=new_id(),
+        session_id=new_id(),
+        digest="sha256:0",
+        score_ms=1,
+        ttl_s=60,
+        limit=100,
+    )
+    assert status == "ok"
+    assert await sessions.lease(session_id, "token", 10_000)
+    await sessions.release(session_id, "token")
+    assert await store.client.exists(keys.runner_lease_key(session_id)) == 0
+
+
+# --- version conflicts ---------------------------------------------------------------------------
+
+
+class GatedSessions(SessionStore):
+    """Holds its first load until `gate` opens, and records what each commit returned."""
+
+    def __init__(self, store: RedisStore) -> None:
+        super().__init__(store)
+        self.gate = asyncio.Event()
+        self.loaded = asyncio.Event()
+        self.loads = 0
+        self.statuses: list[str] = []
+
+    async def load(self, session_id: str, command_id: str | None = None) -> Loaded:
+        loaded = await super().load(session_id, command_id)
+        self.loads += 1
+        if self.loads == 1:
+            self.loaded.set()
+            await self.gate.wait()
+        return loaded
+
+    async def commit(self, session_id: str, **kwargs: Any) -> Committed:
+        committed = await super().commit(session_id, **kwargs)
+        self.statuses.append(committed.status)
+        return committed
+
+
+async def race(store: RedisStore, session_id: str, first_id: str, second_id: str, devices):
+    """Both engines load the same version; the first commits, then the second tries."""
+    one, two = GatedSessions(store), GatedSessions(store)
+    first = asyncio.create_task(register(engine_on(one), session_id, devices[0], first_id))
+    second = asyncio.create_task(register(engine_on(two), session_id, devices[1], second_id))
+    async with asyncio.timeout(5):
+        await one.loaded.wait()
+        await two.loaded.wait()
+        one.gate.set()
+        applied_one = await first
+        two.gate.set()
+        applied_two = await second
+    return (one, applied_one), (two, applied_two)
+
+
+async def test_a_version_conflict_reloads_and_applies_both_in_order(store):
+    engine = engine_on(SessionStore(store))
+    session_id = await new_session(engine)
+    before = await layout(store, session_id)
+    first_id, second_id = new_id(), new_id()
+
+    (one, a), (two, b) = await race(store, session_id, first_id, second_id, ("phone", "laptop"))
+
+    assert (one.statuses, one.loads) == (["ok"], 1)
+    assert (two.statuses, two.loads) == (["conflict", "ok"], 2)  # reloaded and decided again
+    assert msgspec.json.decode(a.response) == {
+        "version": before.version + 1,
+        "state": "ready",
+        "endpoints": ["phone"],
+    }
+    assert msgspec.json.decode(b.response) == {
+        "version": before.version + 2,
+        "state": "ready",
+        "endpoints": ["phone", "laptop"],
+    }
+    after = await layout(store, session_id)
+    assert (after.version, after.events, after.outcomes) == (
+        before.version + 2,
+        before.events + 2,
+        before.outcomes + 2,
+    )
+    loaded = await SessionStore(store).load(session_id)
+    assert loaded.record is not None
+    assert [e.client_endpoint_key for e in loaded.record.session.endpoints] == ["phone", "laptop"]
+    tail = (await events_of(store, session_id))[-2:]
+    assert [(e["commandId"], e["version"]) for e in tail] == [
+        (first_id, before.version + 1),
+        (second_id, before.version + 2),
+    ]
+
+
+async def test_concurrent_duplicates_apply_once(store):
+    engine = engine_on(SessionStore(store))
+    session_id = await new_session(engine)
+    before = await layout(store, session_id)
+    command_id = new_id()
+
+    (one, a), (two, b) = await race(store, session_id, command_id, command_id, ("phone", "phone"))
+
+    assert one.statuses == ["ok"]
+    assert two.statuses == ["replay"]  # the script finds the outcome before the version check
+    assert a.task is not None
+    assert b.task is None
+    assert b.response == a.response
+    after = await layout(store, session_id)
+    assert (after.version, after.events, after.outcomes) == (
+        before.version + 1,
+        before.events + 1,
+        before.outcomes + 1,
+    )
+
+
+async def test_conflicts_are_retried_a_bounded_number_of_times(store):
+    class AlwaysBehind(SessionStore):
+        commits = 0
+
+        async def commit(self, session_id: str, **kwargs: Any) -> Committed:
+            self.commits += 1
+            return Committed("conflict", 999, None)
+
+    sessions = AlwaysBehind(store)
+    session_id = await new_session(engine_on(SessionStore(store)))
+    with pytest.raises(RpcError) as raised:
+        await register(engine_on(sessions), session_id, "phone")
+    assert raised.value.code == -31012
+    assert raised.value.metadata == {"service": "redis", "retryable": "true"}
+    assert sessions.commits == MAX_ATTEMPTS
+
+
+# --- the event stream ----------------------------------------------------------------------------
+
+
+async def test_the_event_stream_is_capped(store):
+    sessions = SessionStore(store)
+    session_id = await new_session(engine_on(sessions), provisioned=False)
+    loaded = await sessions.load(session_id)
+    assert loaded.record is not None
+    assert loaded.task is not None
+    version = loaded.version
+    total = keys.EVENTS_MAXLEN + 300
+    for index in range(total - 1):
+        committed = await sessions.commit(
+            session_id,
+            expected_version=version,
+            record=loaded.record,
+            task=loaded.task,
+            command_id=None,
+            outcome=b"",
+            events=[msgspec.json.encode({"n": index})],
+            effects=[],
+            ttl_s=600,
+            due_ms=0,
+        )
+        assert committed.status == "ok"
+        version = committed.version
+    assert version == total
+    length = await store.client.xlen(keys.events_key(session_id))
+    # MAXLEN ~ trims whole stream nodes (100 entries by default): never below the cap
+    assert keys.EVENTS_MAXLEN <= length < keys.EVENTS_MAXLEN + 200
+    assert length < total
+    newest = await store.client.xrevrange(keys.events_key(session_id), count=1)
+    assert msgspec.json.decode(newest[0][1][b"e"]) == {"n": total - 2}
+    info = await store.client.xinfo_stream(keys.events_key(session_id))
+    assert info["entries-added"] == total
