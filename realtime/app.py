@@ -20,6 +20,7 @@ from realtime.auth import Authenticator
 from realtime.effects.livekit import LiveKitGateway
 from realtime.engine.core import Engine
 from realtime.engine.runner import Runner
+from realtime.engine.timers import Timers
 from realtime.methods.context import Services
 from realtime.routes import ROUTES, AgentCardBody
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
@@ -31,6 +32,56 @@ from realtime.telemetry import Telemetry, provider_from_env
 log = logging.getLogger(__name__)
 
 
+@contextlib.asynccontextmanager
+async def running(
+    settings: Settings,
+    *,
+    store: RedisStore | None = None,
+    clock: Callable[[], float] = time.time,
+    run_worker: bool = True,
+) -> AsyncIterator[Services]:
+    """Everything but HTTP: the store, the engine, the outbox runner and (with `run_worker`) the
+    worker loops that retry effects and fire timers. `serve` and `worker` both start here."""
+    release: Callable[[], None] | None = None
+    active_store = store
+    if active_store is None:
+        active_store, release = open_store(settings)
+    gateway = LiveKitGateway(settings)
+    engine = Engine(settings, SessionStore(active_store), clock=clock)
+    lease_ms = settings.worker_lease_s * 1000
+    runner = Runner(engine, gateway, public_base_url=settings.public_base_url, lease_ms=lease_ms)
+    services = Services(
+        settings=settings, store=active_store, engine=engine, runner=runner, clock=clock
+    )
+    engine.on_effects = lambda session_id: services.background(runner.run(session_id))
+    stop = asyncio.Event()
+    loops = (
+        [
+            asyncio.create_task(runner.loop(stop)),
+            asyncio.create_task(Timers(engine, lease_ms=lease_ms).loop(stop)),
+        ]
+        if run_worker
+        else []
+    )
+    try:
+        yield services
+    finally:
+        stop.set()
+        await asyncio.gather(*loops)
+        await services.drain()
+        await gateway.aclose()
+        if release is not None:
+            await active_store.aclose()
+            release()
+
+
+async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
+    """`aim-realtime worker`: effects and timers without HTTP, until `stop` is set."""
+    async with running(settings):
+        log.info("worker running: retrying effects and firing timers")
+        await stop.wait()
+
+
 def create_app(
     settings: Settings,
     *,
@@ -39,42 +90,25 @@ def create_app(
     tracer_provider: TracerProvider | None = None,
     run_worker: bool = True,
 ) -> Litestar:
-    """Build the service. Without `store`, one is opened at start-up as profile §14 says."""
+    """Build the service. Without `store`, one is opened at start-up as profile §14 says;
+    `run_worker=False` (`serve --no-worker`) leaves effects retries and timers to workers."""
     telemetry = Telemetry(
         tracer_provider if tracer_provider is not None else provider_from_env(os.environ)
     )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        release: Callable[[], None] | None = None
-        active_store = store
-        if active_store is None:
-            active_store, release = open_store(settings)
         authenticator = Authenticator(settings, now=clock)
-        gateway = LiveKitGateway(settings)
-        engine = Engine(settings, SessionStore(active_store), clock=clock)
-        runner = Runner(engine, gateway, public_base_url=settings.public_base_url)
-        services = Services(
-            settings=settings, store=active_store, engine=engine, runner=runner, clock=clock
-        )
-        engine.on_effects = lambda session_id: services.background(runner.run(session_id))
-        app.state.dispatcher = Dispatcher(
-            services, authenticator, telemetry, RateLimiter(settings.rate_limit_rps)
-        )
-        stop = asyncio.Event()
-        worker = asyncio.create_task(runner.loop(stop)) if run_worker else None
         try:
-            yield
+            async with running(
+                settings, store=store, clock=clock, run_worker=run_worker
+            ) as services:
+                app.state.dispatcher = Dispatcher(
+                    services, authenticator, telemetry, RateLimiter(settings.rate_limit_rps)
+                )
+                yield
         finally:
-            stop.set()
-            if worker is not None:
-                await worker
-            await services.drain()
-            await gateway.aclose()
             await authenticator.aclose()
-            if release is not None:
-                await active_store.aclose()
-                release()
             telemetry.shutdown()
 
     app = Litestar(

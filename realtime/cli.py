@@ -1,4 +1,4 @@
-"""`aim-realtime serve | token | check` (profile §14)."""
+"""`aim-realtime serve | worker | token | check` (profile §14)."""
 
 from __future__ import annotations
 
@@ -57,12 +57,30 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, run_worker=not args.no_worker),
         host=args.host,
         port=args.port,
         log_level="info",
         access_log=False,
     )
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import signal
+
+    from realtime.app import run_worker
+
+    settings = _settings()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_worker(settings, stop)
+
+    asyncio.run(main())
     return 0
 
 
@@ -120,7 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument(
+        "--no-worker", action="store_true", help="leave effect retries and timers to workers"
+    )
     serve.set_defaults(run=_serve)
+    worker = commands.add_parser("worker", help="retry effects and fire timers (no HTTP)")
+    worker.set_defaults(run=_worker)
     token = commands.add_parser("token", help="print a development bearer token")
     token.add_argument("--sub", required=True)
     token.add_argument("--scope", default=ALL_SCOPES)

@@ -9,6 +9,10 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
 
+from realtime.effects.webhooks import WebhookRejected
+from realtime.effects.webhooks import verify as verify_webhook
+from realtime.errors import RpcError
+from realtime.methods import webhooks
 from realtime.rpc.dispatch import Dispatcher
 
 JSON: Final = "application/json"
@@ -35,6 +39,29 @@ async def a2a(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
     body, too_large = await read_limited(request, dispatcher.services.settings.max_body_bytes)
     reply = await dispatcher.handle(body, request.headers, too_large=too_large)
     return Response(reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers)
+
+
+@post("/livekit/webhook", status_code=200)
+async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+    """Signed LiveKit webhooks: 401 unless verified, 200 once recorded, 503 if it cannot be."""
+    dispatcher: Dispatcher = state.dispatcher
+    services = dispatcher.services
+    body, too_large = await read_limited(request, services.settings.max_body_bytes)
+    if too_large:
+        return Response(b'{"error":"body too large"}', status_code=413, media_type=JSON)
+    try:
+        notice = verify_webhook(services.settings, body, request.headers.get("authorization", ""))
+    except WebhookRejected as exc:
+        return Response(
+            msgspec.json.encode({"error": f"webhook not accepted: {exc}"}),
+            status_code=401,
+            media_type=JSON,
+        )
+    try:
+        outcome = await webhooks.handle(services, notice)
+    except RpcError:
+        return Response(b'{"error":"state store unavailable"}', status_code=503, media_type=JSON)
+    return Response(msgspec.json.encode({"status": outcome}), media_type=JSON)
 
 
 class AgentCardBody:
@@ -69,4 +96,4 @@ async def readyz(state: State) -> Response[bytes]:
     )
 
 
-ROUTES: Final = [a2a, agent_card, healthz, readyz]
+ROUTES: Final = [a2a, livekit_webhook, agent_card, healthz, readyz]

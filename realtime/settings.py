@@ -60,6 +60,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_endpoints_per_session: int = 8
     rate_limit_rps: float = 100.0
 
+    worker_lease_s: int = 30
     task_ttl_s: int = 7 * 24 * 3600
     max_body_bytes: int = 1024 * 1024
 
@@ -129,6 +130,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 "AIM_MAX_ENDPOINTS_PER_SESSION", 8, low=1, high=64
             ),
             rate_limit_rps=reader.number("AIM_RATE_LIMIT_RPS", 100.0, low=0.0, high=1e6),
+            worker_lease_s=reader.integer("AIM_WORKER_LEASE_S", 30, low=1, high=3600),
             task_ttl_s=reader.integer("AIM_TASK_TTL_S", 7 * 24 * 3600, low=60, high=365 * 86400),
         )
         if reader.problems:

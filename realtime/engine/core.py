@@ -19,6 +19,7 @@ import msgspec
 
 from realtime.a2a import types as wire
 from realtime.effects.livekit import join_token_claims, sign_join_token
+from realtime.engine.schedule import armed_by
 from realtime.errors import RpcError
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, PendingEffect, SessionRecord, TaskRecord
@@ -201,6 +202,7 @@ class Engine:
         owner: str | None,
         command: Command | None = None,
         render: Render | None = None,
+        only_at_version: int | None = None,
     ) -> Applied:
         """Apply the event built by `event_for` (from the current snapshot) and commit it.
 
@@ -212,6 +214,9 @@ class Engine:
             record = loaded.record
             if record is None or (owner is not None and record.owner != owner):
                 raise session_not_found(session_id)
+            if only_at_version is not None and loaded.version != only_at_version:
+                # armed for a state the session has left (e.g. an idle timer): nothing to do
+                return Applied(record.session, loaded.version, None, None)
             if loaded.outcome is not None and command is not None:
                 return Applied(
                     record.session, loaded.version, self.replay(loaded.outcome, command), None
@@ -276,6 +281,7 @@ class Engine:
             effects=pending,
             ttl_s=self.settings.task_ttl_s,
             due_ms=now_ms + RETRY_GRACE_MS,
+            timers=armed_by(self.settings, None, session, 1, now_ms),
         )
         return committed.status == "ok"  # the caller carries out provisioning (it may wait)
 
@@ -363,6 +369,7 @@ class Engine:
             effects=pending,
             ttl_s=self.settings.task_ttl_s,
             due_ms=now_ms + RETRY_GRACE_MS,
+            timers=armed_by(self.settings, old, new, version, now_ms),
         )
         if committed.status == "conflict":
             return None

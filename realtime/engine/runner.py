@@ -45,8 +45,16 @@ def backoff_ms(attempts: int) -> int:
 class Runner:
     """Carries out outboxes; `run(session_id)` after a commit, `loop()` as the worker."""
 
-    def __init__(self, engine: Engine, gateway: LiveKitGateway, *, public_base_url: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        gateway: LiveKitGateway,
+        *,
+        public_base_url: str,
+        lease_ms: int = LEASE_MS,
+    ) -> None:
         self.engine = engine
+        self.lease_ms = lease_ms
         self.sessions = engine.sessions
         self.gateway = gateway
         self.public_base_url = public_base_url
@@ -55,7 +63,7 @@ class Runner:
     async def run(self, session_id: str) -> bool:
         """Empty the session's outbox; False when an effect failed (it stays for a retry)."""
         token = uuid.uuid4().hex
-        if not await self.sessions.lease(session_id, token, LEASE_MS):
+        if not await self.sessions.lease(session_id, token, self.lease_ms):
             return True  # another runner holds it and will finish the work
         try:
             while True:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
@@ -83,6 +83,14 @@ redis.call('EXPIRE', KEYS[2], ARGV[4])
 return {'ok', current}
 """
 
+# claim due timers atomically: each returned member's score moves past a lease, so another worker
+# does not take it until the lease runs out (a crashed worker's timers come back then)
+_CLAIM_TIMERS: Final = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+for _, member in ipairs(due) do redis.call('ZADD', KEYS[1], 'XX', ARGV[2], member) end
+return due
+"""
+
 _COMMIT: Final = (Path(__file__).parent / "commit.lua").read_text()
 
 CONNECTION_ERRORS: Final = (
@@ -122,6 +130,7 @@ class RedisStore:
         self._commit = client.register_script(_COMMIT)
         self._remember = client.register_script(_REMEMBER)
         self._release = client.register_script(_RELEASE)
+        self._claim_timers = client.register_script(_CLAIM_TIMERS)
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, pool_size: int = 64) -> RedisStore:
@@ -219,6 +228,7 @@ class SessionStore:
         self._remember = store._remember
         self._claim_create = store._claim_create
         self._release = store._release
+        self._claim_timers = store._claim_timers
 
     async def load(self, session_id: str, command_id: str | None = None) -> Loaded:
         """Snapshot, version and (when retrying) the stored outcome: one round trip."""
@@ -315,6 +325,7 @@ class SessionStore:
         effects: Sequence[tuple[str, PendingEffect]],
         ttl_s: int,
         due_ms: int,
+        timers: Mapping[str, int] | None = None,
     ) -> Committed:
         """One atomic script on the session's slot; the cross-slot outbox index rides along in
         the same round trip (written idempotently: an index entry without effects is harmless)."""
@@ -349,6 +360,8 @@ class SessionStore:
             )
             if effects:
                 pipe.zadd(keys.outbox_due_key(), {session_id: due_ms})
+            if timers:  # armed idempotently beside the commit; a stale one fires as a no-op
+                pipe.zadd(keys.timers_due_key(), dict(timers))
             pipe.zadd(keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms})
             async with translated_errors():
                 replies = await pipe.execute()
@@ -393,6 +406,34 @@ class SessionStore:
     async def release(self, session_id: str, token: str) -> None:
         async with translated_errors():
             await self._release(keys=[keys.runner_lease_key(session_id)], args=[token])
+
+    async def claim_timers(self, now_ms: int, lease_ms: int, limit: int = 50) -> list[str]:
+        """Due timers, each now leased to the caller until `now_ms + lease_ms`."""
+        async with translated_errors():
+            members = await self._claim_timers(
+                keys=[keys.timers_due_key()], args=[now_ms, now_ms + lease_ms, limit]
+            )
+        return [_text(member) for member in members]
+
+    async def timer_done(self, member: str) -> None:
+        async with translated_errors():
+            await self.client.zrem(keys.timers_due_key(), member)
+
+    async def first_sighting(self, session_id: str, event_id: str) -> bool:
+        """Record a webhook event id; False when it was already recorded (a duplicate)."""
+        async with translated_errors():
+            return bool(
+                await self.client.set(
+                    keys.webhook_seen_key(session_id, event_id),
+                    "1",
+                    nx=True,
+                    ex=keys.WEBHOOK_SEEN_TTL_S,
+                )
+            )
+
+    async def forget_sighting(self, session_id: str, event_id: str) -> None:
+        async with translated_errors():
+            await self.client.delete(keys.webhook_seen_key(session_id, event_id))
 
     async def due(self, now_ms: int, limit: int = 50) -> list[str]:
         async with translated_errors():

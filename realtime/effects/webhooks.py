@@ -1,0 +1,75 @@
+"""LiveKit webhooks: verified with livekit-api's receiver, reduced to what the service uses.
+
+The receiver checks the JWT in the raw `Authorization` value (no Bearer prefix) against each
+accepted signer (`AIM_LIVEKIT_WEBHOOK_KEYS`) and the `sha256` claim against the exact body.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Final
+
+from livekit import api
+
+from realtime.settings import Settings
+
+LEEWAY: Final = timedelta(seconds=60)  # LiveKit's own skew allowance on exp/nbf
+
+
+class WebhookRejected(Exception):  # noqa: N818 - reads as a condition
+    """Unsigned, wrongly signed, expired or hash-mismatched: answer 401, change nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A verified webhook, as plain values."""
+
+    event: str
+    event_id: str
+    created_at: int
+    room: str
+    identity: str
+    is_agent: bool
+    participant_epoch: int | None  # sessionEpoch from the participant's token metadata
+    track_source: str
+
+
+def verify(settings: Settings, body: bytes, authorization: str) -> Notice:
+    """The verified notice, or WebhookRejected."""
+    if not authorization or not settings.livekit_webhook_keys:
+        raise WebhookRejected("missing signature" if authorization else "no webhook keys set")
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        raise WebhookRejected("body is not UTF-8") from None
+    event = None
+    for key, secret in settings.livekit_webhook_keys:
+        receiver = api.WebhookReceiver(api.TokenVerifier(key, secret, leeway=LEEWAY))
+        try:
+            event = receiver.receive(text, authorization)
+            break
+        except Exception:  # noqa: BLE001,S112 - any failure means "not this signer"
+            continue
+    if event is None:
+        raise WebhookRejected("signature, expiry or body hash did not verify")
+    participant = event.participant
+    return Notice(
+        event=event.event,
+        event_id=event.id,
+        created_at=int(event.created_at),
+        room=event.room.name,
+        identity=participant.identity,
+        is_agent=participant.kind == api.ParticipantInfo.Kind.AGENT,
+        participant_epoch=_epoch_from_metadata(participant.metadata),
+        track_source=api.TrackSource.Name(event.track.source).lower() if event.track.sid else "",
+    )
+
+
+def _epoch_from_metadata(metadata: str) -> int | None:
+    try:
+        value = json.loads(metadata).get("sessionEpoch") if metadata else None
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,58 @@
+"""Which durable timers a commit arms (profile §5 defaults, §14 settings).
+
+A timer is a member `<sessionId>|<kind>|<version>|<epoch>|<endpointId>` of one sorted set scored
+by its due time. Timers are never cancelled: one that fires after the session moved on is refused
+by the state machine (or, for idle, by the version it was armed at) and does nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+from realtime.settings import Settings
+from state_machines import Session
+
+PROVISIONING_TIMEOUT_MS: Final = 15_000
+
+
+class Timer(NamedTuple):
+    session_id: str
+    kind: str  # provisioning | grace | idle | max
+    version: int
+    epoch: int
+    endpoint_id: str
+
+    @property
+    def member(self) -> str:
+        return "|".join(
+            (self.session_id, self.kind, str(self.version), str(self.epoch), self.endpoint_id)
+        )
+
+    @classmethod
+    def parse(cls, member: str) -> Timer:
+        session_id, kind, version, epoch, endpoint_id = member.split("|")
+        return cls(session_id, kind, int(version), int(epoch), endpoint_id)
+
+
+def armed_by(
+    settings: Settings, old: Session | None, new: Session, version: int, now_ms: int
+) -> dict[str, int]:
+    """The timers the move from `old` to `new` (committed as `version`) arms, with due times."""
+    timers: dict[str, int] = {}
+    sid = new.session_id
+    if new.state == "provisioning" and (
+        old is None or old.state != "provisioning" or old.epoch != new.epoch
+    ):
+        timer = Timer(sid, "provisioning", version, new.epoch, "")
+        timers[timer.member] = now_ms + PROVISIONING_TIMEOUT_MS
+    if new.state == "reconnecting" and (old is None or old.state != "reconnecting"):
+        timer = Timer(sid, "grace", version, new.epoch, new.active_endpoint_id or "")
+        timers[timer.member] = now_ms + settings.reconnect_grace_s * 1000
+    if new.state == "ready" and new.active_endpoint_id is None:
+        # re-armed by every commit that leaves the session idle; only the newest may fire
+        timer = Timer(sid, "idle", version, new.epoch, "")
+        timers[timer.member] = now_ms + settings.idle_timeout_s * 1000
+    if old is None:
+        timer = Timer(sid, "max", version, new.epoch, "")
+        timers[timer.member] = now_ms + settings.max_session_s * 1000
+    return timers

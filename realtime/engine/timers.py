@@ -1,0 +1,98 @@
+"""Durable timers: claimed from Redis with a lease, fired through the commit path.
+
+Several workers may run this loop. A timer is claimed atomically (its score moves past a lease),
+fired as a server event through `Engine.execute`, then removed. A worker that dies holding a
+claim loses it when the lease runs out and another worker fires the timer; the state machine
+(and the version an idle timer was armed at) makes a second firing a no-op, so each timer's
+transition happens exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final
+
+from realtime.engine.core import Engine
+from realtime.engine.schedule import Timer
+from realtime.errors import RpcError
+from state_machines import (
+    GraceExpired,
+    IdleTimeout,
+    MaxDuration,
+    ProvisioningTimeout,
+    SessionEvent,
+)
+
+log = logging.getLogger(__name__)
+
+LEASE_MS: Final = 30_000
+POLL_INTERVAL_S: Final = 0.25
+BATCH: Final = 50
+
+
+def event_of(timer: Timer) -> SessionEvent:
+    if timer.kind == "provisioning":
+        return ProvisioningTimeout(timer.epoch)
+    if timer.kind == "grace":
+        return GraceExpired(timer.epoch, timer.endpoint_id)
+    if timer.kind == "idle":
+        return IdleTimeout()
+    if timer.kind == "max":
+        return MaxDuration()
+    raise ValueError(f"unknown timer kind {timer.kind!r}")
+
+
+class Timers:
+    """Fires due timers; `loop()` runs in `serve` (unless --no-worker) and in `worker`."""
+
+    def __init__(self, engine: Engine, *, lease_ms: int = LEASE_MS) -> None:
+        self.engine = engine
+        self.lease_ms = lease_ms
+        self.sessions = engine.sessions
+        self.fired = 0
+
+    async def fire_due(self) -> int:
+        """Claim and fire every timer that is due now; the number fired."""
+        members = await self.sessions.claim_timers(self.engine.now_ms(), self.lease_ms, BATCH)
+        for member in members:
+            await self.fire(member)
+        return len(members)
+
+    async def fire(self, member: str) -> None:
+        try:
+            timer = Timer.parse(member)
+            event = event_of(timer)
+        except ValueError:
+            log.error("dropping malformed timer %r", member)
+            await self.sessions.timer_done(member)
+            return
+        try:
+            applied = await self.engine.execute(
+                timer.session_id,
+                lambda _: event,
+                owner=None,
+                only_at_version=timer.version if timer.kind == "idle" else None,
+            )
+            if applied.task is not None:
+                self.fired += 1
+                log.info("timer %s fired for session %s", timer.kind, timer.session_id)
+        except RpcError as exc:
+            if exc.name == "UpstreamUnavailable":
+                return  # keep the claim; the timer comes back when the lease runs out
+            # refused: the session moved on (or is gone) since the timer was armed
+            log.debug("timer %s of session %s: %s", timer.kind, timer.session_id, exc.message)
+        await self.sessions.timer_done(member)
+
+    async def loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                while await self.fire_due() == BATCH and not stop.is_set():
+                    pass
+            except RpcError as exc:
+                log.warning("timer sweep failed: %s", exc.message)
+            except Exception:  # a bug must not stop timers for every other session
+                log.exception("timer sweep failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), POLL_INTERVAL_S)
