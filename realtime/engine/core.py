@@ -170,8 +170,15 @@ class Engine:
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
-    async def load_own(self, session_id: str, owner: str, command_id: str | None = None) -> Loaded:
-        loaded = await self.sessions.load(session_id, command_id)
+    async def load_own(
+        self,
+        session_id: str,
+        owner: str,
+        command_id: str | None = None,
+        *,
+        with_outbox: bool = False,
+    ) -> Loaded:
+        loaded = await self.sessions.load(session_id, command_id, with_outbox=with_outbox)
         if loaded.record is None or loaded.record.owner != owner:
             raise session_not_found(session_id)
         return loaded

@@ -213,9 +213,18 @@ def _command(call: Call[Any], command_id: str) -> Command:
 
 
 async def get_session(services: Services, call: Call[p.GetSessionParams]) -> Any:
-    loaded = await services.engine.load_own(call.params.session_id, call.principal.key)
+    loaded = await services.engine.load_own(
+        call.params.session_id, call.principal.key, with_outbox=True
+    )
     assert loaded.record is not None  # noqa: S101
-    return {"session": _view(services, loaded.record.session, loaded.version)}
+    view = _view(services, loaded.record.session, loaded.version)
+    outbox = loaded.outbox or []
+    # LiveKit work still to do for this session; `retrying` > 0 means it has been failing
+    view["effects"] = {
+        "pending": len(outbox),
+        "retrying": sum(1 for entry in outbox if entry.attempts > 0),
+    }
+    return {"session": view}
 
 
 async def register_endpoint(services: Services, call: Call[p.RegisterEndpointParams]) -> Any:

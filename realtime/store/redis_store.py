@@ -211,6 +211,7 @@ class Loaded(NamedTuple):
     version: int
     outcome: CommandOutcome | None
     task: TaskRecord | None
+    outbox: list[PendingEffect] | None = None  # only when asked for (GetSession)
 
 
 class Committed(NamedTuple):
@@ -230,23 +231,28 @@ class SessionStore:
         self._release = store._release
         self._claim_timers = store._claim_timers
 
-    async def load(self, session_id: str, command_id: str | None = None) -> Loaded:
-        """Snapshot, version and (when retrying) the stored outcome: one round trip."""
+    async def load(
+        self, session_id: str, command_id: str | None = None, *, with_outbox: bool = False
+    ) -> Loaded:
+        """Snapshot, version, task and (when retrying) the stored outcome: one round trip."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hmget(keys.session_key(session_id), "v", "s")
         pipe.get(keys.session_task_key(session_id))
         if command_id is not None:
             pipe.hget(keys.commands_key(session_id), command_id)
+        if with_outbox:
+            pipe.hvals(keys.outbox_key(session_id))
         async with translated_errors():
             replies = await pipe.execute()
-        version, snapshot = replies[0]
-        task = replies[1]
+        (version, snapshot), task = replies[0], replies[1]
         outcome = replies[2] if command_id is not None else None
+        outbox = [EFFECT_DECODER.decode(raw) for raw in replies[-1]] if with_outbox else None
         return Loaded(
             None if snapshot is None else SESSION_DECODER.decode(snapshot),
             int(version or 0),
             None if outcome is None else OUTCOME_DECODER.decode(outcome),
             None if task is None else TASK_DECODER.decode(task),
+            outbox,
         )
 
     async def outcome(self, session_id: str, command_id: str) -> CommandOutcome | None:
