@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from litestar import Litestar
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from realtime.agent_card import build_agent_card
@@ -27,7 +28,7 @@ from realtime.rpc.dispatch import Dispatcher, RateLimiter
 from realtime.settings import Settings
 from realtime.store.redis_store import RedisStore, SessionStore
 from realtime.store.selection import open_store
-from realtime.telemetry import Telemetry, provider_from_env
+from realtime.telemetry import Metrics, Telemetry, meter_provider_from_env, provider_from_env
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ async def running(
     store: RedisStore | None = None,
     clock: Callable[[], float] = time.time,
     run_worker: bool = True,
+    metrics: Metrics | None = None,
 ) -> AsyncIterator[Services]:
     """Everything but HTTP: the store, the engine, the outbox runner and (with `run_worker`) the
     worker loops that retry effects and fire timers. `serve` and `worker` both start here."""
@@ -49,16 +51,28 @@ async def running(
     gateway = LiveKitGateway(settings)
     engine = Engine(settings, SessionStore(active_store), clock=clock)
     lease_ms = settings.worker_lease_s * 1000
-    runner = Runner(engine, gateway, public_base_url=settings.public_base_url, lease_ms=lease_ms)
+    metrics = metrics or Metrics(None)
+    runner = Runner(
+        engine,
+        gateway,
+        public_base_url=settings.public_base_url,
+        lease_ms=lease_ms,
+        metrics=metrics,
+    )
     services = Services(
-        settings=settings, store=active_store, engine=engine, runner=runner, clock=clock
+        settings=settings,
+        store=active_store,
+        engine=engine,
+        runner=runner,
+        metrics=metrics,
+        clock=clock,
     )
     engine.on_effects = lambda session_id: services.background(runner.run(session_id))
     stop = asyncio.Event()
     loops = (
         [
             asyncio.create_task(runner.loop(stop)),
-            asyncio.create_task(Timers(engine, lease_ms=lease_ms).loop(stop)),
+            asyncio.create_task(Timers(engine, lease_ms=lease_ms, metrics=metrics).loop(stop)),
         ]
         if run_worker
         else []
@@ -77,7 +91,8 @@ async def running(
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     """`aim-realtime worker`: effects and timers without HTTP, until `stop` is set."""
-    async with running(settings):
+    metrics = Metrics(meter_provider_from_env(os.environ))
+    async with running(settings, metrics=metrics):
         log.info("worker running: retrying effects and firing timers")
         await stop.wait()
 
@@ -88,6 +103,7 @@ def create_app(
     store: RedisStore | None = None,
     clock: Callable[[], float] = time.time,
     tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
     run_worker: bool = True,
 ) -> Litestar:
     """Build the service. Without `store`, one is opened at start-up as profile §14 says;
@@ -95,13 +111,16 @@ def create_app(
     telemetry = Telemetry(
         tracer_provider if tracer_provider is not None else provider_from_env(os.environ)
     )
+    metrics = Metrics(
+        meter_provider if meter_provider is not None else meter_provider_from_env(os.environ)
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         authenticator = Authenticator(settings, now=clock)
         try:
             async with running(
-                settings, store=store, clock=clock, run_worker=run_worker
+                settings, store=store, clock=clock, run_worker=run_worker, metrics=metrics
             ) as services:
                 app.state.dispatcher = Dispatcher(
                     services, authenticator, telemetry, RateLimiter(settings.rate_limit_rps)
@@ -110,6 +129,7 @@ def create_app(
         finally:
             await authenticator.aclose()
             telemetry.shutdown()
+            metrics.shutdown()
 
     app = Litestar(
         route_handlers=ROUTES,

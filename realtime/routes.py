@@ -52,6 +52,7 @@ async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Resp
     try:
         notice = verify_webhook(services.settings, body, request.headers.get("authorization", ""))
     except WebhookRejected as exc:
+        services.metrics.webhook("rejected")
         return Response(
             msgspec.json.encode({"error": f"webhook not accepted: {exc}"}),
             status_code=401,
@@ -60,7 +61,9 @@ async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Resp
     try:
         outcome = await webhooks.handle(services, notice)
     except RpcError:
+        services.metrics.webhook("unavailable")
         return Response(b'{"error":"state store unavailable"}', status_code=503, media_type=JSON)
+    services.metrics.webhook(outcome)
     return Response(msgspec.json.encode({"status": outcome}), media_type=JSON)
 
 

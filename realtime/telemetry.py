@@ -12,7 +12,9 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Final
 
-from opentelemetry import propagate, trace
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
@@ -54,13 +56,72 @@ def provider_from_env(environ: Mapping[str, str]) -> TracerProvider | None:
     return provider
 
 
+def meter_provider_from_env(environ: Mapping[str, str]) -> MeterProvider | None:
+    """A meter provider exporting over OTLP when `OTEL_METRICS_EXPORTER=otlp` or an OTLP
+    endpoint is set (and the exporter is not `none`); None means metrics are off."""
+    exporter_name = environ.get("OTEL_METRICS_EXPORTER", "").strip().lower()
+    endpoint = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get(
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+    )
+    if exporter_name == "none" or not (exporter_name == "otlp" or endpoint):
+        return None
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # only when exporting
+        OTLPMetricExporter,
+    )
+
+    reader: MetricReader = PeriodicExportingMetricReader(OTLPMetricExporter())
+    return MeterProvider(metric_readers=[reader], resource=Resource.create())
+
+
+class Metrics:
+    """The service's counters (profile §13); no-ops when no meter provider is configured."""
+
+    def __init__(self, provider: MeterProvider | None) -> None:
+        self.provider = provider
+        meter = (provider or metrics.NoOpMeterProvider()).get_meter(TRACER_NAME)
+        self._calls = meter.create_counter(
+            "aim.rpc.calls", description="JSON-RPC calls by method and outcome"
+        )
+        self._latency = meter.create_histogram(
+            "aim.rpc.duration", unit="s", description="JSON-RPC call latency"
+        )
+        self._effects = meter.create_counter(
+            "aim.effects.failures", description="LiveKit effects that failed and will be retried"
+        )
+        self._timers = meter.create_counter("aim.timers.fired", description="timers that fired")
+        self._webhooks = meter.create_counter(
+            "aim.webhooks", description="LiveKit webhooks by outcome"
+        )
+
+    def rpc_call(self, method: str, code: int, seconds: float) -> None:
+        attributes: dict[str, str | int] = {"rpc.method": method, "rpc.jsonrpc.error_code": code}
+        self._calls.add(1, attributes)
+        self._latency.record(seconds, attributes)
+
+    def effect_failed(self, effect: str) -> None:
+        self._effects.add(1, {"aim.effect": effect})
+
+    def timer_fired(self, kind: str) -> None:
+        self._timers.add(1, {"aim.timer": kind})
+
+    def webhook(self, outcome: str) -> None:
+        self._webhooks.add(1, {"aim.webhook.outcome": outcome})
+
+    def shutdown(self) -> None:
+        if self.provider is not None:
+            self.provider.shutdown()
+
+
 class RpcSpan:
     """The handle a caller gets for the span of one call."""
 
     def __init__(self, span: trace.Span) -> None:
         self._span = span
+        self.method = "unknown"
+        self.code = 0  # 0: success
 
     def set_method(self, method: str) -> None:
+        self.method = method
         self._span.update_name(method)
         self._span.set_attribute(ATTR_RPC_METHOD, method)
 
@@ -71,6 +132,7 @@ class RpcSpan:
         self._span.set_attribute(key, value)
 
     def set_error(self, code: int, message: str) -> None:
+        self.code = code
         self._span.set_attribute(ATTR_RPC_ERROR_CODE, code)
         self._span.set_attribute(ATTR_RPC_ERROR_MESSAGE, message)
         # client mistakes are not server faults; only internal/upstream errors mark the span

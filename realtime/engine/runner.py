@@ -18,6 +18,7 @@ from typing import Final
 from realtime.effects.livekit import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 from realtime.engine.core import Engine
 from realtime.errors import RpcError
+from realtime.telemetry import Metrics
 from state_machines import (
     CreateRoom,
     DeleteRoom,
@@ -52,8 +53,10 @@ class Runner:
         *,
         public_base_url: str,
         lease_ms: int = LEASE_MS,
+        metrics: Metrics | None = None,
     ) -> None:
         self.engine = engine
+        self.metrics = metrics or Metrics(None)
         self.lease_ms = lease_ms
         self.sessions = engine.sessions
         self.gateway = gateway
@@ -77,6 +80,7 @@ class Runner:
                 except (LiveKitUnavailable, LiveKitRejected) as exc:
                     entry.attempts += 1
                     self.failures += 1
+                    self.metrics.effect_failed(type(entry.effect).__name__)
                     level = logging.ERROR if isinstance(exc, LiveKitRejected) else logging.WARNING
                     log.log(
                         level,
@@ -152,8 +156,9 @@ class Runner:
         """Worker: retry outboxes that are due until `stop` is set."""
         while not stop.is_set():
             try:
-                for session_id in await self.sessions.due(self.engine.now_ms()):
-                    await self.run(session_id)
+                due = await self.sessions.due(self.engine.now_ms())
+                # concurrently: a session whose LiveKit calls hang must not hold up the others
+                await asyncio.gather(*(self.run(session_id) for session_id in due))
             except RpcError as exc:  # Redis unreachable: try again on the next tick
                 log.warning("outbox sweep failed: %s", exc.message)
             except Exception:  # a bug must not stop the worker for every other session

@@ -17,6 +17,7 @@ from typing import Final
 from realtime.engine.core import Engine
 from realtime.engine.schedule import Timer
 from realtime.errors import RpcError
+from realtime.telemetry import Metrics
 from state_machines import (
     GraceExpired,
     IdleTimeout,
@@ -47,8 +48,11 @@ def event_of(timer: Timer) -> SessionEvent:
 class Timers:
     """Fires due timers; `loop()` runs in `serve` (unless --no-worker) and in `worker`."""
 
-    def __init__(self, engine: Engine, *, lease_ms: int = LEASE_MS) -> None:
+    def __init__(
+        self, engine: Engine, *, lease_ms: int = LEASE_MS, metrics: Metrics | None = None
+    ) -> None:
         self.engine = engine
+        self.metrics = metrics or Metrics(None)
         self.lease_ms = lease_ms
         self.sessions = engine.sessions
         self.fired = 0
@@ -77,6 +81,7 @@ class Timers:
             )
             if applied.task is not None:
                 self.fired += 1
+                self.metrics.timer_fired(timer.kind)
                 log.info("timer %s fired for session %s", timer.kind, timer.session_id)
         except RpcError as exc:
             if exc.name == "UpstreamUnavailable":

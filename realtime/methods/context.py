@@ -17,6 +17,7 @@ from realtime.engine.core import Engine
 from realtime.engine.runner import Runner
 from realtime.settings import Settings
 from realtime.store.redis_store import RedisStore
+from realtime.telemetry import Metrics
 
 P = TypeVar("P", bound=Params)
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class Services:
     store: RedisStore
     engine: Engine
     runner: Runner
+    metrics: Metrics = field(default_factory=lambda: Metrics(None))
     clock: Callable[[], float] = time.time
     new_id: Callable[[], str] = field(default=_new_id)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)

@@ -102,44 +102,52 @@ class Dispatcher:
     async def handle(
         self, body: bytes, headers: Mapping[str, str], *, too_large: bool = False
     ) -> Reply:
+        started = time.perf_counter()
         with self.telemetry.rpc_span(headers) as span:
-            reply_headers: dict[str, str] = {}
-            request_id: RequestId | None = None
-            try:
-                if too_large:
-                    limit = self.services.settings.max_body_bytes
-                    raise _HttpError(413, invalid_request(f"the body exceeds {limit} bytes"))
-                envelope, error, request_id = decode_envelope(body)
-                if request_id is not None:
-                    span.set_request_id(request_id)
-                if error is not None:
-                    raise error
-                assert envelope is not None  # noqa: S101 - decode_envelope returns one of both
-                result = await self._call(
-                    envelope.method, envelope.params, headers, span, reply_headers
-                )
-                return Reply(
-                    200,
-                    _ENCODER.encode({"jsonrpc": "2.0", "id": request_id, "result": result}),
-                    reply_headers,
-                )
-            except _HttpError as exc:
-                span.set_error(exc.error.code, exc.error.message)
-                return Reply(
-                    exc.status, error_body(exc.error, request_id), {**reply_headers, **exc.headers}
-                )
-            except RpcError as exc:
-                span.set_error(exc.code, exc.message)
-                return Reply(200, error_body(exc, request_id), reply_headers)
-            except Exception:  # the last line of defence: a bug, never leaked
-                log.exception("internal error serving a JSON-RPC call")
-                error = RpcError(
-                    "InternalError",
-                    "The server failed to process the request; it has been logged. "
-                    "Retrying is safe for requests that carry a commandId or messageId.",
-                )
-                span.set_error(error.code, error.message)
-                return Reply(200, error_body(error, request_id), reply_headers)
+            reply = await self._handle(body, headers, span, too_large=too_large)
+        self.services.metrics.rpc_call(span.method, span.code, time.perf_counter() - started)
+        return reply
+
+    async def _handle(
+        self, body: bytes, headers: Mapping[str, str], span: RpcSpan, *, too_large: bool
+    ) -> Reply:
+        reply_headers: dict[str, str] = {}
+        request_id: RequestId | None = None
+        try:
+            if too_large:
+                limit = self.services.settings.max_body_bytes
+                raise _HttpError(413, invalid_request(f"the body exceeds {limit} bytes"))
+            envelope, error, request_id = decode_envelope(body)
+            if request_id is not None:
+                span.set_request_id(request_id)
+            if error is not None:
+                raise error
+            assert envelope is not None  # noqa: S101 - decode_envelope returns one of both
+            result = await self._call(
+                envelope.method, envelope.params, headers, span, reply_headers
+            )
+            return Reply(
+                200,
+                _ENCODER.encode({"jsonrpc": "2.0", "id": request_id, "result": result}),
+                reply_headers,
+            )
+        except _HttpError as exc:
+            span.set_error(exc.error.code, exc.error.message)
+            return Reply(
+                exc.status, error_body(exc.error, request_id), {**reply_headers, **exc.headers}
+            )
+        except RpcError as exc:
+            span.set_error(exc.code, exc.message)
+            return Reply(200, error_body(exc, request_id), reply_headers)
+        except Exception:  # the last line of defence: a bug, never leaked
+            log.exception("internal error serving a JSON-RPC call")
+            error = RpcError(
+                "InternalError",
+                "The server failed to process the request; it has been logged. "
+                "Retrying is safe for requests that carry a commandId or messageId.",
+            )
+            span.set_error(error.code, error.message)
+            return Reply(200, error_body(error, request_id), reply_headers)
 
     async def _call(
         self,
