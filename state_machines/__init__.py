@@ -11,6 +11,8 @@ from state_machines.effects import (
     UpdatePermissions,
 )
 from state_machines.endpoint import Capabilities, Endpoint, EndpointState
+from state_machines.media import MediaSide, MediaSource, MediaSources, SourceState
+from state_machines.operation import Operation, OperationEvent, OperationState, Requirement
 from state_machines.session import (
     Cancel,
     End,
@@ -50,7 +52,13 @@ __all__ = [
     "IdleTimeout",
     "Join",
     "MaxDuration",
+    "MediaSide",
+    "MediaSource",
+    "MediaSources",
     "MintJoinToken",
+    "Operation",
+    "OperationEvent",
+    "OperationState",
     "ParticipantJoined",
     "ParticipantLeft",
     "Provisioned",
@@ -61,11 +69,13 @@ __all__ = [
     "Rejected",
     "RemoveParticipant",
     "Requested",
+    "Requirement",
     "RoomDeleted",
     "RoomLost",
     "Session",
     "SessionEvent",
     "SessionState",
+    "SourceState",
     "TaskCore",
     "UpdatePermissions",
 ]

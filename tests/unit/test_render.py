@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from state_machines import endpoint, session, task
+from state_machines import endpoint, media, operation, session, task
 from state_machines.render import render_markdown
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "state-machines.md"
@@ -24,15 +24,21 @@ def test_the_state_machine_document_matches_the_tables() -> None:
 def test_the_document_has_a_diagram_and_a_table_per_machine() -> None:
     text = render_markdown()
 
-    assert text.count("stateDiagram-v2") == 3
-    for heading in ("## Session", "## Endpoint", "## Task"):
+    assert text.count("stateDiagram-v2") == 5
+    for heading in ("## Session", "## Endpoint", "## Task", "## Operation", "## Media source"):
         assert heading in text
 
 
 @pytest.mark.parametrize(
     "table",
-    [session.TRANSITIONS, endpoint.TRANSITIONS, task.TRANSITIONS],
-    ids=["session", "endpoint", "task"],
+    [
+        session.TRANSITIONS,
+        endpoint.TRANSITIONS,
+        task.TRANSITIONS,
+        operation.TRANSITIONS,
+        media.TRANSITIONS,
+    ],
+    ids=["session", "endpoint", "task", "operation", "media"],
 )
 def test_every_transition_has_a_row(table: dict[tuple[str, str], str]) -> None:
     text = render_markdown()
@@ -43,6 +49,10 @@ def test_every_transition_has_a_row(table: dict[tuple[str, str], str]) -> None:
 
 def test_a_guarded_alternative_target_is_drawn() -> None:
     assert "    active --> failed : room_lost" in render_markdown()
+
+
+def test_an_idempotent_operation_event_is_marked() -> None:
+    assert "| running | `update` | running | unchanged (idempotent) |" in render_markdown()
 
 
 def test_running_the_module_prints_the_document(
