@@ -8,6 +8,7 @@ from state_machines.effects import (
     Effect,
     MintJoinToken,
     RemoveParticipant,
+    SendData,
     UpdatePermissions,
 )
 from state_machines.endpoint import Capabilities, Endpoint, EndpointState
@@ -68,6 +69,7 @@ __all__ = [
     "RejectReason",
     "Rejected",
     "RemoveParticipant",
+    "SendData",
     "Requested",
     "Requirement",
     "RoomDeleted",

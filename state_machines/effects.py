@@ -64,6 +64,21 @@ class MintJoinToken(msgspec.Struct, frozen=True, tag=True):
     publish_sources: tuple[str, ...]
 
 
+class SendData(msgspec.Struct, frozen=True, tag=True):
+    """A reliable data message to `destination` in `room` (empty: every participant), topic
+    `aim.realtime.v1`; `body` is the JSON the agent receives (de-duplicable by commandId)."""
+
+    room: str
+    destination: tuple[str, ...]
+    body: str
+
+
 Effect = (
-    CreateRoom | DispatchAgent | RemoveParticipant | DeleteRoom | UpdatePermissions | MintJoinToken
+    CreateRoom
+    | DispatchAgent
+    | RemoveParticipant
+    | DeleteRoom
+    | UpdatePermissions
+    | MintJoinToken
+    | SendData
 )

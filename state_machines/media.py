@@ -44,6 +44,8 @@ TRANSITIONS: Final[dict[tuple[SourceState, MediaEvent], SourceState]] = {
     (REQUESTED, "deny"): OFF,
     (GRANTED, "prepare"): PREPARING,
     (PREPARING, "published"): LIVE,
+    # a client may publish as soon as the grant is there, without announcing it with prepare
+    (GRANTED, "published"): LIVE,
     (LIVE, "unpublished"): STOPPED,
     **{(state, "stop"): STOPPED for state in (GRANTED, PREPARING, LIVE)},
     **{(state, "revoke"): REVOKED for state in (REQUESTED, GRANTED, PREPARING, LIVE, STOPPED)},

@@ -236,7 +236,7 @@ def _fence(session: Session, event: SessionEvent) -> Rejected | None:
     """Epoch checks come before the state machine: stale commands and old-room events."""
     match event:
         case RegisterEndpoint() | Join():
-            return _stale_epoch(session, event.epoch)
+            return stale_epoch(session, event.epoch)
         case Provisioned() | ProvisioningFailed() | ProvisioningTimeout() | RoomDeleted():
             current = event.epoch == session.room_epoch
         case ParticipantJoined() | ParticipantLeft() if event.is_agent:
@@ -245,7 +245,11 @@ def _fence(session: Session, event: SessionEvent) -> Rejected | None:
             # a token of any epoch since the room was provisioned can be in this room
             current = session.room_epoch <= event.epoch <= session.epoch
         case GraceExpired():
-            current = event.epoch == session.epoch
+            # a timer of an earlier drop (the device came back and dropped again) is stale
+            current = event.epoch == session.epoch and event.disconnect in (
+                -1,
+                session.disconnects,
+            )
         case RoomLost():
             current = event.room == session.room
         case _:
@@ -253,7 +257,7 @@ def _fence(session: Session, event: SessionEvent) -> Rejected | None:
     return None if current else _invalid(session, f"fenced: `{event_name(event)}` is not current")
 
 
-def _stale_epoch(session: Session, epoch: int) -> Rejected | None:
+def stale_epoch(session: Session, epoch: int) -> Rejected | None:
     if epoch == session.epoch:
         return None
     if epoch > session.epoch:
@@ -416,7 +420,9 @@ def _participant_left(
     if not _is_active(session, event.identity, event.epoch):
         return _invalid(session, f"participant {event.identity} is not the active endpoint")
     disconnected = moved(session.endpoints, "disconnected", (event.identity,))
-    return replace(session, state=target, endpoints=disconnected), ()
+    return replace(
+        session, state=target, endpoints=disconnected, disconnects=session.disconnects + 1
+    ), ()
 
 
 def _invalid(session: Session, detail: str) -> Rejected:

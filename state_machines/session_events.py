@@ -92,10 +92,12 @@ class ParticipantLeft(msgspec.Struct, frozen=True, tag=True):
 
 
 class GraceExpired(msgspec.Struct, frozen=True, tag=True):
-    """The reconnect grace timer (60 s) of `endpoint_id`, armed at `epoch`, fired."""
+    """The reconnect grace timer (60 s) of `endpoint_id`, armed at `epoch` by the session's
+    `disconnect`-th drop, fired (-1: whichever drop is current)."""
 
     epoch: int
     endpoint_id: str
+    disconnect: int = -1
 
 
 class IdleTimeout(msgspec.Struct, frozen=True, tag=True):

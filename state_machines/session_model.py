@@ -14,7 +14,6 @@ import msgspec
 from state_machines import endpoint as endpoints
 from state_machines import task
 from state_machines.effects import (
-    MICROPHONE,
     CreateRoom,
     DeleteRoom,
     DispatchAgent,
@@ -23,6 +22,7 @@ from state_machines.effects import (
     RemoveParticipant,
 )
 from state_machines.endpoint import Endpoint, EndpointEvent
+from state_machines.media import MediaSources, publish_sources
 from state_machines.task import TaskCore, TaskEvent, TaskState
 
 SessionState = Literal[
@@ -90,6 +90,8 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     canceled: bool = False
     ended_at: str | None = None
     end_reason: str | None = None
+    media: MediaSources = MediaSources()
+    disconnects: int = 0  # drops of active endpoints so far; a grace timer names the one it is for
 
 
 Step = tuple[Session, tuple[Effect, ...]]
@@ -147,14 +149,15 @@ def moved(
 
 
 def join_token(session: Session, joined: Endpoint) -> MintJoinToken:
-    """The token for the active endpoint: microphone iff audio input; video needs grants (later)."""
+    """The token for the active endpoint: microphone iff audio input, camera and screen only
+    while the user has them granted."""
     caps = joined.capabilities
     return MintJoinToken(
         room=session.room,
         identity=joined.endpoint_id,
         epoch=session.epoch,
         can_subscribe=caps.audio_output,
-        publish_sources=(MICROPHONE,) if caps.audio_input else (),
+        publish_sources=publish_sources(session.media, audio_input=caps.audio_input),
     )
 
 

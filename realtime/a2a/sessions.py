@@ -33,8 +33,8 @@ class Endpoint(Wire, frozen=True):
 
 
 class SourceStates(Wire, frozen=True):
-    camera: str = "off"
-    screen: str = "off"
+    camera: str
+    screen: str
 
 
 class Sources(Wire, frozen=True):
@@ -146,7 +146,14 @@ def session_view(session: SessionSnapshot, *, version: int, media_url: str) -> S
             binding=MEDIA_BINDING,
             url=media_url,
             room=session.room,
-            sources=Sources(user=SourceStates(), agent=SourceStates()),
+            sources=Sources(
+                user=SourceStates(
+                    camera=session.media.user_camera, screen=session.media.user_screen
+                ),
+                agent=SourceStates(
+                    camera=session.media.agent_camera, screen=session.media.agent_screen
+                ),
+            ),
         ),
         agent=Agent(state=session.agent_state, identity=session.agent_identity),
         active_endpoint_id=(

@@ -28,6 +28,8 @@ ROOM_EMPTY_TIMEOUT_S: Final = 300
 ROOM_DEPARTURE_TIMEOUT_S: Final = 20
 ROOM_MAX_PARTICIPANTS: Final = 16  # up to 8 endpoints, the agent, and room for handoffs
 
+DATA_TOPIC: Final = "aim.realtime.v1"
+
 SOURCE_NAMES: Final = {
     "microphone": api.TrackSource.MICROPHONE,
     "camera": api.TrackSource.CAMERA,
@@ -144,6 +146,17 @@ class LiveKitGateway:
         )
         request = api.UpdateParticipantRequest(room=room, identity=identity, permission=permission)
         await self._tolerate_missing(lambda c: c.room.update_participant(request))
+
+    async def send_data(self, room: str, destination: Sequence[str], body: str) -> None:
+        """A reliable data message on topic `aim.realtime.v1` (to `destination`, or everyone)."""
+        request = api.SendDataRequest(
+            room=room,
+            data=body.encode(),
+            kind=api.DataPacket.Kind.RELIABLE,
+            destination_identities=list(destination),
+            topic=DATA_TOPIC,
+        )
+        await self._call(lambda c: c.room.send_data(request))
 
     async def _tolerate_missing(self, call: Callable[[api.LiveKitAPI], Awaitable[Any]]) -> None:
         try:

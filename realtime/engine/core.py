@@ -32,12 +32,15 @@ from state_machines import (
     RejectReason,
     Session,
     SessionEvent,
+    interactions,
 )
 from state_machines import session as machine
+from state_machines.interactions import Deliver, InteractionEvent, TrackChanged, UserMedia
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS: Final = 8
+INTERACTION_EVENTS: Final = (Deliver, UserMedia, TrackChanged)
 RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
 _ENCODER: Final = msgspec.json.Encoder()
 _CANONICAL: Final = msgspec.json.Encoder(order="sorted")
@@ -204,7 +207,7 @@ class Engine:
     async def execute(
         self,
         session_id: str,
-        event_for: Callable[[Session], SessionEvent],
+        event_for: Callable[[Session], SessionEvent | InteractionEvent],
         *,
         owner: str | None,
         command: Command | None = None,
@@ -229,9 +232,11 @@ class Engine:
                     record.session, loaded.version, self.replay(loaded.outcome, command), None
                 )
             now_ms = self.now_ms()
-            decision = machine.decide(
-                record.session, event_for(record.session), now=wire.timestamp(now_ms)
+            event = event_for(record.session)
+            decide = (
+                interactions.decide if isinstance(event, INTERACTION_EVENTS) else machine.decide
             )
+            decision = decide(record.session, event, now=wire.timestamp(now_ms))  # type: ignore[arg-type]
             if isinstance(decision, Rejected):
                 raise reject(decision, record.session)
             if decision.state == record.session and not decision.effects:

@@ -18,6 +18,7 @@ from typing import Final
 from realtime.effects.livekit import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 from realtime.engine.core import Engine
 from realtime.errors import RpcError
+from realtime.store.records import PendingEffect
 from realtime.telemetry import Metrics
 from state_machines import (
     CreateRoom,
@@ -27,6 +28,8 @@ from state_machines import (
     Provisioned,
     RemoveParticipant,
     RoomDeleted,
+    SendData,
+    Session,
     SessionEvent,
     UpdatePermissions,
 )
@@ -37,6 +40,18 @@ LEASE_MS: Final = 30_000
 BACKOFF_BASE_MS: Final = 500
 BACKOFF_MAX_MS: Final = 60_000
 POLL_INTERVAL_S: Final = 0.5
+
+
+def _still_wanted(effect: Effect, session: Session | None) -> bool:
+    """Provisioning of a room the session no longer uses (failed, ended, rebound) is dropped;
+    clean-up effects (remove, delete) always run."""
+    if isinstance(effect, CreateRoom | DispatchAgent):
+        return (
+            session is not None
+            and session.state not in ("failed", "ended")
+            and effect.room == session.room
+        )
+    return True
 
 
 def backoff_ms(attempts: int) -> int:
@@ -68,43 +83,72 @@ class Runner:
         token = uuid.uuid4().hex
         if not await self.sessions.lease(session_id, token, self.lease_ms):
             return True  # another runner holds it and will finish the work
+        emptied = False
         try:
-            while True:
-                pending = await self.sessions.pending(session_id)
-                if not pending:
-                    await self.sessions.schedule(session_id, None)
-                    return True
-                effect_id, entry = pending[0]
-                try:
-                    follow_up = await self._perform(session_id, entry.effect)
-                except (LiveKitUnavailable, LiveKitRejected) as exc:
-                    entry.attempts += 1
-                    self.failures += 1
-                    self.metrics.effect_failed(type(entry.effect).__name__)
-                    level = logging.ERROR if isinstance(exc, LiveKitRejected) else logging.WARNING
-                    log.log(
-                        level,
-                        "effect %s of session %s failed (attempt %d): %s",
-                        type(entry.effect).__name__,
-                        session_id,
-                        entry.attempts,
-                        exc,
-                    )
-                    await self.sessions.retry_later(session_id, effect_id, entry)
-                    await self.sessions.schedule(
-                        session_id, self.engine.now_ms() + backoff_ms(entry.attempts)
-                    )
-                    return False
-                await self.sessions.done(session_id, effect_id)
-                if follow_up is not None:
-                    await self._feed(session_id, follow_up)
+            emptied, ok = await self._run_leased(session_id, token)
         finally:
             await self.sessions.release(session_id, token)
+        if emptied and await self.sessions.pending(session_id):
+            # a commit added work after we looked and was turned away by our lease: make sure
+            # the worker sees it (our ZREM may have removed its due entry)
+            await self.sessions.schedule(session_id, self.engine.now_ms())
+        return ok
+
+    async def _run_leased(self, session_id: str, token: str) -> tuple[bool, bool]:
+        """(outbox emptied, no failure)."""
+        while True:
+            pending = await self.sessions.pending(session_id)
+            if not pending:
+                await self.sessions.schedule(session_id, None)
+                return True, True
+            if not await self.sessions.renew(session_id, token, self.lease_ms):
+                return False, True  # the lease ran out: another runner carries on
+            effect_id, entry = pending[0]
+            loaded = await self.sessions.load(session_id)
+            session = loaded.record.session if loaded.record else None
+            if not _still_wanted(entry.effect, session):
+                log.info(
+                    "dropping %s of session %s: the session moved on",
+                    type(entry.effect).__name__,
+                    session_id,
+                )
+                await self.sessions.done(session_id, effect_id)
+                continue
+            try:
+                follow_up = await self._perform(session_id, entry.effect, session)
+            except (LiveKitUnavailable, LiveKitRejected) as exc:
+                await self._failed(session_id, effect_id, entry, exc)
+                return False, False
+            if follow_up is not None:
+                # commit the follow-up before forgetting the effect: if the commit fails, the
+                # effect (idempotent) is carried out again and its follow-up retried
+                await self._feed(session_id, follow_up)
+            await self.sessions.done(session_id, effect_id)
+
+    async def _failed(
+        self, session_id: str, effect_id: str, entry: PendingEffect, exc: Exception
+    ) -> None:
+        entry.attempts += 1
+        self.failures += 1
+        self.metrics.effect_failed(type(entry.effect).__name__)
+        level = logging.ERROR if isinstance(exc, LiveKitRejected) else logging.WARNING
+        log.log(
+            level,
+            "effect %s of session %s failed (attempt %d): %s",
+            type(entry.effect).__name__,
+            session_id,
+            entry.attempts,
+            exc,
+        )
+        await self.sessions.retry_later(session_id, effect_id, entry)
+        await self.sessions.schedule(session_id, self.engine.now_ms() + backoff_ms(entry.attempts))
 
     async def _feed(self, session_id: str, event: SessionEvent) -> None:
         try:
             await self.engine.execute(session_id, lambda _: event, owner=None)
         except RpcError as exc:
+            if exc.name == "UpstreamUnavailable":
+                raise
             # the session moved on (e.g. ended while its room was being created): nothing to do
             log.info(
                 "follow-up %s of session %s not applied: %s",
@@ -113,15 +157,15 @@ class Runner:
                 exc.message,
             )
 
-    async def _perform(self, session_id: str, effect: Effect) -> SessionEvent | None:
+    async def _perform(
+        self, session_id: str, effect: Effect, session: Session | None
+    ) -> SessionEvent | None:
         if isinstance(effect, CreateRoom):
             await self.gateway.create_room(
                 effect.room, metadata={"sessionId": session_id, "sessionEpoch": effect.epoch}
             )
             return None
         if isinstance(effect, DispatchAgent):
-            loaded = await self.sessions.load(session_id)
-            session = loaded.record.session if loaded.record else None
             await self.gateway.ensure_dispatch(
                 effect.room,
                 metadata={
@@ -149,6 +193,9 @@ class Runner:
                 can_subscribe=effect.can_subscribe,
                 publish_sources=effect.publish_sources,
             )
+            return None
+        if isinstance(effect, SendData):
+            await self.gateway.send_data(effect.room, effect.destination, effect.body)
             return None
         raise TypeError(f"the runner cannot carry out {type(effect).__name__}")
 

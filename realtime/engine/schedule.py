@@ -46,7 +46,9 @@ def armed_by(
         timer = Timer(sid, "provisioning", version, new.epoch, "")
         timers[timer.member] = now_ms + PROVISIONING_TIMEOUT_MS
     if new.state == "reconnecting" and (old is None or old.state != "reconnecting"):
-        timer = Timer(sid, "grace", version, new.epoch, new.active_endpoint_id or "")
+        timer = Timer(
+            sid, "grace", version, new.epoch, f"{new.active_endpoint_id}#{new.disconnects}"
+        )
         timers[timer.member] = now_ms + settings.reconnect_grace_s * 1000
     if new.state == "ready" and new.active_endpoint_id is None:
         # re-armed by every commit that leaves the session idle; only the newest may fire

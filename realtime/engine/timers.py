@@ -37,7 +37,8 @@ def event_of(timer: Timer) -> SessionEvent:
     if timer.kind == "provisioning":
         return ProvisioningTimeout(timer.epoch)
     if timer.kind == "grace":
-        return GraceExpired(timer.epoch, timer.endpoint_id)
+        endpoint_id, _, disconnect = timer.endpoint_id.partition("#")
+        return GraceExpired(timer.epoch, endpoint_id, int(disconnect) if disconnect else -1)
     if timer.kind == "idle":
         return IdleTimeout()
     if timer.kind == "max":

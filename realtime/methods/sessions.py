@@ -9,16 +9,17 @@ from typing import Any, Final
 
 import msgspec
 
+from realtime.a2a import interactions as interaction_payloads
 from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
-from realtime.engine.core import Command, params_digest, session_not_found, task_metadata
-from realtime.errors import RpcError
+from realtime.engine.core import Command, params_digest, task_metadata
+from realtime.errors import RpcError, task_not_found
 from realtime.methods import tasks
 from realtime.methods.context import Call, Services
 from realtime.store import keys
 from realtime.store.records import SessionRecord, TaskRecord
-from state_machines import Capabilities, Session
+from state_machines import Capabilities, Session, interactions
 from state_machines import session as machine
 
 PROVISIONING_WAIT_S: Final = 5.0
@@ -174,19 +175,21 @@ async def _commit_new(
 async def _provision(
     services: Services, session_id: str, task_id: str, *, wait: bool
 ) -> TaskRecord | None:
-    """Run provisioning now; when the caller waits, until ready/failed (≤ 5 s)."""
+    """Start provisioning now; when the caller waits, until ready/failed (at most 5 s: the
+    worker's retries may land within it). Still provisioning after failures → -31012, and
+    provisioning goes on in the background."""
+    services.background(services.runner.run(session_id))
     if not wait:
-        services.background(services.runner.run(session_id))
         return None
-    done = await services.runner.run(session_id)
     deadline = services.clock() + PROVISIONING_WAIT_S
     while True:
-        loaded = await services.engine.sessions.load(session_id)
+        loaded = await services.engine.sessions.load(session_id, with_outbox=True)
         state = loaded.record.session.state if loaded.record else None
+        failing = any(entry.attempts > 0 for entry in loaded.outbox or ())
         if state != PROVISIONING or services.clock() >= deadline:
             break
-        await asyncio.sleep(0.1)
-    if state == PROVISIONING and not done:
+        await asyncio.sleep(0.05)
+    if state == PROVISIONING and failing:
         raise RpcError(
             "UpstreamUnavailable",
             "LiveKit is unreachable, so the session could not be provisioned yet; it is retried "
@@ -330,7 +333,9 @@ async def cancel_realtime_task(
         applied = await services.engine.execute(session_id, lambda _: machine.Cancel(), owner=owner)
     except RpcError as exc:
         if exc.name == "SessionNotFound":
-            raise session_not_found(session_id) from None
+            raise task_not_found(record.task.id) from None
+        if exc.name != "InvalidState":
+            raise
         raise RpcError(
             "TaskNotCancelable",
             f"Task {record.task.id} can no longer be canceled: its session is ending or over.",
@@ -355,3 +360,66 @@ async def cancel_task(services: Services, call: Call[p.TaskParams]) -> wire.Task
     return await cancel_realtime_task(
         services, record, call.principal.key, call.params.history_length
     )
+
+
+_DELIVERED: Final[dict[str, interactions.DeliveredKind]] = {
+    "input.text": "input.text",
+    "visual.select": "visual.select",
+    "response.interrupt": "response.interrupt",
+}
+_USER_MEDIA: Final[dict[str, interactions.MediaAction]] = {
+    "media.request": "request",
+    "media.prepare": "prepare",
+    "media.stop": "stop",
+    "media.revoke": "revoke",
+}
+
+
+async def send_interaction(services: Services, call: Call[p.SendInteractionParams]) -> Any:
+    """SendInteraction: typed payload, then the session machine (profile §7)."""
+    params = call.params
+    payload = interaction_payloads.decode_payload(params.type, params.payload)
+    event: interactions.InteractionEvent
+    if params.type in _DELIVERED:
+        event = interactions.Deliver(
+            params.session_epoch,
+            params.command_id,
+            _DELIVERED[params.type],
+            msgspec.json.encode(payload).decode(),
+        )
+    elif (
+        params.type in _USER_MEDIA
+        and isinstance(payload, interaction_payloads.MediaTarget)
+        and payload.side == "user"
+    ):
+        event = interactions.UserMedia(
+            params.session_epoch,
+            params.command_id,
+            payload.source,
+            _USER_MEDIA[params.type],
+        )
+    else:
+        raise RpcError(
+            "UnsupportedOperation",
+            f"{params.type} (agent-side media and operations) is not supported by this server.",
+            metadata={"type": params.type},
+        )
+
+    def render(session: Session, version: int, media: Any) -> dict[str, Any]:
+        return {
+            "session": _view(services, session, version),
+            "interaction": {
+                "commandId": params.command_id,
+                "type": params.type,
+                "acceptedAt": session.updated_at,
+            },
+        }
+
+    applied = await services.engine.execute(
+        params.session_id,
+        lambda _: event,
+        owner=call.principal.key,
+        command=_command(call, params.command_id),
+        render=render,
+    )
+    return msgspec.Raw(applied.response or b"null")

@@ -12,19 +12,22 @@ import re
 from typing import Final
 
 from realtime.effects.webhooks import Notice
+from realtime.engine.core import Command, params_digest
 from realtime.errors import RpcError
 from realtime.methods.context import Services
 from state_machines import ParticipantJoined, ParticipantLeft, RoomLost, SessionEvent
+from state_machines.interactions import InteractionEvent, TrackChanged
 
 log = logging.getLogger(__name__)
 
 ROOM_NAME: Final = re.compile(
     r"^aim-(?P<sid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-e(?P<epoch>\d+)$"
 )
+WEBHOOK_METHOD: Final = "livekit.webhook"
 LEFT_EVENTS: Final = frozenset({"participant_left", "participant_connection_aborted"})
 
 
-def session_event(notice: Notice, room_epoch: int) -> SessionEvent | None:
+def session_event(notice: Notice, room_epoch: int) -> SessionEvent | InteractionEvent | None:
     """The session event a webhook means, or None for events sessions do not follow yet."""
     # an endpoint's epoch is the one its token carried; the agent belongs to the room's epoch
     epoch = room_epoch if notice.is_agent else (notice.participant_epoch or room_epoch)
@@ -34,28 +37,50 @@ def session_event(notice: Notice, room_epoch: int) -> SessionEvent | None:
         return ParticipantLeft(epoch, notice.identity, notice.is_agent)
     if notice.event == "room_finished":
         return RoomLost(notice.room)
+    if notice.event in ("track_published", "track_unpublished") and notice.track_source:
+        return TrackChanged(
+            epoch, notice.identity, notice.track_source, notice.event == "track_published"
+        )
     return None
 
 
 async def handle(services: Services, notice: Notice) -> str:
-    """Apply one verified webhook; the outcome label (applied | duplicate | ignored)."""
+    """Apply one verified webhook; the outcome label (applied | duplicate | ignored).
+
+    The event id is recorded in the same atomic commit as the transition it causes (as the
+    commandId of a server command), so a duplicate is recognised exactly when its first
+    delivery changed something, and a delivery that failed (Redis down) is not recorded at all.
+    """
     match = ROOM_NAME.match(notice.room)
     if match is None:
         return "ignored"  # not a room of this service
     session_id, room_epoch = match["sid"], int(match["epoch"])
-    sessions = services.engine.sessions
-    if notice.event_id and not await sessions.first_sighting(session_id, notice.event_id):
-        return "duplicate"
     event = session_event(notice, room_epoch)
     if event is None:
         return "ignored"
+    command = (
+        Command(
+            WEBHOOK_METHOD,
+            f"webhook:{notice.event_id}",
+            params_digest(
+                WEBHOOK_METHOD,
+                {"event": notice.event, "room": notice.room, "identity": notice.identity},
+            ),
+        )
+        if notice.event_id
+        else None
+    )
     try:
-        applied = await services.engine.execute(session_id, lambda _: event, owner=None)
+        applied = await services.engine.execute(
+            session_id,
+            lambda _: event,
+            owner=None,
+            command=command,
+            render=lambda *_: {"event": notice.event, "eventId": notice.event_id},
+        )
     except RpcError as exc:
         if exc.name == "UpstreamUnavailable":
-            if notice.event_id:  # not recorded after all: let LiveKit's retry through
-                await sessions.forget_sighting(session_id, notice.event_id)
             raise
         log.info("webhook %s for session %s ignored: %s", notice.event, session_id, exc.message)
         return "ignored"
-    return "applied" if applied.task is not None else "ignored"
+    return "applied" if applied.task is not None else "duplicate"

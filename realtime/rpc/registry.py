@@ -45,7 +45,7 @@ METHODS: Final[dict[str, MethodSpec]] = {
     "aim.realtime.RegisterEndpoint": MethodSpec(INVOKE, sessions.register_endpoint, realtime=True),
     "aim.realtime.JoinSession": MethodSpec(INVOKE, sessions.join_session, realtime=True),
     "aim.realtime.EndSession": MethodSpec(INVOKE, sessions.end_session, realtime=True),
-    "aim.realtime.SendInteraction": MethodSpec(INVOKE, _not_available, realtime=True),
+    "aim.realtime.SendInteraction": MethodSpec(INVOKE, sessions.send_interaction, realtime=True),
     "aim.realtime.GetCommand": MethodSpec(READ, sessions.get_command, realtime=True),
     "aim.realtime.GetOperation": MethodSpec(READ, _not_available, realtime=True),
 }

@@ -94,14 +94,6 @@ def runner_lease_key(session_id: str) -> str:
     return f"{PREFIX}:{{{session_id}}}:runner"
 
 
-def webhook_seen_key(session_id: str, event_id: str) -> str:
-    """String: a LiveKit webhook event id already handled for this session (de-duplication)."""
-    return f"{PREFIX}:{{{session_id}}}:webhook:{event_id}"
-
-
-WEBHOOK_SEEN_TTL_S: Final = 24 * 3600  # LiveKit retries within minutes; a day is ample
-
-
 def timers_due_key() -> str:
     """Sorted set: armed timers (`<sessionId>|<kind>|<version>|<epoch>|<endpointId>`) scored by
     when they are due (ms); a worker claims one by moving its score past a lease."""

@@ -91,12 +91,21 @@ for _, member in ipairs(due) do redis.call('ZADD', KEYS[1], 'XX', ARGV[2], membe
 return due
 """
 
+# extend a lease only if we still hold it
+_RENEW: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
 _COMMIT: Final = (Path(__file__).parent / "commit.lua").read_text()
 
 CONNECTION_ERRORS: Final = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.ClusterDownError,
+    redis.exceptions.ReadOnlyError,  # a failover left us on a replica
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.TryAgainError,
     OSError,
 )
 
@@ -125,11 +134,13 @@ class RedisStore:
     def __init__(self, client: Any, *, embedded: bool = False) -> None:
         self.client = client
         self.embedded = embedded
+        self.cluster = isinstance(client, RedisCluster)
         self._claim = client.register_script(_CLAIM_MESSAGE)
         self._claim_create = client.register_script(_CLAIM_CREATE)
         self._commit = client.register_script(_COMMIT)
         self._remember = client.register_script(_REMEMBER)
         self._release = client.register_script(_RELEASE)
+        self._renew = client.register_script(_RENEW)
         self._claim_timers = client.register_script(_CLAIM_TIMERS)
 
     @classmethod
@@ -225,7 +236,9 @@ class SessionStore:
 
     def __init__(self, store: RedisStore) -> None:
         self.client = store.client
+        self.cluster = store.cluster
         self._commit = store._commit
+        self._renew = store._renew
         self._remember = store._remember
         self._claim_create = store._claim_create
         self._release = store._release
@@ -349,32 +362,55 @@ class SessionStore:
         ]
         for effect_id, effect in effects:
             args.extend((effect_id, SESSION_ENCODER.encode(effect)))
-        # `async with`: a pipeline with scripts checks them (SCRIPT EXISTS) before the try/finally
-        # in which redis-py gives its connection back, so a connection lost right there would
-        # leak a pooled connection for good; leaving the block always resets the pipeline
-        async with self.client.pipeline(transaction=False) as pipe:
-            await self._commit(
-                keys=[
-                    keys.session_key(session_id),
-                    keys.session_task_key(session_id),
-                    keys.commands_key(session_id),
-                    keys.events_key(session_id),
-                    keys.outbox_key(session_id),
-                ],
-                args=args,
-                client=pipe,
-            )
-            if effects:
-                pipe.zadd(keys.outbox_due_key(), {session_id: due_ms})
-            if timers:  # armed idempotently beside the commit; a stale one fires as a no-op
-                pipe.zadd(keys.timers_due_key(), dict(timers))
-            pipe.zadd(keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms})
+        script_keys = [
+            keys.session_key(session_id),
+            keys.session_task_key(session_id),
+            keys.commands_key(session_id),
+            keys.events_key(session_id),
+            keys.outbox_key(session_id),
+        ]
+        if self.cluster:
+            # redis-py's cluster pipeline refuses scripts: the commit goes alone, then the
+            # cross-slot index writes (idempotent, repaired by a retry if they are lost)
             async with translated_errors():
-                replies = await pipe.execute()
-        status, value = _text(replies[0][0]), replies[0][1]
+                reply = await self._commit(keys=script_keys, args=args)
+                await self._indexes(session_id, record, task, effects, due_ms, timers, self.client)
+        else:
+            # `async with`: a pipeline with scripts checks them (SCRIPT EXISTS) before the
+            # try/finally in which redis-py gives its connection back, so a connection lost right
+            # there would leak a pooled connection for good; leaving the block always resets it
+            async with self.client.pipeline(transaction=False) as pipe:
+                await self._commit(keys=script_keys, args=args, client=pipe)
+                await self._indexes(session_id, record, task, effects, due_ms, timers, pipe)
+                async with translated_errors():
+                    reply = (await pipe.execute())[0]
+        status, value = _text(reply[0]), reply[1]
         if status == "replay":
             return Committed(status, 0, OUTCOME_DECODER.decode(value))
         return Committed(status, int(value), None)
+
+    @staticmethod
+    async def _indexes(
+        session_id: str,
+        record: SessionRecord,
+        task: TaskRecord,
+        effects: Sequence[tuple[str, PendingEffect]],
+        due_ms: int,
+        timers: Mapping[str, int] | None,
+        target: Any,
+    ) -> None:
+        """Cross-slot indexes written beside a commit (idempotent; a stale timer is a no-op)."""
+        writes = []
+        if effects:
+            writes.append(target.zadd(keys.outbox_due_key(), {session_id: due_ms}))
+        if timers:
+            writes.append(target.zadd(keys.timers_due_key(), dict(timers)))
+        writes.append(
+            target.zadd(keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms})
+        )
+        for write in writes:
+            if hasattr(write, "__await__"):
+                await write
 
     async def pending(self, session_id: str) -> list[tuple[str, PendingEffect]]:
         """The session's outbox in creation order (effect ids sort by commit)."""
@@ -409,6 +445,13 @@ class SessionStore:
                 await self.client.set(keys.runner_lease_key(session_id), token, nx=True, px=ttl_ms)
             )
 
+    async def renew(self, session_id: str, token: str, ttl_ms: int) -> bool:
+        """Extend our lease; False when it ran out and another runner may hold it."""
+        async with translated_errors():
+            return bool(
+                await self._renew(keys=[keys.runner_lease_key(session_id)], args=[token, ttl_ms])
+            )
+
     async def release(self, session_id: str, token: str) -> None:
         async with translated_errors():
             await self._release(keys=[keys.runner_lease_key(session_id)], args=[token])
@@ -424,22 +467,6 @@ class SessionStore:
     async def timer_done(self, member: str) -> None:
         async with translated_errors():
             await self.client.zrem(keys.timers_due_key(), member)
-
-    async def first_sighting(self, session_id: str, event_id: str) -> bool:
-        """Record a webhook event id; False when it was already recorded (a duplicate)."""
-        async with translated_errors():
-            return bool(
-                await self.client.set(
-                    keys.webhook_seen_key(session_id, event_id),
-                    "1",
-                    nx=True,
-                    ex=keys.WEBHOOK_SEEN_TTL_S,
-                )
-            )
-
-    async def forget_sighting(self, session_id: str, event_id: str) -> None:
-        async with translated_errors():
-            await self.client.delete(keys.webhook_seen_key(session_id, event_id))
 
     async def due(self, now_ms: int, limit: int = 50) -> list[str]:
         async with translated_errors():

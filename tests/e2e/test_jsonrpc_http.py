@@ -147,13 +147,28 @@ async def test_realtime_method_is_validated_before_it_is_looked_up(client):
 
 
 async def test_unserved_realtime_method_is_validated_before_answering_unsupported(client):
-    params = {"sessionId": SESSION_ID, "sessionEpoch": 1, "commandId": COMMAND_ID,
-              "type": "input.text", "payload": {"text": "hi"}}  # fmt: skip
-    bad = await rpc(client, "aim.realtime.SendInteraction", {**params, "type": "x"}, realtime=True)
+    params = {"sessionId": SESSION_ID, "operationId": COMMAND_ID}
+    bad = await rpc(client, "aim.realtime.GetOperation", {**params, "x": 1}, realtime=True)
     assert bad["error"]["code"] == -32602
-    assert violations(bad) == ["params.type"]
-    good = await rpc(client, "aim.realtime.SendInteraction", params, realtime=True)
+    assert violations(bad) == ["params.x"]
+    good = await rpc(client, "aim.realtime.GetOperation", params, realtime=True)
     assert good["error"]["code"] == -32004
+
+
+async def test_interaction_payload_is_validated_per_type(client):
+    params = {
+        "sessionId": SESSION_ID,
+        "sessionEpoch": 1,
+        "commandId": COMMAND_ID,
+        "type": "input.text",
+        "payload": {"text": "hi", "bold": True},
+    }
+    body = await rpc(client, "aim.realtime.SendInteraction", params, realtime=True)
+    assert body["error"]["code"] == -32602
+    assert violations(body) == ["params.payload.bold"]
+    huge = {**params, "payload": {"text": "x" * 3000, "pad": "y" * 17000}}
+    body = await rpc(client, "aim.realtime.SendInteraction", huge, realtime=True)
+    assert violations(body) == ["params.payload"]
 
 
 async def test_active_extension_is_echoed_and_unknown_ones_are_not(client):

@@ -41,6 +41,7 @@ EXPECTED: dict[tuple[SourceState, MediaEvent], SourceState] = {
     ("requested", "deny"): "off",
     ("granted", "prepare"): "preparing",
     ("preparing", "published"): "live",
+    ("granted", "published"): "live",
     ("live", "unpublished"): "stopped",
     ("granted", "stop"): "stopped",
     ("preparing", "stop"): "stopped",

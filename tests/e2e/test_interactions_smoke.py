@@ -1,0 +1,127 @@
+"""Interactions inside a live session: delivery to the agent and user media consent."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from livekit import api
+
+from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET
+from tests.e2e.realtime_helpers import call, create_part, create_session, new_id, session_of
+from tests.livekit_standin import sign_webhook, webhook_headers
+
+pytestmark = pytest.mark.e2e
+
+CAMERA_CAPS = {
+    "audioInput": True,
+    "audioOutput": True,
+    "camera": True,
+    "screen": False,
+    "interactions": ["text"],
+}
+
+
+async def webhook(client, event: str, room: str, identity: str, *, epoch=1, agent=False, **extra):
+    kind = api.ParticipantInfo.Kind.AGENT if agent else api.ParticipantInfo.Kind.STANDARD
+    ev = api.WebhookEvent(
+        event=event,
+        id=new_id(),
+        created_at=int(time.time()),
+        room=api.Room(name=room),
+        participant=api.ParticipantInfo(
+            identity=identity, kind=kind, metadata=json.dumps({"sessionEpoch": epoch})
+        ),
+        **extra,
+    )
+    body, auth = sign_webhook(ev, LIVEKIT_KEY, LIVEKIT_SECRET)
+    response = await client.post("/livekit/webhook", content=body, headers=webhook_headers(auth))
+    assert response.status_code == 200
+    return response.json()["status"]
+
+
+async def live_session(client, livekit):
+    part = create_part(
+        requested={
+            "mediaBinding": "livekit-webrtc-v1",
+            "audio": "bidirectional",
+            "userVideoSources": ["camera"],
+            "agentVideoSources": [],
+            "interactions": ["text"],
+        }
+    )
+    task = (await create_session(client, part=part))["result"]["task"]
+    sid = session_of(task)["sessionId"]
+    room = f"aim-{sid}-e1"
+    reg = await call(
+        client,
+        "RegisterEndpoint",
+        sessionId=sid,
+        sessionEpoch=1,
+        commandId=new_id(),
+        clientEndpointKey="phone",
+        capabilities=CAMERA_CAPS,
+    )
+    phone = reg["result"]["endpoint"]["endpointId"]
+    await call(
+        client, "JoinSession", sessionId=sid, sessionEpoch=1, endpointId=phone, commandId=new_id()
+    )
+    livekit.add_participant(room, phone)
+    livekit.add_participant(room, "agent-1", kind="agent")
+    assert await webhook(client, "participant_joined", room, phone) == "applied"
+    assert await webhook(client, "participant_joined", room, "agent-1", agent=True) == "applied"
+    return sid, room, phone
+
+
+async def interact(client, sid, kind, payload, epoch=1):
+    return await call(
+        client,
+        "SendInteraction",
+        sessionId=sid,
+        sessionEpoch=epoch,
+        commandId=new_id(),
+        type=kind,
+        payload=payload,
+    )
+
+
+async def test_text_is_delivered_to_the_agent_as_a_reliable_data_message(rt_client, livekit):
+    sid, room, _ = await live_session(rt_client, livekit)
+    sent = await interact(rt_client, sid, "input.text", {"text": "hello"})
+    assert sent["result"]["interaction"]["type"] == "input.text"
+    call_ = await livekit.wait_for_call("SendData")
+    request = call_.request
+    assert request.topic == "aim.realtime.v1"
+    assert list(request.destination_identities) == ["agent-1"]
+    body = json.loads(request.data)
+    assert body["type"] == "input.text"
+    assert body["payload"] == {"text": "hello"}
+    assert body["commandId"] == sent["result"]["interaction"]["commandId"]
+
+
+async def test_pointer_not_requested_is_capability_unavailable(rt_client, livekit):
+    sid, _, _ = await live_session(rt_client, livekit)
+    body = await interact(rt_client, sid, "visual.select", {"targetId": "btn"})
+    assert body["error"]["code"] == -31009
+    assert body["error"]["data"][0]["metadata"]["missing"] == "pointer"
+
+
+async def test_camera_request_live_revoke_and_tokens(rt_client, livekit):
+    sid, room, phone = await live_session(rt_client, livekit)
+    granted = await interact(rt_client, sid, "media.request", {"side": "user", "source": "camera"})
+    assert granted["result"]["session"]["media"]["sources"]["user"]["camera"] == "granted"
+    await livekit.wait_for_call("UpdateParticipant")
+    assert list(livekit.permission(room, phone).can_publish_sources) == [
+        api.TrackSource.MICROPHONE,
+        api.TrackSource.CAMERA,
+    ]
+    track = api.TrackInfo(sid="TR_1", source=api.TrackSource.CAMERA)
+    assert await webhook(rt_client, "track_published", room, phone, track=track) == "applied"
+    session = (await call(rt_client, "GetSession", sessionId=sid))["result"]["session"]
+    assert session["media"]["sources"]["user"]["camera"] == "live"
+    await interact(rt_client, sid, "media.revoke", {"side": "user", "source": "camera"})
+    await livekit.wait_for_call("UpdateParticipant", count=2)
+    assert list(livekit.permission(room, phone).can_publish_sources) == [api.TrackSource.MICROPHONE]
+    again = await interact(rt_client, sid, "media.prepare", {"side": "user", "source": "camera"})
+    assert again["error"]["code"] == -31003

@@ -1,0 +1,180 @@
+"""Interactions and user media consent in the pure core (state_machines/interactions.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from state_machines import Accepted, Rejected, RejectReason, SendData, UpdatePermissions
+from state_machines.endpoint import Capabilities
+from state_machines.interactions import Deliver, TrackChanged, UserMedia, decide
+from state_machines.session import (
+    GraceExpired,
+    Join,
+    ParticipantJoined,
+    ParticipantLeft,
+    Provisioned,
+    RegisterEndpoint,
+    Requested,
+    Session,
+    new_session,
+)
+from state_machines.session import decide as decide_session
+
+T0 = "2026-01-01T00:00:00.000Z"
+T1 = "2026-01-01T00:00:01.000Z"
+CAPS = Capabilities(True, True, True, False, ("text",))
+
+
+def run(session: Session, *events: object) -> Session:
+    for event in events:
+        outcome = decide_session(session, event, now=T1)  # type: ignore[arg-type]
+        assert isinstance(outcome, Accepted), outcome
+        session = outcome.state
+    return session
+
+
+def live(*, interactions: tuple[str, ...] = ("text",), agent: bool = True) -> Session:
+    session = new_session(
+        session_id="s1",
+        task_id="t1",
+        context_id="c1",
+        client_session_id="cs1",
+        requested=Requested(("camera", "screen"), (), interactions),
+        required_capabilities=(),
+        transcript="off",
+        now=T0,
+    ).state
+    session = run(
+        session,
+        Provisioned(1),
+        RegisterEndpoint(1, "ep-a", "phone", CAPS, 8),
+        Join(1, "ep-a"),
+        ParticipantJoined(1, "ep-a", False),
+    )
+    return run(session, ParticipantJoined(1, "agent-1", True)) if agent else session
+
+
+def accepted(session: Session, event: object) -> Accepted[Session]:
+    outcome = decide(session, event, now=T1)  # type: ignore[arg-type]
+    assert isinstance(outcome, Accepted), outcome
+    return outcome
+
+
+def refused(session: Session, event: object, reason: RejectReason) -> Rejected:
+    outcome = decide(session, event, now=T1)  # type: ignore[arg-type]
+    assert isinstance(outcome, Rejected), outcome
+    assert outcome.reason is reason
+    return outcome
+
+
+def test_text_goes_to_the_agent_with_command_id_and_epoch() -> None:
+    outcome = accepted(live(), Deliver(1, "cmd-1", "input.text", '{"text":"hi"}'))
+    (effect,) = outcome.effects
+    assert isinstance(effect, SendData)
+    assert effect.destination == ("agent-1",)
+    assert json.loads(effect.body) == {
+        "type": "input.text",
+        "commandId": "cmd-1",
+        "sessionEpoch": 1,
+        "payload": {"text": "hi"},
+    }
+    assert outcome.state.updated_at == T1
+
+
+def test_before_the_agent_joined_the_message_goes_to_the_room() -> None:
+    outcome = accepted(live(agent=False), Deliver(1, "c", "response.interrupt", "{}"))
+    assert outcome.effects[0].destination == ()  # type: ignore[attr-defined]
+
+
+def test_a_class_not_requested_or_not_offered_is_unavailable() -> None:
+    refusal = refused(
+        live(), Deliver(1, "c", "visual.select", "{}"), RejectReason.CAPABILITY_UNAVAILABLE
+    )
+    assert refusal.missing == ("pointer",)
+    no_text = live(interactions=())
+    refused(no_text, Deliver(1, "c", "input.text", "{}"), RejectReason.CAPABILITY_UNAVAILABLE)
+
+
+def test_interactions_need_an_active_endpoint_and_the_current_epoch() -> None:
+    session = live()
+    refused(session, Deliver(2, "c", "input.text", "{}"), RejectReason.STALE_EPOCH)
+    idle = run(live(), ParticipantLeft(1, "ep-a", False), GraceExpired(1, "ep-a"))
+    refused(idle, Deliver(1, "c", "input.text", "{}"), RejectReason.INVALID_STATE)
+
+
+def test_camera_request_grants_and_updates_the_full_permission_set() -> None:
+    outcome = accepted(live(), UserMedia(1, "c", "camera", "request"))
+    assert outcome.state.media.user_camera == "granted"
+    (permission,) = outcome.effects
+    assert permission == UpdatePermissions("aim-s1-e1", "ep-a", True, ("microphone", "camera"))
+
+
+def test_screen_not_offered_by_the_device_is_unavailable() -> None:
+    refusal = refused(
+        live(), UserMedia(1, "c", "screen", "request"), RejectReason.CAPABILITY_UNAVAILABLE
+    )
+    assert refusal.missing == ("screen",)
+
+
+def test_published_track_makes_the_source_live_and_revoke_removes_the_permission() -> None:
+    session = accepted(live(), UserMedia(1, "c", "camera", "request")).state
+    prepared = accepted(session, UserMedia(1, "c2", "camera", "prepare"))
+    assert prepared.effects == ()  # the permission does not change
+    live_now = accepted(prepared.state, TrackChanged(1, "ep-a", "camera", True)).state
+    assert live_now.media.user_camera == "live"
+    stopped = accepted(live_now, TrackChanged(1, "ep-a", "camera", False)).state
+    assert stopped.media.user_camera == "stopped"
+    revoked = accepted(stopped, UserMedia(1, "c3", "camera", "revoke"))
+    assert revoked.state.media.user_camera == "revoked"
+    assert revoked.effects == ()  # stopped already dropped camera from the permission
+
+
+def test_revoking_a_live_source_removes_it_live() -> None:
+    session = accepted(live(), UserMedia(1, "c", "camera", "request")).state
+    session = accepted(session, TrackChanged(1, "ep-a", "camera", True)).state
+    revoked = accepted(session, UserMedia(1, "c2", "camera", "revoke"))
+    assert revoked.effects == (UpdatePermissions("aim-s1-e1", "ep-a", True, ("microphone",)),)
+
+
+def test_a_media_step_out_of_order_is_invalid() -> None:
+    refusal = refused(live(), UserMedia(1, "c", "camera", "prepare"), RejectReason.INVALID_STATE)
+    assert refusal.state == "off"
+    assert refusal.current_epoch == 1
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        TrackChanged(1, "ep-other", "camera", True),
+        TrackChanged(2, "ep-a", "camera", True),
+        TrackChanged(1, "ep-a", "microphone", True),
+    ],
+)
+def test_tracks_of_others_other_epochs_or_audio_are_fenced(event: TrackChanged) -> None:
+    refused(live(), event, RejectReason.INVALID_STATE)
+
+
+def test_a_track_out_of_order_is_invalid() -> None:
+    refused(live(), TrackChanged(1, "ep-a", "camera", False), RejectReason.INVALID_STATE)
+
+
+def test_media_without_an_active_endpoint_record_changes_no_permission() -> None:
+    session = accepted(live(), UserMedia(1, "c", "camera", "request")).state
+    orphan = session.__class__(
+        **{**{f: getattr(session, f) for f in session.__struct_fields__}, "endpoints": ()}
+    )
+    outcome = accepted(orphan, TrackChanged(1, "ep-a", "camera", True))
+    assert outcome.effects == ()
+
+
+def test_a_grace_timer_of_an_earlier_drop_is_stale() -> None:
+    session = run(live(), ParticipantLeft(1, "ep-a", False))
+    first_drop = session.disconnects
+    session = run(session, ParticipantJoined(1, "ep-a", False), ParticipantLeft(1, "ep-a", False))
+    stale = decide_session(session, GraceExpired(1, "ep-a", first_drop), now=T1)
+    assert isinstance(stale, Rejected)
+    current = decide_session(session, GraceExpired(1, "ep-a", session.disconnects), now=T1)
+    assert isinstance(current, Accepted)
+    assert current.state.state == "ready"
