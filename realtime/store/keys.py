@@ -17,6 +17,9 @@ PREFIX: Final = "aim"
 # uuid5 namespace for the task → tag derivation; changing it orphans every stored task
 _TAG_NAMESPACE: Final = uuid.UUID("5b0b8a5e-3f1c-4d7e-9a57-0d4c7f9e2a61")
 
+# ListTasks considers at most this many of a principal's tasks, newest status first
+LIST_LIMIT: Final = 1000
+
 # idempotency keys outlive the task they point at by a day, so a late retry still replays
 IDEMPOTENCY_GRACE_S: Final = 24 * 3600
 

@@ -204,7 +204,8 @@ class RedisStore:
         index = keys.owner_tasks_key(owner)
         async with translated_errors():
             await self.client.zremrangebyscore(index, "-inf", f"({newer_than_ms}")
-            ids: Sequence[bytes] = await self.client.zrange(index, 0, -1)
+            # the newest LIST_LIMIT by status time: bounds the memory and time of one ListTasks
+            ids: Sequence[bytes] = await self.client.zrevrange(index, 0, keys.LIST_LIMIT - 1)
             if not ids:
                 return []
             pipe = self.client.pipeline(transaction=False)
