@@ -73,6 +73,26 @@ def meter_provider_from_env(environ: Mapping[str, str]) -> MeterProvider | None:
     return MeterProvider(metric_readers=[reader], resource=Resource.create())
 
 
+EVENT_TRANSITION: Final = "aim.session.transition"
+
+
+def note_transition(
+    session_id: str, epoch: int, command_id: str | None, from_state: str | None, to_state: str
+) -> None:
+    """A span event on the current span (the call's, or the worker's) for a committed change."""
+    span = trace.get_current_span()
+    attributes: dict[str, str | int] = {
+        ATTR_SESSION_ID: session_id,
+        ATTR_SESSION_EPOCH: epoch,
+        "aim.session.from": from_state or "",
+        "aim.session.to": to_state,
+    }
+    if command_id:
+        attributes[ATTR_COMMAND_ID] = command_id
+    span.set_attribute(ATTR_SESSION_ID, session_id)
+    span.add_event(EVENT_TRANSITION, attributes)
+
+
 class Metrics:
     """The service's counters (profile §13); no-ops when no meter provider is configured."""
 

@@ -24,6 +24,7 @@ from realtime.errors import RpcError
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, PendingEffect, SessionRecord, TaskRecord
 from realtime.store.redis_store import Loaded, SessionStore
+from realtime.telemetry import note_transition
 from state_machines import (
     Accepted,
     Effect,
@@ -389,6 +390,9 @@ class Engine:
             assert committed.outcome is not None  # noqa: S101
             assert command is not None  # noqa: S101
             return Applied(old, loaded.version, self.replay(committed.outcome, command), None)
+        note_transition(
+            session_id, new.epoch, command.command_id if command else None, old.state, new.state
+        )
         if new.state in machine.TERMINAL_STATES and old.state not in machine.TERMINAL_STATES:
             await self.sessions.forget_live(loaded.record.owner, [session_id])
         if pending and self.on_effects is not None:

@@ -67,3 +67,27 @@ async def test_spans_never_carry_tokens_or_message_text(client, span_exporter):
             assert forbidden not in values
             assert forbidden not in events
             assert forbidden not in span.name
+
+
+async def test_committed_transitions_are_span_events_with_session_ids(rt_client, span_exporter):
+    from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
+
+    task = (await create_session(rt_client))["result"]["task"]
+    sid = session_of(task)["sessionId"]
+    endpoint = (await register(rt_client, sid, 1, "phone"))["result"]["endpoint"]["endpointId"]
+    command_id = new_id()
+    await call(
+        rt_client,
+        "JoinSession",
+        sessionId=sid,
+        sessionEpoch=1,
+        endpointId=endpoint,
+        commandId=command_id,
+    )
+    join = [s for s in server_spans(span_exporter) if s.name == "aim.realtime.JoinSession"][-1]
+    assert join.attributes["aim.session.id"] == sid
+    (event,) = [e for e in join.events if e.name == "aim.session.transition"]
+    assert event.attributes["aim.session.from"] == "ready"
+    assert event.attributes["aim.session.to"] == "joining"
+    assert event.attributes["aim.command.id"] == command_id
+    assert event.attributes["aim.session.epoch"] == 1
