@@ -87,7 +87,7 @@ async def interact(client, sid, kind, payload, epoch=1):
 
 
 async def test_text_is_delivered_to_the_agent_as_a_reliable_data_message(rt_client, livekit):
-    sid, room, _ = await live_session(rt_client, livekit)
+    sid, _, _ = await live_session(rt_client, livekit)
     sent = await interact(rt_client, sid, "input.text", {"text": "hello"})
     assert sent["result"]["interaction"]["type"] == "input.text"
     call_ = await livekit.wait_for_call("SendData")

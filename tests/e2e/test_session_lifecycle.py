@@ -1,0 +1,287 @@
+"""Journeys of a realtime session through webhooks and durable timers (profile §5, §6, §11).
+
+Apps here run with short timers (grace, idle and max duration of seconds); the worker loop fires
+due timers every 0.25 s. Waits poll GetSession with a deadline instead of sleeping a fixed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+from livekit.api import TokenVerifier
+
+from realtime.store import keys
+from realtime.store.redis_store import RedisStore, SessionStore
+from state_machines.session import MAX_REBINDS
+from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, error_info, rpc
+from tests.e2e.realtime_helpers import create_session, new_id, register, session_of
+from tests.e2e.test_webhooks import (
+    active_session,
+    deliver,
+    get,
+    join,
+    room,
+    service,
+    snapshot,
+    wait_until,
+    webhook,
+)
+
+pytestmark = pytest.mark.e2e
+
+AGENT = "aim-realtime-agent"
+
+
+def in_state(state: str):
+    return lambda session: session["state"] == state
+
+
+async def task_state(client: httpx.AsyncClient, task_id: str) -> str:
+    state: str = (await rpc(client, "GetTask", {"id": task_id}))["result"]["status"]["state"]
+    return state
+
+
+async def state_path(store: RedisStore, session_id: str) -> list[str]:
+    """The states the session went through, from its event stream (repeats collapsed)."""
+    path: list[str] = []
+    for _, fields in await store.client.xrange(keys.events_key(session_id)):
+        target = msgspec.json.decode(fields[b"e"]).get("to")
+        if target is not None and (not path or path[-1] != target):
+            path.append(target)
+    return path
+
+
+async def pending_timers(store: RedisStore, session_id: str, kind: str) -> list[str]:
+    members = await store.client.zrange(keys.timers_due_key(), 0, -1)
+    prefix = f"{session_id}|{kind}|"
+    return [m.decode() for m in members if m.decode().startswith(prefix)]
+
+
+async def wait_for_timers_to_fire(store: RedisStore, session_id: str, kind: str) -> None:
+    deadline = time.monotonic() + 5
+    while await pending_timers(store, session_id, kind):
+        assert time.monotonic() < deadline, f"the {kind} timer of {session_id} never fired"
+        await asyncio.sleep(0.05)
+
+
+def delete_room_calls(livekit: Any, name: str) -> list[Any]:
+    return [c for c in livekit.calls_to("DeleteRoom") if c.request.room == name]
+
+
+# --- disconnect, grace, idle ---------------------------------------------------------------------
+
+
+async def test_a_device_that_does_not_come_back_ends_the_session_by_idle_timeout(
+    livekit, store, tracer_provider
+):
+    timers = {"reconnect_grace_s": 1, "idle_timeout_s": 1, "max_session_s": 60}
+    async with service(livekit, store, tracer_provider, **timers) as client:
+        session_id, endpoint = await active_session(client)
+        task_id = (await get(client, session_id))["taskId"]
+
+        left_at = time.monotonic()
+        left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+        assert await deliver(client, left) == "applied"
+        reconnecting = await get(client, session_id)
+        assert reconnecting["state"] == "reconnecting"
+        assert reconnecting["activeEndpointId"] == endpoint
+
+        ready = await wait_until(client, session_id, in_state("ready"))
+        ready_at = time.monotonic()
+        assert ready_at - left_at >= 0.9, "the grace period ended early"
+        assert "activeEndpointId" not in ready
+        assert [e["state"] for e in ready["endpoints"]] == ["disconnected"]
+        assert ready["sessionEpoch"] == 1
+        assert await task_state(client, task_id) == "TASK_STATE_WORKING"
+
+        ended = await wait_until(client, session_id, in_state("ended"))
+        assert time.monotonic() - ready_at >= 0.9, "the idle timeout fired early"
+        assert ended["endReason"] == "idle_timeout"
+        assert "endedAt" in ended
+        assert [e["state"] for e in ended["endpoints"]] == ["removed"]
+        assert await task_state(client, task_id) == "TASK_STATE_COMPLETED"
+        assert len(delete_room_calls(livekit, room(session_id))) == 1
+        assert room(session_id) not in livekit.rooms
+        assert await state_path(store, session_id) == [
+            "provisioning", "ready", "joining", "active", "reconnecting", "ready", "ending",
+            "ended",
+        ]  # fmt: skip
+
+
+async def test_a_device_that_rejoins_inside_the_grace_keeps_the_session(
+    livekit, store, tracer_provider
+):
+    timers = {"reconnect_grace_s": 1, "idle_timeout_s": 1, "max_session_s": 60}
+    async with service(livekit, store, tracer_provider, **timers) as client:
+        session_id, endpoint = await active_session(client)
+        left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+        assert await deliver(client, left) == "applied"
+        assert await pending_timers(store, session_id, "grace")
+        back = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+        assert await deliver(client, back) == "applied"
+        rejoined = await snapshot(client, session_id)
+        assert rejoined["state"] == "active"
+        assert rejoined["activeEndpointId"] == endpoint
+        assert [e["state"] for e in rejoined["endpoints"]] == ["connected"]
+
+        await wait_for_timers_to_fire(store, session_id, "grace")
+        await asyncio.sleep(0.3)  # one more worker tick: no idle timer may fire either
+        assert await snapshot(client, session_id) == rejoined
+
+
+async def test_every_disconnect_gets_a_full_grace_period(livekit, store, tracer_provider):
+    """A device that drops, comes back and drops again has the whole grace the second time."""
+    timers = {"reconnect_grace_s": 2, "idle_timeout_s": 30, "max_session_s": 60}
+    async with service(livekit, store, tracer_provider, **timers) as client:
+        session_id, endpoint = await active_session(client)
+        left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+        assert await deliver(client, left) == "applied"
+        back = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+        assert await deliver(client, back) == "applied"
+        await asyncio.sleep(1.2)  # the scenario: the second drop comes late in the first grace
+        second_left_at = time.monotonic()
+        again = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+        assert await deliver(client, again) == "applied"
+        await wait_until(client, session_id, in_state("ready"))
+        assert time.monotonic() - second_left_at >= 1.9, "the second grace period ended early"
+
+
+# --- rebinds -------------------------------------------------------------------------------------
+
+
+async def test_a_lost_room_is_rebound_at_the_next_epoch(rt_client, livekit):
+    session_id, endpoint = await active_session(rt_client)
+    task_id = (await get(rt_client, session_id))["taskId"]
+    assert await deliver(rt_client, webhook("room_finished", room(session_id))) == "applied"
+    rebound = await get(rt_client, session_id)
+    assert rebound["sessionEpoch"] == 2
+    assert rebound["state"] in ("provisioning", "ready")
+    assert rebound["media"]["room"] == room(session_id, 2)
+
+    ready = await wait_until(rt_client, session_id, in_state("ready"))
+    assert "activeEndpointId" not in ready
+    assert [e["state"] for e in ready["endpoints"]] == ["registered"]  # back to re-join
+    assert ready["agent"]["state"] in ("dispatching", "dispatched")
+    assert [c.request.name for c in livekit.calls_to("CreateRoom")][-1] == room(session_id, 2)
+    assert [d.agent_name for d in livekit.dispatches_in(room(session_id, 2), AGENT)] == [AGENT]
+    assert await task_state(rt_client, task_id) == "TASK_STATE_WORKING"
+
+    for stale in (
+        await join(rt_client, session_id, endpoint, 1),
+        await register(rt_client, session_id, 1, "phone"),
+    ):
+        assert stale["error"]["code"] == -31002
+        info = error_info(stale)["metadata"]
+        assert (info["reason"], info["currentEpoch"], info["state"]) == ("rebound", "2", "ready")
+
+    before = await snapshot(rt_client, session_id)
+    late = webhook("participant_left", room(session_id, 1), identity=endpoint, epoch=1)
+    assert await deliver(rt_client, late) == "ignored"
+    assert await deliver(rt_client, webhook("room_finished", room(session_id, 1))) == "ignored"
+    assert await snapshot(rt_client, session_id) == before
+
+    joined = await join(rt_client, session_id, endpoint, 2)
+    media = joined["result"]["media"]
+    claims = TokenVerifier(LIVEKIT_KEY, LIVEKIT_SECRET).verify(media["token"])
+    assert (claims.video.room, media["room"]) == (room(session_id, 2), room(session_id, 2))
+    assert '"sessionEpoch":2' in claims.metadata.replace(" ", "")
+    connected = webhook("participant_joined", room(session_id, 2), identity=endpoint, epoch=2)
+    assert await deliver(rt_client, connected) == "applied"
+    assert (await get(rt_client, session_id))["state"] == "active"
+
+
+async def test_a_room_lost_again_and_again_fails_the_session(rt_client, livekit):
+    session_id, endpoint = await active_session(rt_client)
+    task_id = (await get(rt_client, session_id))["taskId"]
+    for epoch in range(1, MAX_REBINDS + 1):
+        assert await deliver(rt_client, webhook("room_finished", room(session_id, epoch))) == (
+            "applied"
+        )
+        session = await wait_until(rt_client, session_id, in_state("ready"))
+        assert session["sessionEpoch"] == epoch + 1
+    last = MAX_REBINDS + 1
+    assert await deliver(rt_client, webhook("room_finished", room(session_id, last))) == "applied"
+    failed = await get(rt_client, session_id)
+    assert failed["state"] == "failed"
+    assert failed["sessionEpoch"] == last
+    assert failed["endReason"] == "room_lost"
+    assert [e["state"] for e in failed["endpoints"]] == ["removed"]
+    assert await task_state(rt_client, task_id) == "TASK_STATE_FAILED"
+    for epoch in range(1, last + 1):  # exactly one dispatch per room, never a second
+        assert len(livekit.dispatches_in(room(session_id, epoch), AGENT)) <= 1
+    assert len(livekit.calls_to("CreateDispatch")) == last
+
+    # over for good: webhooks and commands change nothing
+    before = await snapshot(rt_client, session_id)
+    assert await deliver(rt_client, webhook("room_finished", room(session_id, last))) == "ignored"
+    again = webhook("participant_joined", room(session_id, last), identity=endpoint, epoch=last)
+    assert await deliver(rt_client, again) == "ignored"
+    refused = await join(rt_client, session_id, endpoint, last)
+    assert refused["error"]["code"] == -31003
+    assert await snapshot(rt_client, session_id) == before
+
+
+# --- maximum duration, provisioning timeout ------------------------------------------------------
+
+
+async def test_a_session_ends_at_its_maximum_duration(livekit, store, tracer_provider):
+    timers = {"reconnect_grace_s": 30, "idle_timeout_s": 30, "max_session_s": 3}
+    async with service(livekit, store, tracer_provider, **timers) as client:
+        started = time.monotonic()
+        session_id, _ = await active_session(client)
+        task_id = (await get(client, session_id))["taskId"]
+        assert (await get(client, session_id))["state"] == "active"
+        ended = await wait_until(client, session_id, in_state("ended"), within=8)
+        assert time.monotonic() - started >= 2.9, "the maximum duration fired early"
+        assert ended["endReason"] == "max_duration"
+        assert await task_state(client, task_id) == "TASK_STATE_COMPLETED"
+        assert len(delete_room_calls(livekit, room(session_id))) == 1
+        assert await state_path(store, session_id) == [
+            "provisioning", "ready", "joining", "active", "ending", "ended"
+        ]  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_provisioning_that_never_finishes_fails_after_15_s(livekit, rt_client, store):
+    await livekit.set_down(True)
+    started = time.monotonic()
+    created = await create_session(rt_client, returnImmediately=True)
+    task = created["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_WORKING"
+    meta = session_of(task)
+    assert meta["sessionState"] == "provisioning"
+    session_id = meta["sessionId"]
+    failed = await wait_until(rt_client, session_id, in_state("failed"), within=25)
+    assert time.monotonic() - started >= 14.5, "the provisioning timeout fired early"
+    assert failed["endReason"] == "provisioning_timeout"
+    assert await task_state(rt_client, task["id"]) == "TASK_STATE_FAILED"
+
+    # LiveKit comes back: the failed session's queued provisioning is dropped, not carried out
+    await livekit.set_down(False)
+    outbox = SessionStore(store)
+    deadline = time.monotonic() + 30  # the next retry may be one full backoff (16 s) away
+    while await outbox.pending(session_id):
+        assert time.monotonic() < deadline, "the failed session's outbox was never emptied"
+        await asyncio.sleep(0.2)
+    assert livekit.calls_to("CreateRoom", code="ok") == []
+    assert livekit.calls_to("CreateDispatch", code="ok") == []
+    assert room(session_id) not in livekit.rooms
+
+
+async def test_ending_a_provisioning_session_needs_no_timeout(livekit, rt_client):
+    """The companion of the slow test: EndSession during provisioning is immediate."""
+    await livekit.set_down(True)
+    created = await create_session(rt_client, returnImmediately=True)
+    task = created["result"]["task"]
+    session_id = session_of(task)["sessionId"]
+    ended = await rpc(rt_client, "aim.realtime.EndSession",
+                      {"sessionId": session_id, "commandId": new_id(), "reason": "gave up"},
+                      realtime=True)  # fmt: skip
+    assert ended["result"]["session"]["state"] == "ending"
+    assert await task_state(rt_client, task["id"]) == "TASK_STATE_COMPLETED"
+    await livekit.set_down(False)

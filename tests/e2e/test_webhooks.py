@@ -1,0 +1,663 @@
+"""LiveKit webhooks over HTTP (profile §5, §6, §9; livekit-notes §2).
+
+Every webhook here is signed exactly as LiveKit signs one (`tests.livekit_standin.sign_webhook`:
+protojson body, HS256 JWT with the body's sha256, no Bearer prefix) unless the test forges it. A
+verified webhook always answers 200 with applied | ignored | duplicate; only the session-relevant
+ones move the session. Anything unverified is 401 and changes nothing (the session `version`
+stays put and the event id is not even recorded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from google.protobuf import json_format
+from livekit import api
+
+from realtime.app import create_app
+from realtime.store.redis_store import RedisStore, SessionStore
+from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings, serving
+from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
+from tests.livekit_standin import sign_webhook, webhook_headers
+from tests.tcp_proxy import redis_proxy
+
+pytestmark = pytest.mark.e2e
+
+AGENT_IDENTITY = "agent-AJ_worker-1"
+OTHER_SECRET = "another-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
+_ids = itertools.count(1)
+
+
+# --- building and sending webhooks ---------------------------------------------------------------
+
+
+def event_id() -> str:
+    return f"EV_{next(_ids)}_{new_id()[:8]}"
+
+
+def participant(identity: str, epoch: int | None = None, *, agent: bool = False) -> Any:
+    """A participant as LiveKit reports it: endpoints carry their token's metadata."""
+    return api.ParticipantInfo(
+        sid=f"PA_{identity[:8]}",
+        identity=identity,
+        state=api.ParticipantInfo.ACTIVE,
+        kind=api.ParticipantInfo.Kind.AGENT if agent else api.ParticipantInfo.Kind.STANDARD,
+        metadata="" if epoch is None else json.dumps({"sessionEpoch": epoch}),
+    )
+
+
+def webhook(
+    kind: str,
+    room: str,
+    *,
+    identity: str = "",
+    epoch: int | None = None,
+    agent: bool = False,
+    ev_id: str | None = None,
+) -> Any:
+    """A WebhookEvent of type `kind` in `room`, with the members LiveKit fills for that type."""
+    event = api.WebhookEvent(
+        event=kind, id=ev_id or event_id(), created_at=int(time.time()), room=api.Room(name=room)
+    )
+    if identity:
+        event.participant.CopyFrom(participant(identity, epoch, agent=agent))
+    if kind.startswith("track_"):
+        event.track.CopyFrom(
+            api.TrackInfo(sid="TR_mic", source=api.TrackSource.MICROPHONE, type=api.TrackType.AUDIO)
+        )
+    elif kind.startswith("egress_"):
+        event.egress_info.CopyFrom(api.EgressInfo(egress_id="EG_1", room_name=room))
+    elif kind.startswith("ingress_"):
+        event.ingress_info.CopyFrom(api.IngressInfo(ingress_id="IN_1", room_name=room))
+    elif kind.startswith("agent_job_"):
+        event.job.CopyFrom(api.Job(id="AJ_1", room=api.Room(name=room)))
+    return event
+
+
+def body_of(event: Any) -> str:
+    return json_format.MessageToJson(event, indent=None)
+
+
+def sha256_claim(body: str) -> str:
+    return base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+
+
+async def post_raw(client: httpx.AsyncClient, body: str, authorization: str | None):
+    headers = webhook_headers(authorization or "")
+    if authorization is None:
+        headers.pop("Authorization")
+    return await client.post("/livekit/webhook", content=body.encode(), headers=headers)
+
+
+async def post(
+    client: httpx.AsyncClient, event: Any, key: str = LIVEKIT_KEY, secret: str = LIVEKIT_SECRET
+) -> httpx.Response:
+    body, authorization = sign_webhook(event, key, secret)
+    return await post_raw(client, body, authorization)
+
+
+async def deliver(client: httpx.AsyncClient, event: Any) -> str:
+    """Post a correctly signed webhook; it must be verified (200): its outcome label."""
+    response = await post(client, event)
+    assert response.status_code == 200, response.text
+    status: str = response.json()["status"]
+    assert status in ("applied", "ignored", "duplicate")
+    return status
+
+
+# --- sessions ------------------------------------------------------------------------------------
+
+
+async def get(client: httpx.AsyncClient, session_id: str) -> dict[str, Any]:
+    body = await call(client, "GetSession", sessionId=session_id)
+    assert "result" in body, body
+    found: dict[str, Any] = body["result"]["session"]
+    return found
+
+
+# what a transition can change; runtime counters beside them (e.g. outbox sizes) are left out
+DURABLE = ("version", "state", "sessionEpoch", "updatedAt", "endedAt", "endReason", "media",
+           "agent", "activeEndpointId", "endpoints")  # fmt: skip
+
+
+async def snapshot(client: httpx.AsyncClient, session_id: str) -> dict[str, Any]:
+    """The session's state as transitions see it, to compare before and after a webhook."""
+    session = await get(client, session_id)
+    return {key: session.get(key) for key in DURABLE}
+
+
+async def wait_until(
+    client: httpx.AsyncClient,
+    session_id: str,
+    check: Callable[[dict[str, Any]], bool],
+    within: float = 5.0,
+) -> dict[str, Any]:
+    deadline = time.monotonic() + within
+    while True:
+        session = await get(client, session_id)
+        if check(session):
+            return session
+        assert time.monotonic() < deadline, f"condition not met within {within} s: {session}"
+        await asyncio.sleep(0.05)
+
+
+def room(session_id: str, epoch: int = 1) -> str:
+    return f"aim-{session_id}-e{epoch}"
+
+
+async def ready_session(client: httpx.AsyncClient) -> tuple[str, str]:
+    """(taskId, sessionId) of a new session in `ready`."""
+    task = (await create_session(client))["result"]["task"]
+    meta = session_of(task)
+    assert meta["sessionState"] == "ready"
+    return task["id"], meta["sessionId"]
+
+
+async def join(client: httpx.AsyncClient, session_id: str, endpoint_id: str, epoch: int) -> Any:
+    return await call(client, "JoinSession", sessionId=session_id, sessionEpoch=epoch,
+                      endpointId=endpoint_id, commandId=new_id())  # fmt: skip
+
+
+async def joining_session(client: httpx.AsyncClient, key: str = "phone") -> tuple[str, str]:
+    """(sessionId, endpointId) of a session whose endpoint has JoinSession'ed (`joining`)."""
+    _, session_id = await ready_session(client)
+    endpoint = (await register(client, session_id, 1, key))["result"]["endpoint"]["endpointId"]
+    joined = await join(client, session_id, endpoint, 1)
+    assert joined["result"]["session"]["state"] == "joining"
+    return session_id, endpoint
+
+
+async def active_session(client: httpx.AsyncClient) -> tuple[str, str]:
+    """(sessionId, endpointId) of a session whose endpoint is in the room (`active`)."""
+    session_id, endpoint = await joining_session(client)
+    event = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+    assert await deliver(client, event) == "applied"
+    assert (await get(client, session_id))["state"] == "active"
+    return session_id, endpoint
+
+
+@contextlib.asynccontextmanager
+async def service(
+    livekit: Any, store: RedisStore, tracer_provider: Any, **overrides: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(
+        livekit_settings(livekit, **overrides), store=store, tracer_provider=tracer_provider
+    )
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        yield http
+
+
+# --- every event type ----------------------------------------------------------------------------
+
+NOT_FOLLOWED = (
+    "room_started",
+    "track_published",
+    "track_unpublished",
+    "egress_started",
+    "egress_updated",
+    "egress_ended",
+    "ingress_started",
+    "ingress_ended",
+    "agent_job_started",
+    "agent_job_ended",
+)
+
+
+@pytest.mark.parametrize("kind", NOT_FOLLOWED)
+async def test_verified_events_sessions_do_not_follow_answer_200_and_change_nothing(
+    rt_client, kind
+):
+    session_id, endpoint = await active_session(rt_client)
+    before = await snapshot(rt_client, session_id)
+    identity = endpoint if kind.startswith("track_") else ""
+    event = webhook(kind, room(session_id), identity=identity, epoch=1 if identity else None)
+    status = await deliver(rt_client, event)
+    # track events drive the camera/screen sources (§9); a microphone track is not one of them
+    assert status == "ignored" or kind.startswith("track_")
+    assert await snapshot(rt_client, session_id) == before
+
+
+async def test_participant_joined_of_the_active_endpoint_makes_the_session_active(rt_client):
+    session_id, endpoint = await joining_session(rt_client)
+    event = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+    assert await deliver(rt_client, event) == "applied"
+    session = await get(rt_client, session_id)
+    assert session["state"] == "active"
+    assert session["activeEndpointId"] == endpoint
+    assert [e["state"] for e in session["endpoints"]] == ["connected"]
+
+
+@pytest.mark.parametrize("kind", ["participant_left", "participant_connection_aborted"])
+async def test_the_active_endpoint_leaving_makes_the_session_reconnect(rt_client, kind):
+    session_id, endpoint = await active_session(rt_client)
+    event = webhook(kind, room(session_id), identity=endpoint, epoch=1)
+    assert await deliver(rt_client, event) == "applied"
+    session = await get(rt_client, session_id)
+    assert session["state"] == "reconnecting"
+    assert session["activeEndpointId"] == endpoint
+    assert [e["state"] for e in session["endpoints"]] == ["disconnected"]
+    assert session["sessionEpoch"] == 1
+
+
+async def test_room_finished_for_the_current_room_rebinds(rt_client, livekit):
+    session_id, _ = await active_session(rt_client)
+    assert await deliver(rt_client, webhook("room_finished", room(session_id))) == "applied"
+    session = await wait_until(rt_client, session_id, lambda s: s["state"] == "ready")
+    assert session["sessionEpoch"] == 2
+    assert session["media"]["room"] == room(session_id, 2)
+    assert room(session_id, 2) in livekit.rooms
+
+
+async def test_events_for_rooms_that_are_not_ours_are_ignored(rt_client):
+    session_id, endpoint = await active_session(rt_client)
+    before = await snapshot(rt_client, session_id)
+    strangers = [
+        webhook("participant_left", "somebody-elses-room", identity=endpoint, epoch=1),
+        webhook("room_finished", "aim-not-a-session-e1"),
+        webhook("room_finished", room(new_id())),  # well-formed, but no such session
+        webhook("participant_left", room(new_id()), identity=endpoint, epoch=1),
+        webhook("egress_ended", ""),  # egress events may carry no room at all
+    ]
+    for event in strangers:
+        assert await deliver(rt_client, event) == "ignored"
+    assert await snapshot(rt_client, session_id) == before
+
+
+# --- signatures ----------------------------------------------------------------------------------
+
+
+def forged(kind: str, body: str, other_body: str) -> tuple[str, str | None]:
+    """(body sent, Authorization sent) for each way a webhook can fail verification."""
+    good = api.AccessToken(LIVEKIT_KEY, LIVEKIT_SECRET).with_sha256(sha256_claim(body))
+    now = int(time.time())
+    if kind == "wrong secret":
+        return body, api.AccessToken(LIVEKIT_KEY, OTHER_SECRET).with_sha256(
+            sha256_claim(body)
+        ).to_jwt()
+    if kind == "wrong key":
+        return body, api.AccessToken("lk-other-key", LIVEKIT_SECRET).with_sha256(
+            sha256_claim(body)
+        ).to_jwt()
+    if kind == "signature of another body":
+        return other_body, good.to_jwt()
+    if kind == "expired":
+        return body, good.with_ttl(timedelta(seconds=-120)).to_jwt()
+    if kind == "expired (pyjwt)":
+        claims = {"iss": LIVEKIT_KEY, "sub": "", "nbf": now - 400, "exp": now - 100,
+                  "sha256": sha256_claim(body)}  # fmt: skip
+        return body, jwt.encode(claims, LIVEKIT_SECRET, algorithm="HS256")
+    if kind == "not valid yet":
+        claims = {"iss": LIVEKIT_KEY, "sub": "", "nbf": now + 300, "exp": now + 600,
+                  "sha256": sha256_claim(body)}  # fmt: skip
+        return body, jwt.encode(claims, LIVEKIT_SECRET, algorithm="HS256")
+    if kind == "no sha256 claim":
+        return body, api.AccessToken(LIVEKIT_KEY, LIVEKIT_SECRET).to_jwt()
+    if kind == "no exp":
+        claims = {"iss": LIVEKIT_KEY, "sub": "", "nbf": now, "sha256": sha256_claim(body)}
+        return body, jwt.encode(claims, LIVEKIT_SECRET, algorithm="HS256")
+    if kind == "HS512":
+        claims = {"iss": LIVEKIT_KEY, "sub": "", "nbf": now, "exp": now + 300,
+                  "sha256": sha256_claim(body)}  # fmt: skip
+        return body, jwt.encode(claims, LIVEKIT_SECRET + "-longer-for-hs512", algorithm="HS512")
+    if kind == "re-serialised body":
+        return json.dumps(json.loads(body), indent=2), good.to_jwt()
+    if kind == "missing Authorization":
+        return body, None
+    if kind == "empty Authorization":
+        return body, ""
+    if kind == "Bearer prefix":
+        return body, "Bearer " + good.to_jwt()
+    raise AssertionError(kind)
+
+
+FORGERIES = (
+    "wrong secret",
+    "wrong key",
+    "signature of another body",
+    "expired",
+    "expired (pyjwt)",
+    "not valid yet",
+    "no sha256 claim",
+    "no exp",
+    "HS512",
+    "re-serialised body",
+    "missing Authorization",
+    "empty Authorization",
+    "Bearer prefix",
+)
+
+
+@pytest.mark.parametrize("kind", FORGERIES)
+async def test_unverified_webhooks_are_401_and_change_nothing(rt_client, kind):
+    session_id, endpoint = await active_session(rt_client)
+    before = await snapshot(rt_client, session_id)
+    ev_id = event_id()
+    harmful = webhook("participant_left", room(session_id), identity=endpoint, epoch=1, ev_id=ev_id)
+    other = webhook("room_finished", room(session_id))
+    body, authorization = forged(kind, body_of(harmful), body_of(other))
+    response = await post_raw(rt_client, body, authorization)
+    assert response.status_code == 401, response.text
+    assert "error" in response.json()
+    assert await snapshot(rt_client, session_id) == before
+    # the refused delivery recorded nothing: the genuine event with that id still applies
+    assert await deliver(rt_client, harmful) == "applied"
+    assert (await get(rt_client, session_id))["state"] == "reconnecting"
+
+
+async def test_a_token_expired_within_livekits_60_s_leeway_is_accepted(rt_client):
+    session_id, endpoint = await active_session(rt_client)
+    body = body_of(webhook("participant_left", room(session_id), identity=endpoint, epoch=1))
+    token = api.AccessToken(LIVEKIT_KEY, LIVEKIT_SECRET).with_sha256(sha256_claim(body))
+    response = await post_raw(rt_client, body, token.with_ttl(timedelta(seconds=-20)).to_jwt())
+    assert response.status_code == 200
+    assert response.json() == {"status": "applied"}
+
+
+async def test_every_configured_webhook_key_is_accepted(livekit, store, tracer_provider):
+    key2, secret2 = "lk-second-key", "lk-second-secret-0123456789-abcdefghijklmnop"
+    keys = ((LIVEKIT_KEY, LIVEKIT_SECRET), (key2, secret2))
+    async with service(livekit, store, tracer_provider, livekit_webhook_keys=keys) as client:
+        session_id, endpoint = await joining_session(client)
+        joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+        response = await post(client, joined, key2, secret2)
+        assert (response.status_code, response.json()) == (200, {"status": "applied"})
+        assert (await get(client, session_id))["state"] == "active"
+        left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+        response = await post(client, left, LIVEKIT_KEY, LIVEKIT_SECRET)
+        assert (response.status_code, response.json()) == (200, {"status": "applied"})
+        before = await snapshot(client, session_id)
+        assert before["state"] == "reconnecting"
+        for key, secret in (("lk-third-key", secret2), (key2, LIVEKIT_SECRET)):
+            again = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+            assert (await post(client, again, key, secret)).status_code == 401
+        assert await snapshot(client, session_id) == before
+
+
+async def test_without_webhook_keys_every_webhook_is_refused(livekit, store, tracer_provider):
+    async with service(livekit, store, tracer_provider, livekit_webhook_keys=()) as client:
+        session_id, endpoint = await joining_session(client)
+        joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+        assert (await post(client, joined)).status_code == 401
+        assert (await get(client, session_id))["state"] == "joining"
+
+
+# --- duplicates ----------------------------------------------------------------------------------
+
+
+async def test_a_repeated_event_id_is_a_duplicate_and_applies_once(rt_client):
+    session_id, endpoint = await active_session(rt_client)
+    ev_id = event_id()
+    left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1, ev_id=ev_id)
+    assert await deliver(rt_client, left) == "applied"
+    after_first = await snapshot(rt_client, session_id)
+    assert after_first["state"] == "reconnecting"
+    assert await deliver(rt_client, left) == "duplicate"
+    # another body under a seen id is not news either: it causes no second transition
+    rejoin = webhook(
+        "participant_joined", room(session_id), identity=endpoint, epoch=1, ev_id=ev_id
+    )
+    assert await deliver(rt_client, rejoin) in ("duplicate", "ignored")
+    assert await snapshot(rt_client, session_id) == after_first
+    fresh = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+    assert await deliver(rt_client, fresh) == "applied"
+    assert (await get(rt_client, session_id))["state"] == "active"
+
+
+async def test_concurrent_deliveries_of_one_event_apply_once(rt_client):
+    session_id, endpoint = await joining_session(rt_client)
+    before = await snapshot(rt_client, session_id)
+    joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+    statuses = await asyncio.gather(*(deliver(rt_client, joined) for _ in range(8)))
+    assert sorted(statuses) == ["applied"] + ["duplicate"] * 7
+    after = await get(rt_client, session_id)
+    assert after["state"] == "active"
+    assert after["version"] == before["version"] + 1
+
+
+# --- fencing, order ------------------------------------------------------------------------------
+
+
+async def test_events_of_an_older_room_after_a_rebind_are_ignored(rt_client):
+    session_id, endpoint = await active_session(rt_client)
+    assert await deliver(rt_client, webhook("room_finished", room(session_id))) == "applied"
+    await wait_until(rt_client, session_id, lambda s: s["state"] == "ready")
+    joined = await join(rt_client, session_id, endpoint, 2)
+    assert joined["result"]["media"]["room"] == room(session_id, 2)
+    before = await snapshot(rt_client, session_id)
+    assert before["state"] == "joining"
+    old = room(session_id, 1)
+    late = [
+        webhook("participant_joined", old, identity=endpoint, epoch=1),
+        webhook("participant_left", old, identity=endpoint, epoch=1),
+        webhook("participant_connection_aborted", old, identity=endpoint, epoch=1),
+        webhook("participant_joined", old, identity=endpoint),  # no metadata: the room's epoch
+        webhook("participant_joined", old, identity=AGENT_IDENTITY, agent=True),
+        webhook("participant_left", old, identity=AGENT_IDENTITY, agent=True),
+        webhook("room_finished", old),
+    ]
+    for event in late:
+        assert await deliver(rt_client, event) == "ignored", event.event
+    assert await snapshot(rt_client, session_id) == before
+    current = webhook("participant_joined", room(session_id, 2), identity=endpoint, epoch=2)
+    assert await deliver(rt_client, current) == "applied"
+    assert (await get(rt_client, session_id))["state"] == "active"
+
+
+async def test_events_of_an_endpoint_superseded_by_a_handoff_are_ignored(rt_client, livekit):
+    session_id, phone = await active_session(rt_client)
+    laptop = (await register(rt_client, session_id, 1, "laptop"))["result"]["endpoint"]
+    laptop_id = laptop["endpointId"]
+    handoff = await join(rt_client, session_id, laptop_id, 1)
+    assert handoff["result"]["session"]["sessionEpoch"] == 2
+    assert handoff["result"]["media"]["room"] == room(session_id)  # a handoff keeps the room
+    before = await snapshot(rt_client, session_id)
+    assert before["state"] == "joining"
+    # the phone's leave (its token says epoch 1) arrives after the handoff: fenced
+    phone_left = webhook("participant_left", room(session_id), identity=phone, epoch=1)
+    assert await deliver(rt_client, phone_left) == "ignored"
+    assert await snapshot(rt_client, session_id) == before
+    # an endpoint's token epoch the server never issued is not believed either
+    ahead = webhook("participant_joined", room(session_id), identity=laptop_id, epoch=3)
+    assert await deliver(rt_client, ahead) == "ignored"
+    assert await snapshot(rt_client, session_id) == before
+    laptop_joined = webhook("participant_joined", room(session_id), identity=laptop_id, epoch=2)
+    assert await deliver(rt_client, laptop_joined) == "applied"
+    session = await get(rt_client, session_id)
+    assert session["state"] == "active"
+    assert {e["endpointId"]: e["state"] for e in session["endpoints"]} == {
+        phone: "superseded",
+        laptop_id: "connected",
+    }
+
+
+async def test_a_superseded_endpoint_rejoining_with_its_old_token_is_removed(rt_client, livekit):
+    session_id, phone = await active_session(rt_client)
+    laptop_id = (await register(rt_client, session_id, 1, "laptop"))["result"]["endpoint"][
+        "endpointId"
+    ]
+    await join(rt_client, session_id, laptop_id, 1)
+    await livekit.wait_for_call("RemoveParticipant")  # the handoff removes the phone once
+    removals = len(livekit.calls_to("RemoveParticipant"))
+    laptop_joined = webhook("participant_joined", room(session_id), identity=laptop_id, epoch=2)
+    assert await deliver(rt_client, laptop_joined) == "applied"
+    before = await snapshot(rt_client, session_id)
+
+    # the phone still holds its (unrevocable) epoch-1 token and connects again
+    livekit.add_participant(room(session_id), phone, metadata=json.dumps({"sessionEpoch": 1}))
+    rejoined = webhook("participant_joined", room(session_id), identity=phone, epoch=1)
+    assert await deliver(rt_client, rejoined) == "applied"
+    removal = await livekit.wait_for_call("RemoveParticipant", count=removals + 1)
+    assert (removal.request.room, removal.request.identity) == (room(session_id), phone)
+    assert removal.code == "ok"
+    assert livekit.participant(room(session_id), phone) is None
+    after = await get(rt_client, session_id)
+    assert (after["state"], after["sessionEpoch"]) == ("active", 2)
+    assert after["activeEndpointId"] == laptop_id
+    assert {e["endpointId"]: e["state"] for e in after["endpoints"]} == {
+        e["endpointId"]: e["state"] for e in before["endpoints"]
+    }
+
+
+async def test_participant_left_before_its_joined_corrupts_nothing(rt_client):
+    session_id, endpoint = await joining_session(rt_client)
+    before = await snapshot(rt_client, session_id)
+    left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+    aborted = webhook(
+        "participant_connection_aborted", room(session_id), identity=endpoint, epoch=1
+    )
+    assert await deliver(rt_client, left) == "ignored"
+    assert await deliver(rt_client, aborted) == "ignored"
+    assert await snapshot(rt_client, session_id) == before
+    joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+    assert await deliver(rt_client, joined) == "applied"
+    session = await get(rt_client, session_id)
+    assert session["state"] == "active"
+    assert [e["state"] for e in session["endpoints"]] == ["connected"]
+    # and the next leave is the real one
+    real = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+    assert await deliver(rt_client, real) == "applied"
+    assert (await get(rt_client, session_id))["state"] == "reconnecting"
+
+
+async def test_participants_the_session_does_not_await_are_ignored(rt_client):
+    _, session_id = await ready_session(rt_client)
+    registered = (await register(rt_client, session_id, 1, "tablet"))["result"]["endpoint"]
+    before = await snapshot(rt_client, session_id)
+    strangers = [
+        webhook("participant_joined", room(session_id), identity="not-an-endpoint", epoch=1),
+        webhook("participant_left", room(session_id), identity="not-an-endpoint", epoch=1),
+        # registered but never joined: its participant_joined is not awaited in `ready`
+        webhook("participant_joined", room(session_id), identity=registered["endpointId"], epoch=1),
+        webhook("participant_left", room(session_id), identity=registered["endpointId"], epoch=1),
+    ]
+    for event in strangers:
+        assert await deliver(rt_client, event) == "ignored"
+    assert await snapshot(rt_client, session_id) == before
+
+
+# --- the agent -----------------------------------------------------------------------------------
+
+
+async def test_agent_presence_is_reported_but_does_not_drive_the_session(rt_client):
+    _, session_id = await ready_session(rt_client)
+    session = await get(rt_client, session_id)
+    assert session["agent"]["state"] in ("dispatching", "dispatched")
+    joined = webhook("participant_joined", room(session_id), identity=AGENT_IDENTITY, agent=True)
+    assert await deliver(rt_client, joined) == "applied"
+    session = await get(rt_client, session_id)
+    assert session["agent"] == {"state": "joined", "identity": AGENT_IDENTITY}
+    assert session["state"] == "ready"
+    assert session["endpoints"] == []
+
+    endpoint = (await register(rt_client, session_id, 1, "phone"))["result"]["endpoint"]
+    await join(rt_client, session_id, endpoint["endpointId"], 1)
+    me = webhook("participant_joined", room(session_id), identity=endpoint["endpointId"], epoch=1)
+    assert await deliver(rt_client, me) == "applied"
+    left = webhook("participant_left", room(session_id), identity=AGENT_IDENTITY, agent=True)
+    assert await deliver(rt_client, left) == "applied"
+    session = await get(rt_client, session_id)
+    assert session["agent"]["state"] == "left"
+    assert session["state"] == "active"
+    assert session["sessionEpoch"] == 1
+    back = webhook("participant_joined", room(session_id), identity=AGENT_IDENTITY, agent=True)
+    assert await deliver(rt_client, back) == "applied"
+    session = await get(rt_client, session_id)
+    assert session["agent"] == {"state": "joined", "identity": AGENT_IDENTITY}
+    assert session["state"] == "active"
+
+
+async def test_the_agent_is_known_by_its_kind_not_by_its_identity(rt_client):
+    session_id, endpoint = await joining_session(rt_client)
+    # a standard participant that merely looks like an agent is a stranger
+    impostor = webhook("participant_joined", room(session_id), identity=AGENT_IDENTITY)
+    assert await deliver(rt_client, impostor) == "ignored"
+    assert (await get(rt_client, session_id))["agent"]["state"] != "joined"
+    # and an agent never takes the endpoint's place, even with the endpoint's identity
+    agent = webhook("participant_joined", room(session_id), identity=endpoint, agent=True)
+    assert await deliver(rt_client, agent) == "applied"
+    session = await get(rt_client, session_id)
+    assert session["state"] == "joining"
+    assert [e["state"] for e in session["endpoints"]] == ["joining"]
+
+
+# --- Redis unavailable ---------------------------------------------------------------------------
+
+
+async def test_webhooks_answer_503_when_redis_is_unreachable(livekit, tracer_provider):
+    dead = RedisStore.from_url("redis://127.0.0.1:1/0", pool_size=4)
+    try:
+        async with service(livekit, dead, tracer_provider) as client:
+            session_id = new_id()
+            joined = webhook("participant_joined", room(session_id), identity="ep", epoch=1)
+            response = await post(client, joined)
+            assert response.status_code == 503, response.text
+            assert "unavailable" in response.json()["error"]
+            # a forged one is still refused first: verification needs no Redis
+            forged_response = await post(client, joined, secret=OTHER_SECRET)
+            assert forged_response.status_code == 401
+            # and events for rooms that are not ours need no Redis either
+            foreign = webhook("room_finished", "not-ours")
+            assert (await post(client, foreign)).json() == {"status": "ignored"}
+    finally:
+        await dead.aclose()
+
+
+@pytest.mark.redis
+async def test_a_503_records_nothing_so_livekits_retry_applies(
+    redis_url, store, livekit, tracer_provider
+):
+    if redis_url is None:
+        pytest.skip("needs a real Redis (the embedded store has no socket to cut)")
+    async with redis_proxy(redis_url) as (proxy, url):
+        proxied = RedisStore.from_url(url, pool_size=8)
+        try:
+            async with service(livekit, proxied, tracer_provider) as client:
+                session_id, endpoint = await joining_session(client)
+                joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+                proxy.refuse()
+                assert (await post(client, joined)).status_code == 503
+                proxy.restore()
+                # LiveKit retries the same event (same id): it is news, not a duplicate
+                response = await post(client, joined)
+                assert (response.status_code, response.json()) == (200, {"status": "applied"})
+                assert (await get(client, session_id))["state"] == "active"
+        finally:
+            await proxied.aclose()
+
+
+@pytest.mark.redis
+async def test_redis_lost_during_the_commit_answers_503_and_the_retry_applies(
+    redis_url, store, livekit, tracer_provider
+):
+    if redis_url is None:
+        pytest.skip("needs a real Redis (the embedded store has no socket to cut)")
+    async with redis_proxy(redis_url) as (proxy, url):
+        proxied = RedisStore.from_url(url, pool_size=8)
+        try:
+            async with service(livekit, proxied, tracer_provider) as client:
+                session_id, endpoint = await joining_session(client)
+                joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+                # Redis goes away exactly when the session's commit is sent: nothing is applied,
+                # and the event id must not stay recorded either
+                commit = b"$7\r\nEVALSHA\r\n$40\r\n" + SessionStore(proxied)._commit.sha.encode()
+                tripped = proxy.arm(commit, forward=False, refuse=True)
+                assert (await post(client, joined)).status_code == 503
+                assert tripped.is_set()
+                proxy.restore()
+                response = await post(client, joined)  # LiveKit's retry
+                assert (response.status_code, response.json()) == (200, {"status": "applied"})
+                assert (await get(client, session_id))["state"] == "active"
+        finally:
+            await proxied.aclose()

@@ -1,0 +1,367 @@
+"""Random interleavings of webhooks, timers and commands against `state_machines.session.decide`.
+
+LiveKit delivers webhooks late, twice, out of order or not at all; timers are never cancelled and
+fire after the session moved on; clients retry with stale epochs. Whatever the order, the session
+machine must keep its invariants after every step and never raise. Steps are symbolic ("the active
+endpoint", "a stale epoch") and resolved against the session as it is when they arrive, so the
+runs reach handoffs, reconnects and rebinds instead of being rejected at the door.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from state_machines import Accepted, Rejected, RejectReason
+from state_machines.effects import CreateRoom, DeleteRoom, DispatchAgent, RemoveParticipant
+from state_machines.endpoint import Capabilities
+from state_machines.session import (
+    MAX_REBINDS,
+    TERMINAL_STATES,
+    Cancel,
+    End,
+    GraceExpired,
+    IdleTimeout,
+    Join,
+    MaxDuration,
+    ParticipantJoined,
+    ParticipantLeft,
+    Provisioned,
+    ProvisioningFailed,
+    ProvisioningTimeout,
+    RegisterEndpoint,
+    Requested,
+    RoomDeleted,
+    RoomLost,
+    Session,
+    SessionEvent,
+    decide,
+    derive_task_state,
+    new_session,
+    room_name,
+)
+
+SID = "0b5e8c1e-6a1f-4a57-9a55-6f2d0f4a9c11"
+T0 = "2025-01-01T00:00:00Z"
+CAPS = Capabilities(
+    audio_input=True, audio_output=True, camera=False, screen=False, interactions=("text",)
+)
+AGENT = "agent-AJ_1"
+OVER = ("ending", "ended", "failed")
+# the state of the active endpoint each session state implies (None: there is no active one)
+ACTIVE_ENDPOINT_STATE = {
+    "provisioning": None,
+    "ready": None,
+    "joining": "joining",
+    "active": "connected",
+    "reconnecting": "disconnected",
+}
+
+# --- symbolic steps ------------------------------------------------------------------------------
+
+# the current epoch and the active endpoint are the likelier cases, as in real traffic
+WHO = st.sampled_from(("active", "active", "superseded", "registered", "unknown", "agent"))
+EPOCH = st.sampled_from(("current", "current", "current", "room", "stale", "ahead"))
+KEY = st.sampled_from(("a", "b", "c"))
+# events that end the session are rarer, so runs get deep (handoffs, reconnects, rebinds)
+ENDINGS = st.sampled_from(("end", "cancel", "max_duration", "idle_timeout"))
+
+STEPS = st.one_of(
+    st.tuples(st.just("participant_joined"), WHO, EPOCH),
+    st.tuples(st.just("participant_joined"), WHO, EPOCH),
+    st.tuples(st.just("participant_left"), WHO, EPOCH),
+    st.tuples(st.just("room_finished"), st.sampled_from(("current", "old", "foreign"))),
+    # a grace timer names the drop that armed it (-1: an older timer that names none)
+    st.tuples(st.just("grace_expired"), WHO, EPOCH, st.sampled_from(("this", "earlier", "none"))),
+    st.tuples(st.sampled_from(("provisioned", "room_deleted")), EPOCH),
+    st.tuples(st.sampled_from(("provisioning_timeout", "provisioning_failed")), EPOCH),
+    st.tuples(st.just("register"), KEY, EPOCH, st.sampled_from((2, 8))),
+    st.tuples(st.just("join"), st.sampled_from(("a", "b", "c", "active", "superseded")), EPOCH),
+    st.tuples(st.just("join"), st.sampled_from(("a", "b", "c", "active", "superseded")), EPOCH),
+    st.tuples(ENDINGS),
+)
+
+
+def epoch_of(session: Session, which: str) -> int:
+    return {
+        "current": session.epoch,
+        "room": session.room_epoch,
+        "stale": session.epoch - 1,
+        "ahead": session.epoch + 1,
+    }[which]
+
+
+def identity_of(session: Session, who: str) -> str:
+    """An endpoint id (or the agent's identity) playing the role `who` in `session`."""
+
+    def first(*states: str) -> str | None:
+        return next((e.endpoint_id for e in session.endpoints if e.state in states), None)
+
+    if who == "active":
+        return session.active_endpoint_id or "ep-a"
+    if who == "superseded":
+        return first("superseded") or "ep-b"
+    if who == "registered":
+        return first("registered") or "ep-c"
+    if who == "agent":
+        return AGENT
+    if who in ("a", "b", "c"):
+        return f"ep-{who}"
+    return "ep-stranger"
+
+
+def event_of(session: Session, step: tuple[Any, ...]) -> SessionEvent:
+    """The concrete event `step` means for `session` as it is now."""
+    kind, *args = step
+    if kind in ("participant_joined", "participant_left"):
+        who, which = args
+        agent = who == "agent"
+        # the agent belongs to a room's epoch, an endpoint to its token's
+        epoch = epoch_of(session, "room" if agent and which == "current" else which)
+        cls = ParticipantJoined if kind == "participant_joined" else ParticipantLeft
+        return cls(epoch, identity_of(session, who), agent)
+    if kind == "room_finished":
+        which = args[0]
+        if which == "current":
+            return RoomLost(session.room)
+        if which == "old":
+            return RoomLost(room_name(SID, max(1, session.room_epoch - 1)))
+        return RoomLost("somebody-elses-room")
+    if kind == "grace_expired":
+        who, which, drop = args
+        disconnect = {"this": session.disconnects, "earlier": session.disconnects - 1}.get(drop, -1)
+        return GraceExpired(epoch_of(session, which), identity_of(session, who), disconnect)
+    if kind == "idle_timeout":
+        return IdleTimeout()
+    if kind == "max_duration":
+        return MaxDuration()
+    if kind in ("provisioning_timeout", "provisioned", "room_deleted"):
+        which = "room" if args[0] == "current" else args[0]
+        cls = {
+            "provisioning_timeout": ProvisioningTimeout,
+            "provisioned": Provisioned,
+            "room_deleted": RoomDeleted,
+        }[kind]
+        return cls(epoch_of(session, which))
+    if kind == "provisioning_failed":
+        which = "room" if args[0] == "current" else args[0]
+        return ProvisioningFailed(epoch_of(session, which), "create_room failed")
+    if kind == "register":
+        key, which, limit = args
+        return RegisterEndpoint(epoch_of(session, which), f"ep-{key}", key, CAPS, limit)
+    if kind == "join":
+        who, which = args
+        return Join(epoch_of(session, which), identity_of(session, who))
+    if kind == "end":
+        return End("bye")
+    return Cancel()
+
+
+# --- starting points -----------------------------------------------------------------------------
+
+
+def fresh() -> Session:
+    created = new_session(
+        session_id=SID,
+        task_id="task-1",
+        context_id="ctx-1",
+        client_session_id="client-1",
+        requested=Requested((), (), ("text",)),
+        required_capabilities=("audio_input", "audio_output"),
+        transcript="off",
+        now=T0,
+    )
+    return created.state
+
+
+ACTIVE_PREFIX: tuple[SessionEvent, ...] = (
+    Provisioned(1),
+    RegisterEndpoint(1, "ep-a", "a", CAPS, 8),
+    Join(1, "ep-a"),
+    ParticipantJoined(1, "ep-a", False),
+)
+PREFIXES: dict[str, tuple[SessionEvent, ...]] = {
+    "provisioning": (),
+    "ready": (Provisioned(1),),
+    "active": ACTIVE_PREFIX,
+    "handed off": (*ACTIVE_PREFIX, RegisterEndpoint(1, "ep-b", "b", CAPS, 8), Join(1, "ep-b")),
+    "rebound": (*ACTIVE_PREFIX, RoomLost(room_name(SID, 1))),
+}
+
+
+def start(name: str) -> Session:
+    session = fresh()
+    for event in PREFIXES[name]:
+        outcome = decide(session, event, now=T0)
+        assert isinstance(outcome, Accepted), (name, event, outcome)
+        session = outcome.state
+    return session
+
+
+# --- invariants ----------------------------------------------------------------------------------
+
+
+def check_session(session: Session) -> None:
+    """What must hold of every session the machine produces."""
+    present = [e.endpoint_id for e in session.endpoints if e.state in ("joining", "connected")]
+    assert len(present) <= 1, present
+    assert all(endpoint_id == session.active_endpoint_id for endpoint_id in present)
+    assert session.task_state == derive_task_state(session)
+    assert session.room == room_name(SID, session.room_epoch)
+    assert 1 <= session.room_epoch <= session.epoch
+    assert [bump.epoch for bump in session.bumps] == list(range(2, session.epoch + 1))
+    assert session.rebinds == sum(bump.reason == "rebound" for bump in session.bumps)
+    assert session.rebinds <= MAX_REBINDS
+    assert session.disconnects >= 0
+    ids = [e.endpoint_id for e in session.endpoints]
+    assert len(ids) == len(set(ids))
+    if session.state in ACTIVE_ENDPOINT_STATE:
+        expected = ACTIVE_ENDPOINT_STATE[session.state]
+        active = next(
+            (e for e in session.endpoints if e.endpoint_id == session.active_endpoint_id), None
+        )
+        if expected is None:
+            assert session.active_endpoint_id is None
+        else:
+            assert active is not None, session.active_endpoint_id
+            assert active.state == expected, (session.state, active.state)
+    if session.state in TERMINAL_STATES:
+        assert session.active_endpoint_id is None
+        assert all(e.state == "removed" for e in session.endpoints)
+        assert session.ended_at is not None
+    if session.state in OVER:
+        assert session.end_reason
+
+
+def must_be_fenced(before: Session, event: SessionEvent) -> bool:
+    """Events that belong to another epoch or room: the machine must refuse them."""
+    match event:
+        case RegisterEndpoint() | Join():
+            return event.epoch != before.epoch
+        case Provisioned() | ProvisioningFailed() | ProvisioningTimeout() | RoomDeleted():
+            return event.epoch != before.room_epoch
+        case ParticipantJoined() | ParticipantLeft() if event.is_agent:
+            return event.epoch != before.room_epoch
+        case ParticipantJoined() | ParticipantLeft():
+            return not before.room_epoch <= event.epoch <= before.epoch
+        case GraceExpired():
+            return event.epoch != before.epoch or event.disconnect not in (-1, before.disconnects)
+        case RoomLost():
+            return event.room != before.room
+    return False
+
+
+def check_step(before: Session, event: SessionEvent, outcome: Accepted[Session] | Rejected) -> None:
+    if isinstance(outcome, Rejected):
+        assert outcome.current_epoch == before.epoch
+        if isinstance(event, RegisterEndpoint | Join) and event.epoch != before.epoch:
+            assert outcome.reason is RejectReason.STALE_EPOCH
+            if event.epoch > before.epoch:
+                assert outcome.epoch_reason == "ahead"
+            else:
+                assert outcome.epoch_reason in ("superseded", "rebound", "ended")
+        return
+    after = outcome.state
+    assert not must_be_fenced(before, event), f"{event} was not fenced in {before.state}"
+    if before.state in TERMINAL_STATES:
+        assert after == before, "a terminal session changed"
+        assert outcome.effects == ()
+    if before.state in OVER:
+        assert after.state in OVER, f"{before.state} went back to {after.state}"
+    assert before.epoch <= after.epoch <= before.epoch + 1
+    assert before.task_version <= after.task_version
+    assert before.disconnects <= after.disconnects <= before.disconnects + 1
+    assert after.task_version - before.task_version == int(after.task_state != before.task_state)
+    if before.task_state != "TASK_STATE_WORKING":
+        assert after.task_state == before.task_state, "a terminal task changed"
+    effects = outcome.effects
+    for effect in effects:
+        if isinstance(effect, RemoveParticipant):
+            assert effect.identity != after.active_endpoint_id
+        if isinstance(effect, CreateRoom | DispatchAgent):
+            assert (effect.room, effect.epoch) == (after.room, after.room_epoch)
+        if isinstance(effect, DeleteRoom):
+            assert after.state == "ending"
+    if after.room != before.room:  # a rebind: a new room for the new epoch, provisioned once
+        assert after.room_epoch == after.epoch == before.epoch + 1
+        assert after.bumps[-1].reason == "rebound"
+        assert sorted(type(e).__name__ for e in effects) == ["CreateRoom", "DispatchAgent"]
+
+
+def run(session: Session, steps: list[tuple[Any, ...]]) -> Session:
+    check_session(session)
+    for index, step in enumerate(steps):
+        event = event_of(session, step)
+        frozen = msgspec.json.encode(session)
+        now = f"2025-01-01T00:{index // 60:02d}:{index % 60:02d}Z"
+        outcome = decide(session, event, now=now)
+        assert msgspec.json.encode(session) == frozen  # decide never touches its input
+        check_step(session, event, outcome)
+        if isinstance(outcome, Accepted):
+            session = outcome.state
+        check_session(session)
+    return session
+
+
+@hypothesis_settings(max_examples=300, derandomize=True, deadline=None, database=None)
+@given(prefix=st.sampled_from(tuple(PREFIXES)), steps=st.lists(STEPS, min_size=5, max_size=60))
+def test_any_interleaving_keeps_the_session_invariants(
+    prefix: str, steps: list[tuple[Any, ...]]
+) -> None:
+    run(start(prefix), steps)
+
+
+# --- a few interleavings spelled out (they also keep the property test honest) -----------------
+
+
+def test_a_left_before_its_joined_is_refused_and_the_joined_still_works() -> None:
+    session = start("handed off")
+    assert session.state == "joining"
+    left_first = [
+        ("participant_left", "active", "current"),
+        ("participant_joined", "active", "current"),
+    ]
+    final = run(session, left_first)
+    assert final.state == "active"
+
+
+def test_a_grace_timer_of_an_earlier_drop_is_refused() -> None:
+    drop = ("participant_left", "active", "current")
+    back = ("participant_joined", "active", "current")
+    session = run(start("active"), [drop, back])
+    first = session.disconnects
+    endpoint = session.active_endpoint_id or ""
+    # back in the room: the first drop's timer finds nothing to expire
+    assert isinstance(
+        decide(session, GraceExpired(session.epoch, endpoint, first), now=T0), Rejected
+    )
+    session = run(session, [drop])
+    assert (session.state, session.disconnects) == ("reconnecting", first + 1)
+    # dropped again: the first drop's timer must not cut the second grace short
+    assert isinstance(
+        decide(session, GraceExpired(session.epoch, endpoint, first), now=T0), Rejected
+    )
+    expired = decide(session, GraceExpired(session.epoch, endpoint, first + 1), now=T0)
+    assert isinstance(expired, Accepted)
+    assert expired.state.state == "ready"
+
+
+def test_repeated_room_loss_ends_in_failed_and_stays_there() -> None:
+    steps = [("room_finished", "current"), ("provisioned", "current")] * (MAX_REBINDS + 1)
+    final = run(start("active"), [*steps, ("participant_joined", "agent", "current"), ("end",)])
+    assert final.state == "failed"
+    assert final.epoch == 1 + MAX_REBINDS
+    assert final.task_state == "TASK_STATE_FAILED"
+
+
+def test_a_superseded_endpoint_that_reconnects_is_removed_and_changes_nothing() -> None:
+    session = run(start("handed off"), [("participant_joined", "active", "current")])
+    assert session.state == "active"
+    old = decide(session, ParticipantJoined(1, "ep-a", False), now=T0)
+    assert isinstance(old, Accepted)
+    assert old.state == session
+    assert old.effects == (RemoveParticipant(session.room, "ep-a"),)
