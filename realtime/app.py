@@ -92,9 +92,12 @@ async def running(
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     """`aim-realtime worker`: effects and timers without HTTP, until `stop` is set."""
     metrics = Metrics(meter_provider_from_env(os.environ))
-    async with running(settings, metrics=metrics):
-        log.info("worker running: retrying effects and firing timers")
-        await stop.wait()
+    try:
+        async with running(settings, metrics=metrics):
+            log.info("worker running: retrying effects and firing timers")
+            await stop.wait()
+    finally:
+        metrics.shutdown()  # flush the last export
 
 
 def create_app(

@@ -81,6 +81,10 @@ def note_transition(
 ) -> None:
     """A span event on the current span (the call's, or the worker's) for a committed change."""
     span = trace.get_current_span()
+    if not span.is_recording():
+        # no tracing, a span sampled out, or the call's span already ended (effect follow-ups
+        # committed in the background after the answer): nothing can be added to it
+        return
     attributes: dict[str, str | int] = {
         ATTR_SESSION_ID: session_id,
         ATTR_SESSION_EPOCH: epoch,
