@@ -140,6 +140,7 @@ def create_app(
         # the JSON-RPC route enforces its own limit so it can answer with a JSON-RPC body
         request_max_body_size=None,
         openapi_config=None,
+        logging_config=None,  # the process's logging (JSON lines from the CLI) stays as it is
     )
     app.state.agent_card = AgentCardBody(build_agent_card(settings))
     return app

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 
 from realtime.settings import Settings, SettingsError
+from realtime.telemetry import JsonLogFormatter
 
 ALL_SCOPES = "a2a.invoke a2a.tasks.read a2a.tasks.cancel"
 
@@ -122,6 +123,18 @@ async def _check_async(settings: Settings) -> int:
         release()
     if settings.livekit_url is None:
         print("livekit: not configured (AIM_LIVEKIT_URL unset); media calls will fail")
+    else:
+        from realtime.effects.livekit import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
+
+        gateway = LiveKitGateway(settings)
+        try:
+            await gateway.ping()
+            print("livekit: reachable, credentials accepted")
+        except (LiveKitUnavailable, LiveKitRejected) as exc:
+            print(f"livekit: NOT READY ({exc})")
+            ok = False
+        finally:
+            await gateway.aclose()
     return 0 if ok else 1
 
 
@@ -132,7 +145,9 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonLogFormatter())
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     parser = argparse.ArgumentParser(prog="aim-realtime")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the HTTP service")

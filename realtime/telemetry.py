@@ -9,6 +9,8 @@ values never hold tokens, JWTs or message text.
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 from collections.abc import Iterator, Mapping
 from typing import Final
 
@@ -71,6 +73,28 @@ def meter_provider_from_env(environ: Mapping[str, str]) -> MeterProvider | None:
 
     reader: MetricReader = PeriodicExportingMetricReader(OTLPMetricExporter())
     return MeterProvider(metric_readers=[reader], resource=Resource.create())
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line, with the trace and span ids of the current span."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        session_id = getattr(record, "session_id", None)
+        if session_id:
+            entry["session_id"] = session_id
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            entry["trace_id"] = format(context.trace_id, "032x")
+            entry["span_id"] = format(context.span_id, "016x")
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
 
 
 EVENT_TRANSITION: Final = "aim.session.transition"

@@ -100,6 +100,10 @@ class LiveKitGateway:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise LiveKitUnavailable(f"LiveKit unreachable: {type(exc).__name__}") from exc
 
+    async def ping(self) -> None:
+        """One cheap authenticated call (ListRooms of no names): reachability and credentials."""
+        await self._call(lambda c: c.room.list_rooms(api.ListRoomsRequest(names=["aim-check"])))
+
     async def create_room(self, room: str, *, metadata: dict[str, Any]) -> None:
         """Create (or, since CreateRoom is an upsert, refresh) the session's room."""
         request = api.CreateRoomRequest(

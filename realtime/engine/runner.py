@@ -139,6 +139,7 @@ class Runner:
             session_id,
             entry.attempts,
             exc,
+            extra={"session_id": session_id},
         )
         await self.sessions.retry_later(session_id, effect_id, entry)
         await self.sessions.schedule(session_id, self.engine.now_ms() + backoff_ms(entry.attempts))

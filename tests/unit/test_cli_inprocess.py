@@ -58,3 +58,40 @@ def test_check_reaches_the_configured_redis(monkeypatch, redis_url, capsys):
     assert "configuration: valid" in out
     assert "redis: reachable" in out
     assert "livekit: not configured" in out
+
+
+async def test_check_reaches_livekit_when_configured(monkeypatch, redis_url, livekit, capsys):
+
+    from realtime.cli import _check_async
+    from tests.conftest import livekit_settings
+
+    if redis_url is None:
+        pytest.skip("no real Redis on this machine")
+    settings = livekit_settings(livekit, redis_url=redis_url)
+    assert await _check_async(settings) == 0
+    assert "livekit: reachable" in capsys.readouterr().out
+    await livekit.set_down(True)
+    assert await _check_async(settings) == 1
+    assert "livekit: NOT READY" in capsys.readouterr().out
+
+
+def test_logs_are_json_lines_with_trace_and_session_ids():
+    import json
+    import logging
+
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from realtime.telemetry import JsonLogFormatter
+
+    formatter = JsonLogFormatter()
+    record = logging.LogRecord(
+        "aim", logging.WARNING, __file__, 1, "effect %s failed", ("X",), None
+    )
+    record.session_id = "s-1"
+    tracer = TracerProvider().get_tracer("test")
+    with tracer.start_as_current_span("call") as span:
+        line = json.loads(formatter.format(record))
+    assert line["message"] == "effect X failed"
+    assert line["level"] == "WARNING"
+    assert line["session_id"] == "s-1"
+    assert line["trace_id"] == format(span.get_span_context().trace_id, "032x")
