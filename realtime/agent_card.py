@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any
+from typing import Any, get_args
 
+from realtime.a2a.params import InteractionType
 from realtime.a2a.types import REALTIME_EXTENSION
 from realtime.rpc.registry import CANCEL, INVOKE, METHODS, READ
 from realtime.settings import Settings
 
-INTERACTION_TYPES = (
-    "input.text",
-    "visual.select",
-    "response.interrupt",
-    "operation.confirm",
-    "operation.cancel",
-    "media.request",
-    "media.decide",
-    "media.prepare",
-    "media.stop",
-    "media.revoke",
-)
+INTERACTION_TYPES = get_args(InteractionType)
 SCHEME = "bearer"
 
 

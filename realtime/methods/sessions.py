@@ -13,7 +13,7 @@ from realtime.a2a import interactions as interaction_payloads
 from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
-from realtime.engine.core import Command, params_digest, task_metadata
+from realtime.engine.core import Command, Render, params_digest, task_metadata
 from realtime.errors import RpcError, task_not_found
 from realtime.methods import tasks
 from realtime.methods.context import Call, Services
@@ -215,6 +215,25 @@ def _command(call: Call[Any], command_id: str) -> Command:
     return Command(call.method, command_id, params_digest(call.method, call.params))
 
 
+async def _run_command(
+    services: Services,
+    call: Call[Any],
+    session_id: str,
+    command_id: str,
+    event: machine.SessionEvent | interactions.InteractionEvent,
+    render: Render,
+) -> msgspec.Raw:
+    """Apply a client command exactly once; its stored result, byte for byte."""
+    applied = await services.engine.execute(
+        session_id,
+        lambda _: event,
+        owner=call.principal.key,
+        command=_command(call, command_id),
+        render=render,
+    )
+    return msgspec.Raw(applied.response or b"null")
+
+
 async def get_session(services: Services, call: Call[p.GetSessionParams]) -> Any:
     loaded = await services.engine.load_own(
         call.params.session_id, call.principal.key, with_outbox=True
@@ -252,14 +271,7 @@ async def register_endpoint(services: Services, call: Call[p.RegisterEndpointPar
             "endpoint": _endpoint(session, endpoint.endpoint_id),
         }
 
-    applied = await services.engine.execute(
-        params.session_id,
-        lambda _: event,
-        owner=call.principal.key,
-        command=_command(call, params.command_id),
-        render=render,
-    )
-    return msgspec.Raw(applied.response or b"null")
+    return await _run_command(services, call, params.session_id, params.command_id, event, render)
 
 
 async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> Any:
@@ -272,14 +284,14 @@ async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> A
             "media": media,
         }
 
-    applied = await services.engine.execute(
+    return await _run_command(
+        services,
+        call,
         params.session_id,
-        lambda _: machine.Join(params.session_epoch, params.endpoint_id),
-        owner=call.principal.key,
-        command=_command(call, params.command_id),
-        render=render,
+        params.command_id,
+        machine.Join(params.session_epoch, params.endpoint_id),
+        render,
     )
-    return msgspec.Raw(applied.response or b"null")
 
 
 async def end_session(services: Services, call: Call[p.EndSessionParams]) -> Any:
@@ -288,14 +300,9 @@ async def end_session(services: Services, call: Call[p.EndSessionParams]) -> Any
     def render(session: Session, version: int, media: Any) -> dict[str, Any]:
         return {"session": _view(services, session, version)}
 
-    applied = await services.engine.execute(
-        params.session_id,
-        lambda _: machine.End(params.reason),
-        owner=call.principal.key,
-        command=_command(call, params.command_id),
-        render=render,
+    return await _run_command(
+        services, call, params.session_id, params.command_id, machine.End(params.reason), render
     )
-    return msgspec.Raw(applied.response or b"null")
 
 
 async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any:
@@ -415,11 +422,4 @@ async def send_interaction(services: Services, call: Call[p.SendInteractionParam
             },
         }
 
-    applied = await services.engine.execute(
-        params.session_id,
-        lambda _: event,
-        owner=call.principal.key,
-        command=_command(call, params.command_id),
-        render=render,
-    )
-    return msgspec.Raw(applied.response or b"null")
+    return await _run_command(services, call, params.session_id, params.command_id, event, render)
