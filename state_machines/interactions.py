@@ -20,7 +20,7 @@ from state_machines import media
 from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import Effect, SendData, UpdatePermissions
 from state_machines.session import stale_epoch
-from state_machines.session_model import Session, by_id, replace
+from state_machines.session_model import Session, by_id, device_sources, replace
 
 DeliveredKind = Literal["input.text", "visual.select", "response.interrupt"]
 MediaAction = Literal["request", "prepare", "stop", "revoke"]
@@ -118,8 +118,14 @@ def _deliver(session: Session, event: Deliver, now: str) -> Accepted[Session] | 
         },
         separators=(",", ":"),
     )
-    destination = (session.agent_identity,) if session.agent_identity else ()
-    effects: tuple[Effect, ...] = (SendData(session.room, destination, body),)
+    if session.agent_identity is None:
+        return Rejected(
+            reason=RejectReason.INVALID_STATE,
+            state=session.state,
+            current_epoch=session.epoch,
+            detail="the agent has not joined the room yet; send it again shortly",
+        )
+    effects: tuple[Effect, ...] = (SendData(session.room, (session.agent_identity,), body),)
     return Accepted(replace(session, updated_at=now), effects)
 
 
@@ -169,9 +175,9 @@ def _with_media(session: Session, sources: media.MediaSources, now: str) -> Acce
     updated = replace(session, media=sources, updated_at=now)
     if endpoint is None:
         return Accepted(updated)
-    audio = endpoint.capabilities.audio_input
-    before = media.publish_sources(session.media, audio_input=audio)
-    after = media.publish_sources(sources, audio_input=audio)
+    caps = endpoint.capabilities
+    before = device_sources(session, caps)
+    after = device_sources(replace(session, media=sources), caps)
     if before == after:
         return Accepted(updated)
     permission = UpdatePermissions(

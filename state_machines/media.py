@@ -104,13 +104,17 @@ def decide(
     return Accepted(sources.with_state(side, source, target))
 
 
-def publish_sources(sources: MediaSources, *, audio_input: bool) -> tuple[str, ...]:
-    """The LiveKit track sources the user's endpoint may publish, in LiveKit's exact names."""
+def publish_sources(
+    sources: MediaSources, *, audio_input: bool, camera: bool = True, screen: bool = True
+) -> tuple[str, ...]:
+    """The LiveKit track sources the user's endpoint may publish, in LiveKit's exact names:
+    what is granted, and only what the device offers (`camera`, `screen`), so a grant given on
+    one device never reaches a device without that source after a handoff."""
     names: list[str] = []
     if audio_input:
         names.append(MICROPHONE)
-    if sources.user_camera in PUBLISHABLE:
+    if camera and sources.user_camera in PUBLISHABLE:
         names.append(CAMERA)
-    if sources.user_screen in PUBLISHABLE:
+    if screen and sources.user_screen in PUBLISHABLE:
         names += [SCREEN_SHARE, SCREEN_SHARE_AUDIO]
     return tuple(names)

@@ -18,7 +18,13 @@ from typing import Final, Literal
 from state_machines import endpoint as endpoints
 from state_machines import task
 from state_machines._base import Accepted, Rejected, RejectReason
-from state_machines.effects import CreateRoom, DispatchAgent, Effect, RemoveParticipant
+from state_machines.effects import (
+    CreateRoom,
+    DispatchAgent,
+    Effect,
+    RemoveParticipant,
+    UpdatePermissions,
+)
 from state_machines.endpoint import Endpoint
 from state_machines.session_events import (
     Cancel,
@@ -59,6 +65,7 @@ from state_machines.session_model import (
     by_id,
     by_key,
     derive_task_state,
+    device_sources,
     end,
     fail,
     finish,
@@ -405,7 +412,13 @@ def _participant_joined(
         return replace(session, agent_state="joined", agent_identity=event.identity), ()
     if _awaits_active(session) and _is_active(session, event.identity, event.epoch):
         connected = moved(session.endpoints, "connected", (event.identity,))
-        return replace(session, state=target, endpoints=connected), ()
+        # the token it joined with may predate a grant or a revoke made while it was away:
+        # the permission it gets now is the one its grants allow
+        caps = next(e.capabilities for e in session.endpoints if e.endpoint_id == event.identity)
+        permission = UpdatePermissions(
+            session.room, event.identity, caps.audio_output, device_sources(session, caps)
+        )
+        return replace(session, state=target, endpoints=connected), (permission,)
     if _is_superseded(session, event.identity):
         # LiveKit cannot revoke a token: a superseded device that re-joins is removed again
         return session, (RemoveParticipant(session.room, event.identity),)

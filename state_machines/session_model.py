@@ -21,7 +21,7 @@ from state_machines.effects import (
     MintJoinToken,
     RemoveParticipant,
 )
-from state_machines.endpoint import Endpoint, EndpointEvent
+from state_machines.endpoint import Capabilities, Endpoint, EndpointEvent
 from state_machines.media import MediaSources, publish_sources
 from state_machines.task import TaskCore, TaskEvent, TaskState
 
@@ -148,6 +148,13 @@ def moved(
     )
 
 
+def device_sources(session: Session, caps: Capabilities) -> tuple[str, ...]:
+    """What a device with `caps` may publish in `session` (its grants, its own sources)."""
+    return publish_sources(
+        session.media, audio_input=caps.audio_input, camera=caps.camera, screen=caps.screen
+    )
+
+
 def join_token(session: Session, joined: Endpoint) -> MintJoinToken:
     """The token for the active endpoint: microphone iff audio input, camera and screen only
     while the user has them granted."""
@@ -157,7 +164,7 @@ def join_token(session: Session, joined: Endpoint) -> MintJoinToken:
         identity=joined.endpoint_id,
         epoch=session.epoch,
         can_subscribe=caps.audio_output,
-        publish_sources=publish_sources(session.media, audio_input=caps.audio_input),
+        publish_sources=device_sources(session, caps),
     )
 
 

@@ -160,7 +160,7 @@ class LiveKitGateway:
             destination_identities=list(destination),
             topic=DATA_TOPIC,
         )
-        await self._call(lambda c: c.room.send_data(request))
+        await self._tolerate_missing(lambda c: c.room.send_data(request))
 
     async def _tolerate_missing(self, call: Callable[[api.LiveKitAPI], Awaitable[Any]]) -> None:
         try:

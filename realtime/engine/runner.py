@@ -51,6 +51,9 @@ def _still_wanted(effect: Effect, session: Session | None) -> bool:
             and session.state not in ("failed", "ended")
             and effect.room == session.room
         )
+    if isinstance(effect, SendData | UpdatePermissions):
+        # meant for a room the session left (rebind) or a session that is over
+        return session is not None and effect.room == session.room and session.state != "ended"
     return True
 
 

@@ -8,6 +8,7 @@ steps leaves nothing a retry of the same message does not repair.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -371,46 +372,46 @@ class SessionStore:
             keys.outbox_key(session_id),
         ]
         if self.cluster:
-            # redis-py's cluster pipeline refuses scripts: the commit goes alone, then the
-            # cross-slot index writes (idempotent, repaired by a retry if they are lost)
+            # redis-py's cluster pipeline refuses scripts: the due entries, the commit, then the
+            # owner index (idempotent; a later commit of the task refreshes it)
             async with translated_errors():
+                await self._arm(session_id, effects, due_ms, timers, self.client)
                 reply = await self._commit(keys=script_keys, args=args)
-                await self._indexes(session_id, record, task, effects, due_ms, timers, self.client)
+                await self.client.zadd(
+                    keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms}
+                )
         else:
             # `async with`: a pipeline with scripts checks them (SCRIPT EXISTS) before the
             # try/finally in which redis-py gives its connection back, so a connection lost right
             # there would leak a pooled connection for good; leaving the block always resets it
             async with self.client.pipeline(transaction=False) as pipe:
+                await self._arm(session_id, effects, due_ms, timers, pipe)
                 await self._commit(keys=script_keys, args=args, client=pipe)
-                await self._indexes(session_id, record, task, effects, due_ms, timers, pipe)
+                pipe.zadd(keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms})
                 async with translated_errors():
-                    reply = (await pipe.execute())[0]
+                    replies = await pipe.execute()
+                reply = replies[-2]
         status, value = _text(reply[0]), reply[1]
         if status == "replay":
             return Committed(status, 0, OUTCOME_DECODER.decode(value))
         return Committed(status, int(value), None)
 
     @staticmethod
-    async def _indexes(
+    async def _arm(
         session_id: str,
-        record: SessionRecord,
-        task: TaskRecord,
         effects: Sequence[tuple[str, PendingEffect]],
         due_ms: int,
         timers: Mapping[str, int] | None,
         target: Any,
     ) -> None:
-        """Cross-slot indexes written beside a commit (idempotent; a stale timer is a no-op)."""
-        writes = []
-        if effects:
-            writes.append(target.zadd(keys.outbox_due_key(), {session_id: due_ms}))
-        if timers:
-            writes.append(target.zadd(keys.timers_due_key(), dict(timers)))
-        writes.append(
-            target.zadd(keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms})
-        )
-        for write in writes:
-            if hasattr(write, "__await__"):
+        """The cross-slot due entries of a commit, written *before* it: if the commit then fails
+        or conflicts they are harmless (an empty outbox is dropped from the index, a stale timer
+        is refused), while a commit whose indexes were lost could never be found again."""
+        for write in (
+            target.zadd(keys.outbox_due_key(), {session_id: due_ms}) if effects else None,
+            target.zadd(keys.timers_due_key(), dict(timers)) if timers else None,
+        ):
+            if write is not None and asyncio.iscoroutine(write):
                 await write
 
     async def pending(self, session_id: str) -> list[tuple[str, PendingEffect]]:

@@ -83,9 +83,29 @@ def test_text_goes_to_the_agent_with_command_id_and_epoch() -> None:
     assert outcome.state.updated_at == T1
 
 
-def test_before_the_agent_joined_the_message_goes_to_the_room() -> None:
-    outcome = accepted(live(agent=False), Deliver(1, "c", "response.interrupt", "{}"))
-    assert outcome.effects[0].destination == ()  # type: ignore[attr-defined]
+def test_before_the_agent_joined_a_message_for_it_is_refused() -> None:
+    refusal = refused(
+        live(agent=False), Deliver(1, "c", "response.interrupt", "{}"), RejectReason.INVALID_STATE
+    )
+    assert "agent has not joined" in refusal.detail
+
+
+def test_a_reconnecting_device_gets_the_permission_its_grants_allow() -> None:
+    session = accepted(live(), UserMedia(1, "c", "camera", "request")).state
+    session = run(session, ParticipantLeft(1, "ep-a", False))
+    revoked = accepted(session, UserMedia(1, "c2", "camera", "revoke")).state
+    back = decide_session(revoked, ParticipantJoined(1, "ep-a", False), now=T1)
+    assert isinstance(back, Accepted)
+    assert back.effects == (UpdatePermissions("aim-s1-e1", "ep-a", True, ("microphone",)),)
+
+
+def test_grants_reach_only_devices_that_offer_the_source() -> None:
+    from state_machines.session_model import device_sources
+
+    session = accepted(live(), UserMedia(1, "c", "camera", "request")).state
+    no_camera = Capabilities(True, True, False, False, ("text",))
+    assert device_sources(session, no_camera) == ("microphone",)
+    assert device_sources(session, CAPS) == ("microphone", "camera")
 
 
 def test_a_class_not_requested_or_not_offered_is_unavailable() -> None:
