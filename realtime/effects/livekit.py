@@ -23,7 +23,8 @@ from realtime.settings import Settings
 
 T = TypeVar("T")
 
-CALL_TIMEOUT_S: Final = 5.0
+# below the 5 s a blocking create waits, so a LiveKit that hangs is reported as unavailable
+CALL_TIMEOUT_S: Final = 4.0
 ROOM_EMPTY_TIMEOUT_S: Final = 300
 ROOM_DEPARTURE_TIMEOUT_S: Final = 20
 ROOM_MAX_PARTICIPANTS: Final = 16  # up to 8 endpoints, the agent, and room for handoffs

@@ -352,3 +352,17 @@ async def test_readyz_follows_redis(redis_link, livekit):
         assert (await client.get("/healthz")).status_code == 200  # the process is alive
         proxy.restore()
         assert (await client.get("/readyz")).status_code == 200
+
+
+async def test_a_hanging_livekit_makes_a_blocking_create_unavailable_within_its_wait(
+    rt_client, livekit
+):
+    """LiveKit that accepts the connection but never answers: the call times out (4 s) inside
+    the create's 5 s wait, so the caller hears -31012 instead of a session stuck provisioning."""
+    livekit.delay(8.0, method="CreateRoom")
+    started = time.monotonic()
+    blocked = await create_session(rt_client)
+    waited = time.monotonic() - started
+    assert blocked["error"]["code"] == -31012
+    assert error_info(blocked)["metadata"]["service"] == "livekit"
+    assert waited < 7.0
