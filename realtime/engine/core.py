@@ -76,6 +76,50 @@ class Applied:
     task: TaskRecord | None  # the task as committed (None for a replay or a no-op)
 
 
+def _outcome(
+    command: Command,
+    session: Session,
+    now_ms: int,
+    result: dict[str, Any],
+    claims: dict[str, Any] | None,
+) -> CommandOutcome:
+    """What is stored for an applied command: its identity, digest and token-free result."""
+    return CommandOutcome(
+        command_id=command.command_id,
+        method=command.method,
+        digest=command.digest,
+        session_epoch=session.epoch,
+        created_at=wire.timestamp(now_ms),
+        result=msgspec.Raw(_ENCODER.encode(result)),
+        token_claims=claims,
+    )
+
+
+def _event(
+    from_state: str | None, session: Session, version: int, now_ms: int, command_id: str | None
+) -> bytes:
+    """One entry of the session's event stream."""
+    entry: dict[str, Any] = {
+        "from": from_state,
+        "to": session.state,
+        "epoch": session.epoch,
+        "version": version,
+        "taskVersion": session.task_version,
+        "at": wire.timestamp(now_ms),
+    }
+    if command_id:
+        entry["commandId"] = command_id
+    return _EVENT_ENCODER.encode(entry)
+
+
+def _pending(version: int, epoch: int, effects: list[Effect]) -> list[tuple[str, PendingEffect]]:
+    """Outbox entries; ids `<version>-<n>` sort in commit order."""
+    return [
+        (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=epoch))
+        for index, effect in enumerate(effects)
+    ]
+
+
 def reject(rejection: Rejected, session: Session) -> RpcError:
     """The one translation from a core rejection to a JSON-RPC error."""
     reason = rejection.reason
@@ -266,23 +310,8 @@ class Engine:
         """Commit a new session (version 0 → 1); False when it already exists."""
         session = decision.state
         now_ms = self.now_ms()
-        pending = [
-            (
-                f"{1:012d}-{index:02d}",
-                PendingEffect(effect=cast(Effect, effect), epoch=session.epoch),
-            )
-            for index, effect in enumerate(decision.effects)
-        ]
-        event = _EVENT_ENCODER.encode(
-            {
-                "from": None,
-                "to": session.state,
-                "epoch": session.epoch,
-                "version": 1,
-                "taskVersion": session.task_version,
-                "at": wire.timestamp(now_ms),
-            }
-        )
+        pending = _pending(1, session.epoch, [cast(Effect, e) for e in decision.effects])
+        event = _event(None, session, 1, now_ms, None)
         committed = await self.sessions.commit(
             session.session_id,
             expected_version=0,
@@ -341,32 +370,11 @@ class Engine:
         outcome_bytes = b""
         outcome: CommandOutcome | None = None
         if command is not None and render is not None:
-            outcome = CommandOutcome(
-                command_id=command.command_id,
-                method=command.method,
-                digest=command.digest,
-                session_epoch=new.epoch,
-                created_at=wire.timestamp(now_ms),
-                result=msgspec.Raw(_ENCODER.encode(render(new, version, media))),
-                token_claims=claims,
-            )
+            outcome = _outcome(command, new, now_ms, render(new, version, media), claims)
             outcome_bytes = _ENCODER.encode(outcome)
         task = self._task_for(loaded, new, now_ms)
-        event = _EVENT_ENCODER.encode(
-            {
-                "from": old.state,
-                "to": new.state,
-                "epoch": new.epoch,
-                "version": version,
-                "taskVersion": new.task_version,
-                "at": wire.timestamp(now_ms),
-                **({"commandId": command.command_id} if command else {}),
-            }
-        )
-        pending = [
-            (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=new.epoch))
-            for index, effect in enumerate(effects)
-        ]
+        event = _event(old.state, new, version, now_ms, command.command_id if command else None)
+        pending = _pending(version, new.epoch, effects)
         committed = await self.sessions.commit(
             session_id,
             expected_version=loaded.version,
@@ -406,14 +414,7 @@ class Engine:
         """Store the outcome of a command that applied as a no-op; None on a version conflict."""
         assert loaded.record is not None  # noqa: S101 - checked by the caller
         session = loaded.record.session
-        outcome = CommandOutcome(
-            command_id=command.command_id,
-            method=command.method,
-            digest=command.digest,
-            session_epoch=session.epoch,
-            created_at=wire.timestamp(now_ms),
-            result=msgspec.Raw(_ENCODER.encode(render(session, loaded.version, None))),
-        )
+        outcome = _outcome(command, session, now_ms, render(session, loaded.version, None), None)
         kept = await self.sessions.remember(
             session_id,
             expected_version=loaded.version,
