@@ -25,6 +25,8 @@ from pathlib import Path
 import aiohttp
 import redis
 
+from realtime.store.server import PrivateRedis
+
 SECRET = "bench-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 
@@ -81,23 +83,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="aim-bench-"))
-    sock = workdir / "redis.sock"
-    redis_proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            "0",
-            "--unixsocket",
-            str(sock),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
+    redis_server = PrivateRedis(workdir / "redis", appendonly=False)
+    sock = redis_server.socket
     port = free_port()
     env = {
         **os.environ,
@@ -164,8 +151,7 @@ def main() -> int:
     finally:
         service.terminate()
         service.wait(10)
-        redis_proc.terminate()
-        redis_proc.wait(10)
+        redis_server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 

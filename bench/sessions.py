@@ -34,6 +34,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from realtime.auth import mint_dev_token
+from realtime.store.server import PrivateRedis
 from tests.livekit_standin import running_standin
 
 SECRET = "bench-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
@@ -152,24 +153,8 @@ async def main_async(args: argparse.Namespace) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     round_trips = RoundTrips()
     workdir = Path(tempfile.mkdtemp(prefix="aim-bench-"))
-    sock = workdir / "redis.sock"
-    redis_proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            "0",
-            "--unixsocket",
-            str(sock),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    time.sleep(0.3)
+    redis_server = PrivateRedis(workdir / "redis", appendonly=False)
+    sock = redis_server.socket
     port = free_port()
     async with running_standin(LK_KEY, LK_SECRET) as livekit:
         settings = Settings.from_env(
@@ -286,8 +271,7 @@ async def main_async(args: argparse.Namespace) -> None:
         finally:
             server.should_exit = True
             await serving
-            redis_proc.terminate()
-            redis_proc.wait(10)
+            redis_server.stop()
             shutil.rmtree(workdir, ignore_errors=True)
 
 
