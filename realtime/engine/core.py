@@ -96,9 +96,15 @@ def _outcome(
 
 
 def _event(
-    from_state: str | None, session: Session, version: int, now_ms: int, command_id: str | None
+    from_state: str | None,
+    session: Session,
+    version: int,
+    now_ms: int,
+    command_id: str | None,
+    status: wire.TaskStatus,
 ) -> bytes:
-    """One entry of the session's event stream."""
+    """One entry of the session's event stream; `status` is the task's status as committed, so
+    a subscriber renders the statusUpdate of any past event from the entry alone."""
     entry: dict[str, Any] = {
         "from": from_state,
         "to": session.state,
@@ -106,6 +112,7 @@ def _event(
         "version": version,
         "taskVersion": session.task_version,
         "at": wire.timestamp(now_ms),
+        "status": status,
     }
     if command_id:
         entry["commandId"] = command_id
@@ -311,7 +318,7 @@ class Engine:
         session = decision.state
         now_ms = self.now_ms()
         pending = _pending(1, session.epoch, [cast(Effect, e) for e in decision.effects])
-        event = _event(None, session, 1, now_ms, None)
+        event = _event(None, session, 1, now_ms, None, task.task.status)
         committed = await self.sessions.commit(
             session.session_id,
             expected_version=0,
@@ -373,7 +380,14 @@ class Engine:
             outcome = _outcome(command, new, now_ms, render(new, version, media), claims)
             outcome_bytes = _ENCODER.encode(outcome)
         task = self._task_for(loaded, new, now_ms)
-        event = _event(old.state, new, version, now_ms, command.command_id if command else None)
+        event = _event(
+            old.state,
+            new,
+            version,
+            now_ms,
+            command.command_id if command else None,
+            task.task.status,
+        )
         pending = _pending(version, new.epoch, effects)
         committed = await self.sessions.commit(
             session_id,
