@@ -24,6 +24,7 @@ class RejectReason(StrEnum):
     REQUIREMENT_MISMATCH = "requirement_mismatch"
     CAPABILITY_UNAVAILABLE = "capability_unavailable"
     ENDPOINT_NOT_FOUND = "endpoint_not_found"
+    OPERATION_NOT_FOUND = "operation_not_found"
     LIMIT_EXCEEDED = "limit_exceeded"
 
 
@@ -39,7 +40,8 @@ class Rejected(msgspec.Struct, frozen=True):
 
     The defaulted fields carry the `data` of specific errors: `current_epoch` and `epoch_reason`
     (superseded | rebound | ended | ahead) for STALE_EPOCH, `missing` for REQUIREMENT_MISMATCH /
-    CAPABILITY_UNAVAILABLE, `limit` (the name of the limit) for LIMIT_EXCEEDED.
+    CAPABILITY_UNAVAILABLE, `limit` (the name of the limit) for LIMIT_EXCEEDED,
+    `current_version` (the task's) for VERSION_MISMATCH.
     """
 
     reason: RejectReason
@@ -50,3 +52,4 @@ class Rejected(msgspec.Struct, frozen=True):
     epoch_reason: str = ""
     missing: tuple[str, ...] = ()
     limit: str = ""
+    current_version: int = 0

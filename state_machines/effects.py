@@ -7,7 +7,7 @@ names: an unknown name silently allows nothing (realtime-profile §9).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
 import msgspec
 
@@ -73,6 +73,16 @@ class SendData(msgspec.Struct, frozen=True, tag=True):
     body: str
 
 
+class AppendHistory(msgspec.Struct, frozen=True, tag=True):
+    """Append a message to the task history in the same commit (never an outbox entry):
+    `role` user or agent, `parts_json` the message's A2A parts as JSON. The shell skips a
+    `message_id` the history already holds, so appending is idempotent."""
+
+    message_id: str
+    role: Literal["user", "agent"]
+    parts_json: str
+
+
 Effect = (
     CreateRoom
     | DispatchAgent
@@ -81,4 +91,5 @@ Effect = (
     | UpdatePermissions
     | MintJoinToken
     | SendData
+    | AppendHistory
 )

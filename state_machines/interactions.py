@@ -1,12 +1,16 @@
-"""What a user does inside a live session (profile §7): messages for the agent and consent to
-user media. Track webhooks move a granted source to `live` and back to `stopped`.
+"""What a user does inside a live session (profile §7, §8): messages for the agent, consent to
+media, and the answers to the agent's requests (operations). Track webhooks move a granted source
+to `live` and back to `stopped`.
 
 Invariants:
 - only the active endpoint of a live session past provisioning can interact (else invalid state);
-- a class (text, pointer) must be both requested by the session and offered by the endpoint, a
-  user source both requested and offered (else capability unavailable, naming what is missing);
+- a class (text, pointer, confirmation) must be both requested by the session and offered by the
+  endpoint, a source requested (and for the user's side offered), else capability unavailable;
 - the endpoint's publish permission always equals what its grants allow: every change to a user
-  source that changes `publish_sources` carries an UpdatePermissions with the full set.
+  source that changes `publish_sources` carries an UpdatePermissions with the full set;
+- an operation is resolved once: SendInteraction, ContinueTask and the expiry timer all go
+  through `Resolve`, so whichever commits first wins and the others meet a resolved operation;
+- the agent hears of every resolution of an operation (one `operation.update` data message).
 """
 
 from __future__ import annotations
@@ -17,13 +21,24 @@ from typing import Final, Literal
 import msgspec
 
 from state_machines import media
+from state_machines import operation as operations
 from state_machines._base import Accepted, Rejected, RejectReason
-from state_machines.effects import Effect, SendData, UpdatePermissions
+from state_machines.effects import AppendHistory, Effect, SendData, UpdatePermissions
+from state_machines.operation import Operation
 from state_machines.session import stale_epoch
-from state_machines.session_model import Session, by_id, device_sources, replace
+from state_machines.session_model import (
+    Session,
+    by_id,
+    device_sources,
+    replace,
+    settle_task,
+)
+from state_machines.task import INPUT_REQUIRED
 
 DeliveredKind = Literal["input.text", "visual.select", "response.interrupt"]
 MediaAction = Literal["request", "prepare", "stop", "revoke"]
+Decision = Literal["confirm", "deny", "allow", "cancel", "expire"]
+ResolvedVia = Literal["interaction", "continue", "timer"]
 
 # the interaction class a delivered kind needs (None: always allowed)
 CLASS_OF: Final[dict[str, str | None]] = {
@@ -31,7 +46,12 @@ CLASS_OF: Final[dict[str, str | None]] = {
     "visual.select": "pointer",
     "response.interrupt": None,
 }
+CONFIRMATION: Final = "confirmation"
+# a session keeps at most this many operations (resolved ones included, for GetOperation)
+MAX_OPERATIONS: Final = 100
 INTERACTIVE_STATES: Final = ("joining", "active", "reconnecting")
+# live past provisioning: the agent may ask, and ContinueTask or a timer may answer
+ANSWERABLE_STATES: Final = ("ready", *INTERACTIVE_STATES)
 TRACK_SOURCES: Final[dict[str, media.MediaSource]] = {
     "camera": "camera",
     "screen_share": "screen",
@@ -56,28 +76,65 @@ class UserMedia(msgspec.Struct, frozen=True, tag=True):
     action: MediaAction
 
 
+class AgentMedia(msgspec.Struct, frozen=True, tag=True):
+    """media.request / prepare / stop / revoke for a source of the agent's side. A request
+    opens operation `operation_id` (running: the agent answers with UpdateOperation)."""
+
+    epoch: int
+    command_id: str
+    source: media.MediaSource
+    action: MediaAction
+    operation_id: str
+
+
+class Resolve(msgspec.Struct, frozen=True, tag=True):
+    """An answer to an operation: operation.confirm / operation.cancel / media.decide
+    (`via` interaction, naming `operation_id`), ContinueTask (`via` continue, naming the
+    requirement, with the task version the client saw) or the requirement's expiry timer."""
+
+    command_id: str
+    decision: Decision
+    via: ResolvedVia
+    epoch: int = 0
+    operation_id: str | None = None
+    requirement_id: str | None = None
+    action_digest: str | None = None
+    expected_version: int | None = None
+    history: AppendHistory | None = None
+
+
 class TrackChanged(msgspec.Struct, frozen=True, tag=True):
-    """Webhook track_published / track_unpublished (LiveKit source name)."""
+    """Webhook track_published / track_unpublished (LiveKit source name); `is_agent` when the
+    participant is the agent (its epoch is then the room's)."""
 
     epoch: int
     identity: str
     source: str
     published: bool
+    is_agent: bool = False
 
 
-InteractionEvent = Deliver | UserMedia | TrackChanged
+InteractionEvent = Deliver | UserMedia | AgentMedia | Resolve | TrackChanged
 
 
 def decide(session: Session, event: InteractionEvent, *, now: str) -> Accepted[Session] | Rejected:
-    """Apply an interaction or a track change to `session`."""
+    """Apply an interaction, an answer to an operation or a track change to `session`."""
     if isinstance(event, TrackChanged):
         return _track(session, event, now)
+    if isinstance(event, Resolve) and event.via != "interaction":
+        return _resolve(session, event, now)
     refused = stale_epoch(session, event.epoch) or _not_interactive(session)
     if refused is not None:
         return refused
-    if isinstance(event, Deliver):
-        return _deliver(session, event, now)
-    return _user_media(session, event, now)
+    match event:
+        case Deliver():
+            return _deliver(session, event, now)
+        case UserMedia():
+            return _user_media(session, event, now)
+        case AgentMedia():
+            return _agent_media(session, event, now)
+        case _:
+            return _confirmation_offered(session) or _resolve(session, event, now)
 
 
 def _not_interactive(session: Session) -> Rejected | None:
@@ -118,15 +175,214 @@ def _deliver(session: Session, event: Deliver, now: str) -> Accepted[Session] | 
         },
         separators=(",", ":"),
     )
-    if session.agent_identity is None:
+    agent = agent_in_room(session)
+    if agent is None:
+        return _agent_absent(session)
+    effects: tuple[Effect, ...] = (SendData(session.room, (agent,), body),)
+    if event.kind == "input.text" and session.transcript == "on":
+        text = json.loads(event.payload_json)["text"]
+        parts = json.dumps([{"text": text}], separators=(",", ":"))
+        effects = (*effects, AppendHistory(event.command_id, "user", parts))
+    return Accepted(replace(session, updated_at=now), effects)
+
+
+def agent_in_room(session: Session) -> str | None:
+    """The agent's identity while it is in the room (data messages can reach it)."""
+    return session.agent_identity if session.agent_state != "left" else None
+
+
+def _agent_absent(session: Session) -> Rejected:
+    return Rejected(
+        reason=RejectReason.INVALID_STATE,
+        state=session.state,
+        current_epoch=session.epoch,
+        detail="the agent is not in the room (not joined yet, or left); send it again once "
+        "session.agent.state shows it back",
+    )
+
+
+def to_agent(session: Session, kind: str, command_id: str, payload: dict[str, object]) -> str:
+    """The body of a data message for the agent (profile §7)."""
+    return json.dumps(
+        {"type": kind, "commandId": command_id, "sessionEpoch": session.epoch, "payload": payload},
+        separators=(",", ":"),
+    )
+
+
+def _confirmation_offered(session: Session) -> Rejected | None:
+    endpoint = by_id(session, session.active_endpoint_id or "")
+    offered = endpoint.capabilities.interactions if endpoint else ()
+    if CONFIRMATION in session.requested.interactions and CONFIRMATION in offered:
+        return None
+    return _missing(CONFIRMATION)
+
+
+def _agent_media(session: Session, event: AgentMedia, now: str) -> Accepted[Session] | Rejected:
+    if event.source not in session.requested.agent_video_sources:
+        return _missing(event.source)
+    agent = agent_in_room(session)
+    if agent is None:
+        return _agent_absent(session)
+    outcome = media.decide(session.media, "agent", event.source, event.action)
+    if isinstance(outcome, Rejected):
+        return replace_state(outcome, session)
+    payload: dict[str, object] = {"side": "agent", "source": event.source}
+    changed = replace(session, media=outcome.state, updated_at=now)
+    if event.action == "request":
+        if len(session.operations) >= MAX_OPERATIONS:
+            return too_many_operations(session)
+        opened = operations.new_operation(
+            operation_id=event.operation_id,
+            kind="media.request",
+            created_by="client",
+            now=now,
+            requirement=None,
+            media_side="agent",
+            media_source=event.source,
+        )
+        running = replace(opened, state=operations.RUNNING)
+        changed = replace(changed, operations=(*session.operations, running))
+        payload["operationId"] = event.operation_id
+    body = to_agent(session, f"media.{event.action}", event.command_id, payload)
+    return Accepted(changed, (SendData(session.room, (agent,), body),))
+
+
+def too_many_operations(session: Session) -> Rejected:
+    return Rejected(
+        reason=RejectReason.LIMIT_EXCEEDED,
+        state=session.state,
+        current_epoch=session.epoch,
+        limit="operations_per_session",
+        detail=f"a session keeps at most {MAX_OPERATIONS} operations",
+    )
+
+
+def find_operation(session: Session, operation_id: str) -> Operation | None:
+    return next((op for op in session.operations if op.operation_id == operation_id), None)
+
+
+def _by_requirement(session: Session, requirement_id: str | None) -> Operation | None:
+    return next(
+        (
+            op
+            for op in session.operations
+            if op.state == operations.AWAITING_CONFIRMATION
+            and op.requirement is not None
+            and op.requirement.requirement_id == requirement_id
+        ),
+        None,
+    )
+
+
+def _target(session: Session, event: Resolve) -> Operation | Rejected:
+    """The operation `event` answers, or why it cannot answer one."""
+    if event.via == "continue":
+        if session.task_state != INPUT_REQUIRED:
+            return Rejected(
+                reason=RejectReason.INVALID_STATE,
+                state=session.task_state,
+                current_epoch=session.epoch,
+                detail="the task is not waiting for input",
+            )
+        waiting = _by_requirement(session, event.requirement_id)
+        if waiting is None:
+            return Rejected(
+                reason=RejectReason.REQUIREMENT_MISMATCH,
+                state=session.task_state,
+                missing=(event.requirement_id or "",),
+                detail=f"requirement {event.requirement_id} is not open",
+            )
+        return waiting
+    found = find_operation(session, event.operation_id or "")
+    if found is None:
+        return Rejected(
+            reason=RejectReason.OPERATION_NOT_FOUND,
+            state=session.state,
+            detail=f"no operation {event.operation_id} in this session",
+        )
+    if event.decision in ("allow", "deny") and (
+        found.kind != "media.request" or found.created_by != "provider"
+    ):
+        return Rejected(
+            reason=RejectReason.INVALID_STATE,
+            state=found.state,
+            detail="media.decide answers only a media request of the agent",
+        )
+    return found
+
+
+def _operation_event(op: Operation, event: Resolve) -> operations.OperationEvent:
+    asked = op.requirement
+    requirement_id = event.requirement_id or (asked.requirement_id if asked else "")
+    digest = event.action_digest or (asked.action_digest if asked else "")
+    match event.decision:
+        case "confirm" | "allow":
+            return operations.Confirm(requirement_id, digest)
+        case "deny":
+            return operations.Deny(requirement_id, digest)
+        case "expire":
+            return operations.Expire(requirement_id)
+        case _:
+            return operations.Cancel()
+
+
+def _resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | Rejected:
+    if event.via != "interaction" and session.state not in ANSWERABLE_STATES:
         return Rejected(
             reason=RejectReason.INVALID_STATE,
             state=session.state,
             current_epoch=session.epoch,
-            detail="the agent has not joined the room yet; send it again shortly",
+            detail="the session is not live",
         )
-    effects: tuple[Effect, ...] = (SendData(session.room, (session.agent_identity,), body),)
-    return Accepted(replace(session, updated_at=now), effects)
+    target = _target(session, event)
+    if isinstance(target, Rejected):
+        return target
+    moved = operations.decide(target, _operation_event(target, event), now=now)
+    if isinstance(moved, Rejected):
+        return msgspec.structs.replace(moved, current_epoch=session.epoch)
+    if (
+        event.via == "continue"
+        and event.expected_version is not None
+        and event.expected_version != session.task_version
+    ):
+        return Rejected(
+            reason=RejectReason.VERSION_MISMATCH,
+            state=session.task_state,
+            current_version=session.task_version,
+            detail=f"the task is at version {session.task_version}",
+        )
+    done = moved.state
+    changed = replace(
+        session,
+        operations=tuple(done if op is target else op for op in session.operations),
+        updated_at=now,
+    )
+    sources = settled_media(changed.media, done)
+    effects: list[Effect] = []
+    if event.history is not None:
+        effects.append(event.history)
+    agent = agent_in_room(session)
+    if agent is not None:
+        payload: dict[str, object] = {"operationId": done.operation_id, "state": done.state}
+        body = to_agent(changed, "operation.update", event.command_id, payload)
+        effects.append(SendData(session.room, (agent,), body))
+    step = _with_media(changed, sources, now)
+    return Accepted(settle_task(step.state, now), (*effects, *step.effects))
+
+
+def settled_media(sources: media.MediaSources, op: Operation) -> media.MediaSources:
+    """What an operation's new state means for the source it asked for: the user allowing the
+    agent's request, or the agent carrying out the user's, grants it; a request that ends
+    unanswered, refused or failed leaves it `off`. (`op` has just changed state; a request of
+    the user starts running and changes state next when the agent reports.)"""
+    if op.kind != "media.request" or op.media_side is None or op.media_source is None:
+        return sources
+    allowed = op.state == operations.SUCCEEDED or (
+        op.state == operations.RUNNING and op.created_by == "provider"
+    )
+    step: media.MediaEvent = "grant" if allowed else "deny"
+    outcome = media.decide(sources, op.media_side, op.media_source, step)
+    return sources if isinstance(outcome, Rejected) else outcome.state
 
 
 def _user_media(session: Session, event: UserMedia, now: str) -> Accepted[Session] | Rejected:
@@ -149,19 +405,20 @@ def _user_media(session: Session, event: UserMedia, now: str) -> Accepted[Sessio
 
 def _track(session: Session, event: TrackChanged, now: str) -> Accepted[Session] | Rejected:
     source = TRACK_SOURCES.get(event.source)
-    if (
-        source is None
-        or event.identity != session.active_endpoint_id
-        or event.epoch != session.epoch
-    ):
+    if event.is_agent:
+        current = event.identity == session.agent_identity and event.epoch == session.room_epoch
+    else:
+        current = event.identity == session.active_endpoint_id and event.epoch == session.epoch
+    if source is None or not current:
         return Rejected(
             reason=RejectReason.INVALID_STATE,
             state=session.state,
             current_epoch=session.epoch,
-            detail="fenced: not a video track of the active endpoint in this epoch",
+            detail="fenced: not a video track of the agent or the active endpoint in this epoch",
         )
+    side: media.MediaSide = "agent" if event.is_agent else "user"
     outcome = media.decide(
-        session.media, "user", source, "published" if event.published else "unpublished"
+        session.media, side, source, "published" if event.published else "unpublished"
     )
     if isinstance(outcome, Rejected):
         return replace_state(outcome, session)

@@ -21,6 +21,7 @@ from typing import Final, Literal
 import msgspec
 
 from state_machines._base import Accepted, Rejected, RejectReason
+from state_machines.media import MediaSide, MediaSource
 
 OperationState = Literal[
     "pending",
@@ -93,7 +94,10 @@ class Requirement(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Operation(msgspec.Struct, frozen=True, kw_only=True):
-    """One operation of a session; ids and timestamps come from the shell."""
+    """One operation of a session; ids and timestamps come from the shell.
+
+    `action_json` is the action (canonical JSON) the requirement's digest covers; a media request
+    names its `media_side` and `media_source`."""
 
     operation_id: str
     kind: OperationKind
@@ -104,6 +108,9 @@ class Operation(msgspec.Struct, frozen=True, kw_only=True):
     requirement: Requirement | None = None
     result_json: str | None = None
     error_json: str | None = None
+    action_json: str | None = None
+    media_side: MediaSide | None = None
+    media_source: MediaSource | None = None
 
 
 class Start(msgspec.Struct, frozen=True, tag="start"):
@@ -202,6 +209,9 @@ def new_operation(
     created_by: OperationCreator,
     now: str,
     requirement: Requirement | None,
+    action_json: str | None = None,
+    media_side: MediaSide | None = None,
+    media_source: MediaSource | None = None,
 ) -> Operation:
     """A new operation: `awaiting_confirmation` with a requirement, else `pending`."""
     return Operation(
@@ -212,6 +222,9 @@ def new_operation(
         created_at=now,
         updated_at=now,
         requirement=requirement,
+        action_json=action_json,
+        media_side=media_side,
+        media_source=media_source,
     )
 
 

@@ -230,7 +230,7 @@ def decide(session: Session, event: SessionEvent, *, now: str) -> Accepted[Sessi
     if isinstance(step, Rejected):
         return step
     after, effects = step
-    after = settle_task(after)
+    after = settle_task(after, now)
     if after != session:
         after = replace(after, updated_at=now)
     return Accepted(after, effects)

@@ -12,6 +12,7 @@ from typing import Final, Literal
 import msgspec
 
 from state_machines import endpoint as endpoints
+from state_machines import operation as operations
 from state_machines import task
 from state_machines.effects import (
     CreateRoom,
@@ -23,6 +24,7 @@ from state_machines.effects import (
 )
 from state_machines.endpoint import Capabilities, Endpoint, EndpointEvent
 from state_machines.media import MediaSources, publish_sources
+from state_machines.operation import Operation
 from state_machines.task import TaskCore, TaskEvent, TaskState
 
 SessionState = Literal[
@@ -45,7 +47,12 @@ _TASK_EVENTS: Final[dict[TaskState, TaskEvent]] = {
     task.COMPLETED: "complete",
     task.CANCELED: "cancel",
     task.FAILED: "fail",
+    task.INPUT_REQUIRED: "require_input",
+    task.WORKING: "resume",
 }
+AgentState = Literal[
+    "dispatching", "dispatched", "joined", "listening", "thinking", "speaking", "left"
+]
 
 
 class Requested(msgspec.Struct, frozen=True):
@@ -81,7 +88,7 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     task_version: int = 1
     room: str = ""
     room_epoch: int = 1
-    agent_state: Literal["dispatching", "dispatched", "joined", "left"] = "dispatching"
+    agent_state: AgentState = "dispatching"
     agent_identity: str | None = None
     active_endpoint_id: str | None = None
     endpoints: tuple[Endpoint, ...] = ()
@@ -92,6 +99,9 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     end_reason: str | None = None
     media: MediaSources = MediaSources()
     disconnects: int = 0  # drops of active endpoints so far; a grace timer names the one it is for
+    operations: tuple[Operation, ...] = ()
+    # the requirement the task's status message shows (INPUT_REQUIRED); a new one is a task change
+    task_requirement: str | None = None
 
 
 Step = tuple[Session, tuple[Effect, ...]]
@@ -103,10 +113,20 @@ def room_name(session_id: str, epoch: int) -> str:
     return f"aim-{session_id}-e{epoch}"
 
 
+def open_requirement(session: Session) -> Operation | None:
+    """The oldest operation awaiting the user's confirmation, while the session is live."""
+    if session.state not in LIVE_STATES:
+        return None
+    return next(
+        (op for op in session.operations if op.state == operations.AWAITING_CONFIRMATION), None
+    )
+
+
 def derive_task_state(session: Session) -> TaskState:
-    """The task state the session implies (operations arrive in a later version)."""
+    """The task state the session implies: INPUT_REQUIRED while a live session has an
+    operation awaiting confirmation."""
     if session.state in LIVE_STATES:
-        return task.WORKING
+        return task.WORKING if open_requirement(session) is None else task.INPUT_REQUIRED
     if session.state == FAILED:
         return task.FAILED
     return task.CANCELED if session.canceled else task.COMPLETED
@@ -117,13 +137,40 @@ def advance_task(core: TaskCore, event: TaskEvent) -> TaskCore:
     return TaskCore(state=task.TRANSITIONS[core.state, event], version=core.version + 1)
 
 
-def settle_task(session: Session) -> Session:
-    """Move the task to the state the session implies, bumping task_version once."""
+def settle_task(session: Session, now: str) -> Session:
+    """Move the task to the state the session implies, bumping task_version once. A session
+    that is over cancels its open operations; another open requirement is a task change too."""
+    if session.state not in LIVE_STATES:
+        session = close_operations(session, now)
     target = derive_task_state(session)
-    if target == session.task_state:
+    waiting = open_requirement(session)
+    requirement = waiting.operation_id if waiting is not None else None
+    if target == session.task_state and requirement == session.task_requirement:
         return session
-    core = advance_task(TaskCore(session.task_state, session.task_version), _TASK_EVENTS[target])
-    return replace(session, task_state=core.state, task_version=core.version)
+    if target == session.task_state:
+        core = TaskCore(session.task_state, session.task_version + 1)
+    else:
+        core = advance_task(
+            TaskCore(session.task_state, session.task_version), _TASK_EVENTS[target]
+        )
+    return replace(
+        session, task_state=core.state, task_version=core.version, task_requirement=requirement
+    )
+
+
+def close_operations(session: Session, now: str) -> Session:
+    """Every operation that is not over is canceled (the session ended or failed)."""
+    if all(operations.is_terminal(op.state) for op in session.operations):
+        return session
+    return replace(
+        session,
+        operations=tuple(
+            op
+            if operations.is_terminal(op.state)
+            else replace(op, state=operations.CANCELED, updated_at=now)
+            for op in session.operations
+        ),
+    )
 
 
 def by_key(session: Session, key: str) -> Endpoint | None:

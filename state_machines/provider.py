@@ -1,0 +1,218 @@
+"""What the agent (provider) asks of a session (realtime-profile §8, §10): operations, updates
+to them, its own state and transcript lines.
+
+Invariants:
+- a provider call is fenced by room: it must come from the agent of the session's current room,
+  with a `sessionEpoch` issued since that room was provisioned (a handoff keeps the room and the
+  agent; a rebind replaces both), and the session must be live past provisioning;
+- an operation that needs confirmation waits in `awaiting_confirmation` with its requirement and
+  puts the task in INPUT_REQUIRED; a media request always waits for the user's decision, and
+  asks for a source the session requested (and, for the user's side, the active device offers);
+- the provider drives running operations to `succeeded` or `failed`; it cannot run an operation
+  the user has not confirmed;
+- transcript lines are kept only when the session retains transcripts (else capability
+  unavailable, nothing kept); they change nothing but the task history.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import msgspec
+
+from state_machines import media
+from state_machines import operation as operations
+from state_machines._base import Accepted, Rejected, RejectReason
+from state_machines.effects import AppendHistory
+from state_machines.interactions import (
+    ANSWERABLE_STATES,
+    MAX_OPERATIONS,
+    find_operation,
+    replace_state,
+    settled_media,
+    too_many_operations,
+)
+from state_machines.operation import Requirement
+from state_machines.session_model import Session, by_id, replace, settle_task
+
+ReportedState = Literal["joined", "listening", "thinking", "speaking", "left"]
+
+
+class RequestOperation(msgspec.Struct, frozen=True, tag=True):
+    """The agent asks for an action or a media source. With `requirement` the user must
+    confirm (always for media); without, the operation runs at once."""
+
+    epoch: int
+    room_epoch: int
+    operation_id: str
+    kind: operations.OperationKind
+    action_json: str
+    requirement: Requirement | None = None
+    media_side: media.MediaSide | None = None
+    media_source: media.MediaSource | None = None
+
+
+class UpdateOperation(msgspec.Struct, frozen=True, tag=True):
+    """The agent reports progress of a running operation."""
+
+    room_epoch: int
+    operation_id: str
+    state: Literal["running", "succeeded", "failed"]
+    result_json: str = "null"
+    error_json: str = "null"
+
+
+class ReportAgentState(msgspec.Struct, frozen=True, tag=True):
+    """The agent's own state, last writer wins."""
+
+    epoch: int
+    room_epoch: int
+    state: ReportedState
+
+
+class AppendTranscript(msgspec.Struct, frozen=True, tag=True):
+    """A stable transcript line; `item_id` makes it idempotent (the shell skips known ids)."""
+
+    epoch: int
+    room_epoch: int
+    item_id: str
+    role: Literal["user", "agent"]
+    text: str
+
+
+ProviderEvent = RequestOperation | UpdateOperation | ReportAgentState | AppendTranscript
+
+
+def decide(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Session] | Rejected:
+    """Apply a provider call to `session`."""
+    refused = _fenced(session, event)
+    if refused is not None:
+        return refused
+    match event:
+        case RequestOperation():
+            return _request(session, event, now)
+        case UpdateOperation():
+            return _update(session, event, now)
+        case ReportAgentState():
+            return Accepted(replace(session, agent_state=event.state, updated_at=now))
+        case _:
+            return _transcript(session, event)
+
+
+def _fenced(session: Session, event: ProviderEvent) -> Rejected | None:
+    """The agent of an older room, an epoch from outside the current room, a session that is
+    not live: refused before anything else."""
+    epoch = getattr(event, "epoch", session.epoch)
+    if event.room_epoch != session.room_epoch or not (session.room_epoch <= epoch <= session.epoch):
+        why = "ahead" if epoch > session.epoch else "rebound"
+        if session.state in ("ending", "ended", "failed"):
+            why = "ended"
+        return Rejected(
+            reason=RejectReason.STALE_EPOCH,
+            state=session.state,
+            current_epoch=session.epoch,
+            epoch_reason=why,
+            detail=f"the call belongs to room epoch {event.room_epoch}, not the current room",
+        )
+    if session.state not in ANSWERABLE_STATES:
+        return Rejected(
+            reason=RejectReason.INVALID_STATE,
+            state=session.state,
+            current_epoch=session.epoch,
+            detail="the session is not live",
+        )
+    return None
+
+
+def _missing(what: str) -> Rejected:
+    return Rejected(
+        reason=RejectReason.CAPABILITY_UNAVAILABLE,
+        state="",
+        missing=(what,),
+        detail=f"{what} was not requested for this session or is not offered by the device",
+    )
+
+
+def _request(session: Session, event: RequestOperation, now: str) -> Accepted[Session] | Rejected:
+    if len(session.operations) >= MAX_OPERATIONS:
+        return too_many_operations(session)
+    sources = session.media
+    if event.kind == "media.request":
+        side, source = event.media_side or "user", event.media_source or "camera"
+        refused = _media_refused(session, side, source)
+        if refused is not None:
+            return refused
+        asked = media.decide(sources, side, source, "request")
+        if isinstance(asked, Rejected):
+            return replace_state(asked, session)
+        sources = asked.state
+    opened = operations.new_operation(
+        operation_id=event.operation_id,
+        kind=event.kind,
+        created_by="provider",
+        now=now,
+        requirement=event.requirement,
+        action_json=event.action_json,
+        media_side=event.media_side,
+        media_source=event.media_source,
+    )
+    if event.requirement is None:
+        opened = replace(opened, state=operations.RUNNING)
+    changed = replace(
+        session, operations=(*session.operations, opened), media=sources, updated_at=now
+    )
+    return Accepted(settle_task(changed, now))
+
+
+def _media_refused(
+    session: Session, side: media.MediaSide, source: media.MediaSource
+) -> Rejected | None:
+    if side == "agent":
+        return None if source in session.requested.agent_video_sources else _missing(source)
+    if source not in session.requested.user_video_sources:
+        return _missing(source)
+    endpoint = by_id(session, session.active_endpoint_id or "")
+    if endpoint is not None:
+        caps = endpoint.capabilities
+        if not (caps.camera if source == "camera" else caps.screen):
+            return _missing(source)
+    return None
+
+
+def _update(session: Session, event: UpdateOperation, now: str) -> Accepted[Session] | Rejected:
+    op = find_operation(session, event.operation_id)
+    if op is None:
+        return Rejected(
+            reason=RejectReason.OPERATION_NOT_FOUND,
+            state=session.state,
+            detail=f"no operation {event.operation_id} in this session",
+        )
+    change: operations.OperationEvent
+    match event.state:
+        case "running":
+            change = operations.Update()
+        case "succeeded":
+            change = operations.Succeed(event.result_json)
+        case _:
+            change = operations.Fail(event.error_json)
+    moved = operations.decide(op, change, now=now)
+    if isinstance(moved, Rejected):
+        return msgspec.structs.replace(moved, current_epoch=session.epoch)
+    if moved.state == op:
+        return Accepted(session)
+    done = moved.state
+    changed = replace(
+        session,
+        operations=tuple(done if item is op else item for item in session.operations),
+        media=settled_media(session.media, done),
+        updated_at=now,
+    )
+    return Accepted(settle_task(changed, now))
+
+
+def _transcript(session: Session, event: AppendTranscript) -> Accepted[Session] | Rejected:
+    if session.transcript != "on":
+        return _missing("transcript")
+    parts = json.dumps([{"text": event.text}], separators=(",", ":"))
+    return Accepted(session, (AppendHistory(event.item_id, event.role, parts),))
