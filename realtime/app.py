@@ -25,6 +25,7 @@ from realtime.engine.timers import Timers
 from realtime.methods.context import Services
 from realtime.routes import ROUTES, AgentCardBody
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
+from realtime.rpc.provider import ProviderDispatcher
 from realtime.settings import Settings
 from realtime.store.redis_store import RedisStore, SessionStore
 from realtime.store.selection import open_store
@@ -127,6 +128,10 @@ def create_app(
             ) as services:
                 app.state.dispatcher = Dispatcher(
                     services, authenticator, telemetry, RateLimiter(settings.rate_limit_rps)
+                )
+                # the agent makes a few calls per turn: ten times a client's budget per session
+                app.state.provider = ProviderDispatcher(
+                    services, telemetry, RateLimiter(settings.rate_limit_rps * 10)
                 )
                 yield
         finally:

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import jwt
 import msgspec
@@ -337,3 +337,76 @@ def mint_dev_token(
     if audience is not None:
         claims["aud"] = audience
     return jwt.encode(claims, secret, algorithm="HS256")
+
+
+PROVIDER_AUDIENCE: Final = "urn:aim:a2a:realtime:v1:provider"
+PROVIDER_ISSUER: Final = "aim-realtime"
+PROVIDER_SCOPE: Final = "aim.provider"
+
+
+class ProviderGrant(msgspec.Struct, frozen=True):
+    """What a verified provider token allows: calls for one session, from its room's agent."""
+
+    session_id: str
+    epoch: int
+
+
+def mint_provider_token(secret: str, *, session_id: str, epoch: int, ttl_s: int, now: int) -> str:
+    """The provider token of `session_id`'s room of `epoch` (handed over in dispatch metadata)."""
+    claims = {
+        "iss": PROVIDER_ISSUER,
+        "aud": PROVIDER_AUDIENCE,
+        "sub": f"provider:{session_id}",
+        "sid": session_id,
+        "epoch": epoch,
+        "scope": PROVIDER_SCOPE,
+        "iat": now,
+        "exp": now + ttl_s,
+    }
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+def verify_provider_token(
+    secret: str, authorization: str | None, *, now: float, leeway: int
+) -> ProviderGrant:
+    """The grant of a provider token, or AuthError (401, or 403 without the provider scope)."""
+    token = _bearer_token(authorization)
+    try:
+        claims = jwt.decode(
+            token,
+            secret,
+            algorithms=["HS256"],
+            issuer=PROVIDER_ISSUER,
+            audience=PROVIDER_AUDIENCE,
+            # times are checked below against the service's clock
+            options={
+                "require": ["exp", "sid", "epoch", "aud", "iss"],
+                "verify_exp": False,
+                "verify_iat": False,
+                "verify_nbf": False,
+            },
+        )
+    except jwt.InvalidAudienceError:
+        raise _invalid(
+            f"this is not a provider token (aud must be '{PROVIDER_AUDIENCE}')"
+        ) from None
+    except jwt.MissingRequiredClaimError as exc:
+        raise _invalid(f"the provider token lacks the '{exc.claim}' claim") from None
+    except jwt.PyJWTError:
+        raise _invalid(
+            "the provider token could not be verified; use the session's token"
+        ) from None
+    exp = _numeric_date(claims, "exp")
+    if exp is None or now >= exp + min(leeway, _MAX_LEEWAY_S):
+        raise _invalid("the provider token has expired")
+    session_id, epoch = claims.get("sid"), claims.get("epoch")
+    if not isinstance(session_id, str) or not isinstance(epoch, int) or isinstance(epoch, bool):
+        raise _invalid("the provider token's sid and epoch claims are malformed")
+    if PROVIDER_SCOPE not in _scopes(claims):
+        raise AuthError(
+            403,
+            "insufficient_scope",
+            f"the token lacks the scope {PROVIDER_SCOPE}",
+            required_scope=PROVIDER_SCOPE,
+        )
+    return ProviderGrant(session_id=session_id, epoch=epoch)

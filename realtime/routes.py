@@ -14,6 +14,7 @@ from realtime.effects.webhooks import verify as verify_webhook
 from realtime.errors import RpcError
 from realtime.methods import webhooks
 from realtime.rpc.dispatch import Dispatcher
+from realtime.rpc.provider import ProviderDispatcher
 
 JSON: Final = "application/json"
 
@@ -36,6 +37,15 @@ async def read_limited(request: Request[Any, Any, Any], limit: int) -> tuple[byt
 @post(["/a2a", "/a2a/"], status_code=200)
 async def a2a(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
     dispatcher: Dispatcher = state.dispatcher
+    body, too_large = await read_limited(request, dispatcher.services.settings.max_body_bytes)
+    reply = await dispatcher.handle(body, request.headers, too_large=too_large)
+    return Response(reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers)
+
+
+@post("/provider", status_code=200)
+async def provider(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+    """The agent's JSON-RPC (profile §10), authorized by its session's provider token."""
+    dispatcher: ProviderDispatcher = state.provider
     body, too_large = await read_limited(request, dispatcher.services.settings.max_body_bytes)
     reply = await dispatcher.handle(body, request.headers, too_large=too_large)
     return Response(reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers)
@@ -99,4 +109,4 @@ async def readyz(state: State) -> Response[bytes]:
     )
 
 
-ROUTES: Final = [a2a, livekit_webhook, agent_card, healthz, readyz]
+ROUTES: Final = [a2a, provider, livekit_webhook, agent_card, healthz, readyz]

@@ -6,6 +6,8 @@ or missing one. Nothing reads the environment at import time; `create_app` recei
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +17,9 @@ import msgspec
 
 PROVIDER_CAPABILITIES = ("audio_input", "audio_output", "vision_input", "transcript_history")
 MIN_HS256_SECRET_BYTES = 32
+# signs provider tokens when neither AIM_PROVIDER_TOKEN_SECRET nor a LiveKit secret is set
+# (one process, development only: other processes could not verify them)
+_PROCESS_PROVIDER_SECRET = secrets.token_urlsafe(48)
 
 
 class SettingsError(ValueError):
@@ -49,6 +54,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     livekit_webhook_keys: tuple[tuple[str, str], ...] = ()
     agent_name: str = "aim-realtime-agent"
     provider_capabilities: frozenset[str] = frozenset(PROVIDER_CAPABILITIES)
+    provider_token_secret: str | None = None
 
     join_token_ttl_s: int = 300
     idle_timeout_s: int = 300
@@ -63,6 +69,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     worker_lease_s: int = 30
     task_ttl_s: int = 7 * 24 * 3600
     max_body_bytes: int = 1024 * 1024
+
+    @property
+    def provider_secret(self) -> str:
+        """The HS256 key of provider tokens: configured, else derived from the LiveKit API
+        secret (every replica shares it), never equal to the client token secret."""
+        if self.provider_token_secret is not None:
+            return self.provider_token_secret
+        if self.livekit_api_secret is not None:
+            return hmac.new(
+                self.livekit_api_secret.encode(), b"aim-realtime provider token v1", hashlib.sha256
+            ).hexdigest()
+        return _PROCESS_PROVIDER_SECRET
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -118,6 +136,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             livekit_webhook_keys=webhook_keys,
             agent_name=reader.text("AIM_AGENT_NAME") or "aim-realtime-agent",
             provider_capabilities=reader.capabilities("AIM_PROVIDER_CAPABILITIES"),
+            provider_token_secret=reader.secret("AIM_PROVIDER_TOKEN_SECRET"),
             join_token_ttl_s=reader.integer("AIM_JOIN_TOKEN_TTL_S", 300, low=10, high=86400),
             idle_timeout_s=reader.integer("AIM_IDLE_TIMEOUT_S", 300, low=1, high=86400),
             reconnect_grace_s=reader.integer("AIM_RECONNECT_GRACE_S", 60, low=1, high=3600),
@@ -152,6 +171,14 @@ class _Reader:
     def text(self, name: str) -> str | None:
         value = self.environ.get(name, "").strip()
         return value or None
+
+    def secret(self, name: str) -> str | None:
+        """An HS256 key of at least MIN_HS256_SECRET_BYTES (the value is never echoed)."""
+        value = self.text(name)
+        if value is not None and len(value.encode()) < MIN_HS256_SECRET_BYTES:
+            self.problems.append(f"{name} must be at least {MIN_HS256_SECRET_BYTES} bytes long")
+            return None
+        return value
 
     def flag(self, name: str) -> bool:
         value = (self.text(name) or "0").lower()

@@ -331,6 +331,7 @@ _DECODERS: Final[Mapping[type[Params], Callable[[bytes], Any]]] = {
 _AT_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 _MEMBER = re.compile(r"(?:unknown|required) field `(?P<name>[^`]+)`")
 _INT_GOT_FLOAT = re.compile(r"^Expected `int(?: \| null)?`, got `float` - at `\$(?P<path>[^`]*)`$")
+_NAMED = re.compile(r"^`(?P<name>[A-Za-z][A-Za-z.]*)` ")
 _PATH_STEP = re.compile(r"\.(?P<name>[^.\[]+)|\[(?P<index>\d+)\]")
 
 
@@ -402,6 +403,9 @@ def validation_error(exc: msgspec.ValidationError, *, root: str) -> RpcError:
     member = _MEMBER.search(text)
     if member:
         path += "." + member.group("name")
+    elif not match and (named := _NAMED.match(text)):
+        # a rule of the whole object (`__post_init__`) that names the member it is about
+        path += "." + named.group("name")
     for pattern, meaning in _PATTERN_MEANINGS.items():
         text = text.replace(f"matching regex {pattern!r}", meaning)
     return invalid_params(root + path, text)

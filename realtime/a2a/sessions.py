@@ -9,9 +9,11 @@ from msgspec import UNSET, UnsetType
 
 from realtime.a2a.types import Wire
 from state_machines import Endpoint as EndpointSnapshot
+from state_machines import Operation as OperationSnapshot
 from state_machines import Session as SessionSnapshot
 
 MEDIA_BINDING = "livekit-webrtc-v1"
+OPERATION_TERMINAL = frozenset({"succeeded", "failed", "canceled", "expired"})
 
 
 class Capabilities(Wire, frozen=True):
@@ -160,9 +162,76 @@ def session_view(session: SessionSnapshot, *, version: int, media_url: str) -> S
             session.active_endpoint_id if session.active_endpoint_id is not None else UNSET
         ),
         endpoints=[endpoint_view(endpoint) for endpoint in session.endpoints],
-        pending_operation_ids=[],
+        pending_operation_ids=[
+            op.operation_id for op in session.operations if op.state not in OPERATION_TERMINAL
+        ],
     )
 
 
 def to_builtins(value: Any) -> Any:
     return msgspec.to_builtins(value)
+
+
+class RequirementView(Wire, frozen=True):
+    requirement_id: str
+    action: Any
+    action_digest: str
+    expires_at: str
+
+
+class MediaTargetView(Wire, frozen=True):
+    side: str
+    source: str
+
+
+class OperationView(Wire, frozen=True):
+    operation_id: str
+    session_id: str
+    kind: str
+    state: str
+    created_at: str
+    updated_at: str
+    created_by: str
+    requirement: RequirementView | UnsetType = UNSET
+    media: MediaTargetView | UnsetType = UNSET
+    result: Any | UnsetType = UNSET
+    error: Any | UnsetType = UNSET
+
+
+def operation_view(session_id: str, op: OperationSnapshot) -> OperationView:
+    """The Operation object of profile §4."""
+    asked = op.requirement
+    action = msgspec.json.decode(op.action_json) if op.action_json else None
+    return OperationView(
+        operation_id=op.operation_id,
+        session_id=session_id,
+        kind=op.kind,
+        state=op.state,
+        created_at=op.created_at,
+        updated_at=op.updated_at,
+        created_by=op.created_by,
+        requirement=(
+            RequirementView(
+                requirement_id=asked.requirement_id,
+                action=action,
+                action_digest=asked.action_digest,
+                expires_at=asked.expires_at,
+            )
+            if asked is not None
+            else UNSET
+        ),
+        media=(
+            MediaTargetView(side=op.media_side, source=op.media_source)
+            if op.media_side is not None and op.media_source is not None
+            else UNSET
+        ),
+        result=_present(op.result_json),
+        error=_present(op.error_json),
+    )
+
+
+def _present(value_json: str | None) -> Any:
+    """A stored JSON value, or UNSET (left out) when there is none."""
+    if value_json is None or value_json == "null":
+        return UNSET
+    return msgspec.json.decode(value_json)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, cast
@@ -34,14 +35,31 @@ from state_machines import (
     Session,
     SessionEvent,
     interactions,
+    provider,
 )
 from state_machines import session as machine
-from state_machines.interactions import Deliver, InteractionEvent, TrackChanged, UserMedia
+from state_machines.effects import AppendHistory
+from state_machines.interactions import InteractionEvent
+from state_machines.provider import ProviderEvent
+from state_machines.session_model import open_requirement
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS: Final = 8
-INTERACTION_EVENTS: Final = (Deliver, UserMedia, TrackChanged)
+INTERACTION_EVENTS: Final = (
+    interactions.Deliver,
+    interactions.UserMedia,
+    interactions.AgentMedia,
+    interactions.Resolve,
+    interactions.TrackChanged,
+)
+PROVIDER_EVENTS: Final = (
+    provider.RequestOperation,
+    provider.UpdateOperation,
+    provider.ReportAgentState,
+    provider.AppendTranscript,
+)
+MAX_HISTORY: Final = 1000  # a task keeps its newest messages
 RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
 _ENCODER: Final = msgspec.json.Encoder()
 _CANONICAL: Final = msgspec.json.Encoder(order="sorted")
@@ -64,8 +82,10 @@ class Command:
     digest: str
 
 
-# builds a command's stored result from the committed session and the (token-free) join media
-Render = Callable[[Session, int, dict[str, Any] | None], dict[str, Any]]
+# builds a command's stored result from the committed session, its version, the (token-free)
+# join media and the task as committed
+Render = Callable[[Session, int, dict[str, Any] | None, wire.Task], dict[str, Any]]
+AnyEvent = SessionEvent | InteractionEvent | ProviderEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +172,27 @@ def reject(rejection: Rejected, session: Session) -> RpcError:
             f"Limit reached: {rejection.limit}. {rejection.detail}".strip(),
             metadata={"limit": rejection.limit},
         )
+    if reason is RejectReason.OPERATION_NOT_FOUND:
+        return RpcError(
+            "OperationNotFound",
+            f"No such operation in this session ({rejection.detail}). Check the operationId "
+            "with GetSession's pendingOperationIds.",
+        )
+    if reason is RejectReason.REQUIREMENT_MISMATCH:
+        metadata = {"requirementId": rejection.missing[0]} if rejection.missing else {}
+        return RpcError(
+            "RequirementMismatch",
+            f"The answer does not match the open requirement: {rejection.detail}. Read the "
+            "task's status message (or GetOperation) for the open requirementId and actionDigest.",
+            metadata=metadata,
+        )
+    if reason is RejectReason.VERSION_MISMATCH:
+        return RpcError(
+            "VersionMismatch",
+            f"expectedVersion is stale: {rejection.detail}. Fetch the task again and answer the "
+            "requirement it shows now.",
+            metadata={"currentVersion": rejection.current_version},
+        )
     if reason is RejectReason.CAPABILITY_UNAVAILABLE:
         return RpcError(
             "CapabilityUnavailable",
@@ -186,16 +227,72 @@ def task_metadata(session: Session) -> dict[str, Any]:
     }
 
 
-def task_record_for(session: Session, owner: str, previous: TaskRecord, now_ms: int) -> TaskRecord:
-    """The session's task as it follows the session (a new status time on every task change)."""
+def requirement_message(session: Session) -> wire.Message | msgspec.UnsetType:
+    """The status message of an INPUT_REQUIRED task: the action's title and the requirement
+    a client answers with ContinueTask (profile §8)."""
+    waiting = open_requirement(session)
+    if waiting is None or waiting.requirement is None:
+        return msgspec.UNSET
+    action = msgspec.json.decode(waiting.action_json or "{}")
+    title = action.get("title") if isinstance(action, dict) else None
+    requirement = waiting.requirement
+    return wire.Message(
+        message_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"requirement:{requirement.requirement_id}")),
+        role="ROLE_AGENT",
+        parts=[
+            wire.Part(text=str(title or "The agent asks for your confirmation.")),
+            wire.Part(
+                data={
+                    "requirementId": requirement.requirement_id,
+                    "operationId": waiting.operation_id,
+                    "action": action,
+                    "actionDigest": requirement.action_digest,
+                    "expectedVersion": session.task_version,
+                },
+                media_type="application/json",
+            ),
+        ],
+        context_id=session.context_id,
+        task_id=session.task_id,
+    )
+
+
+def history_message(session: Session, entry: AppendHistory) -> wire.Message:
+    parts = msgspec.json.decode(entry.parts_json, type=list[wire.Part])
+    return wire.Message(
+        message_id=entry.message_id,
+        role="ROLE_USER" if entry.role == "user" else "ROLE_AGENT",
+        parts=parts,
+        context_id=session.context_id,
+        task_id=session.task_id,
+    )
+
+
+def task_record_for(
+    session: Session,
+    owner: str,
+    previous: TaskRecord,
+    now_ms: int,
+    history: list[AppendHistory] | None = None,
+) -> TaskRecord:
+    """The session's task as it follows the session (a new status time on every task change),
+    with `history` appended."""
     changed = previous.version != session.task_version
     status_ms = now_ms if changed else previous.status_ms
     status = (
-        wire.TaskStatus(state=session.task_state, timestamp=wire.timestamp(now_ms))
+        wire.TaskStatus(
+            state=session.task_state,
+            timestamp=wire.timestamp(now_ms),
+            message=requirement_message(session),
+        )
         if changed
         else previous.task.status
     )
     task = msgspec.structs.replace(previous.task, status=status, metadata=task_metadata(session))
+    if history:
+        kept = list(task.history) if task.history is not msgspec.UNSET else []
+        kept += [history_message(session, entry) for entry in history]
+        task = msgspec.structs.replace(task, history=kept[-MAX_HISTORY:])
     return TaskRecord(
         owner=owner,
         version=session.task_version,
@@ -203,6 +300,32 @@ def task_record_for(session: Session, owner: str, previous: TaskRecord, now_ms: 
         status_ms=status_ms,
         task=task,
     )
+
+
+def _decide(session: Session, event: AnyEvent, now: str) -> Accepted[Session] | Rejected:
+    """The one core function that owns `event`."""
+    if isinstance(event, INTERACTION_EVENTS):
+        return interactions.decide(session, event, now=now)
+    if isinstance(event, PROVIDER_EVENTS):
+        return provider.decide(session, event, now=now)
+    return machine.decide(session, event, now=now)
+
+
+def _without_known_history(
+    decision: Accepted[Session], task: TaskRecord | None
+) -> Accepted[Session]:
+    """Appending a message the history already holds is a no-op (transcript items and
+    messages are idempotent by id)."""
+    entries = [effect for effect in decision.effects if isinstance(effect, AppendHistory)]
+    if not entries or task is None or task.task.history is msgspec.UNSET:
+        return decision
+    known = {message.message_id for message in task.task.history}
+    kept = tuple(
+        effect
+        for effect in decision.effects
+        if not (isinstance(effect, AppendHistory) and effect.message_id in known)
+    )
+    return Accepted(decision.state, kept)
 
 
 class Engine:
@@ -259,7 +382,7 @@ class Engine:
     async def execute(
         self,
         session_id: str,
-        event_for: Callable[[Session], SessionEvent | InteractionEvent],
+        event_for: Callable[[Session], AnyEvent],
         *,
         owner: str | None,
         command: Command | None = None,
@@ -285,12 +408,10 @@ class Engine:
                 )
             now_ms = self.now_ms()
             event = event_for(record.session)
-            decide = (
-                interactions.decide if isinstance(event, INTERACTION_EVENTS) else machine.decide
-            )
-            decision = decide(record.session, event, now=wire.timestamp(now_ms))  # type: ignore[arg-type]
+            decision = _decide(record.session, event, wire.timestamp(now_ms))
             if isinstance(decision, Rejected):
                 raise reject(decision, record.session)
+            decision = _without_known_history(decision, loaded.task)
             if decision.state == record.session and not decision.effects:
                 # an idempotent no-op (e.g. ending an ended session): no transition, but a
                 # command's outcome is stored, so a retry replays these bytes (profile §6)
@@ -351,8 +472,11 @@ class Engine:
         claims: dict[str, Any] | None = None
         media: dict[str, Any] | None = None
         effects: list[Effect] = []
+        history: list[AppendHistory] = []
         for effect in decision.effects:
-            if isinstance(effect, MintJoinToken):
+            if isinstance(effect, AppendHistory):
+                history.append(effect)
+            elif isinstance(effect, MintJoinToken):
                 claims = join_token_claims(
                     self.settings,
                     room=effect.room,
@@ -374,12 +498,13 @@ class Engine:
                 }
             else:
                 effects.append(cast(Effect, effect))
+        task = self._task_for(loaded, new, now_ms, history)
         outcome_bytes = b""
         outcome: CommandOutcome | None = None
         if command is not None and render is not None:
-            outcome = _outcome(command, new, now_ms, render(new, version, media), claims)
+            result = render(new, version, media, task.task)
+            outcome = _outcome(command, new, now_ms, result, claims)
             outcome_bytes = _ENCODER.encode(outcome)
-        task = self._task_for(loaded, new, now_ms)
         event = _event(
             old.state,
             new,
@@ -428,7 +553,9 @@ class Engine:
         """Store the outcome of a command that applied as a no-op; None on a version conflict."""
         assert loaded.record is not None  # noqa: S101 - checked by the caller
         session = loaded.record.session
-        outcome = _outcome(command, session, now_ms, render(session, loaded.version, None), None)
+        task = self._task_for(loaded, session, now_ms)
+        result = render(session, loaded.version, None, task.task)
+        outcome = _outcome(command, session, now_ms, result, None)
         kept = await self.sessions.remember(
             session_id,
             expected_version=loaded.version,
@@ -443,7 +570,13 @@ class Engine:
             return Applied(session, loaded.version, self.replay(kept.outcome, command), None)
         return Applied(session, loaded.version, self.render_outcome(outcome), loaded.task)
 
-    def _task_for(self, loaded: Loaded, session: Session, now_ms: int) -> TaskRecord:
+    def _task_for(
+        self,
+        loaded: Loaded,
+        session: Session,
+        now_ms: int,
+        history: list[AppendHistory] | None = None,
+    ) -> TaskRecord:
         assert loaded.record is not None  # noqa: S101
         previous = loaded.task
         if previous is None:  # a task record always exists beside its session; repair if not
@@ -458,4 +591,4 @@ class Engine:
                     status=wire.TaskStatus(state=session.task_state, timestamp=session.created_at),
                 ),
             )
-        return task_record_for(session, loaded.record.owner, previous, now_ms)
+        return task_record_for(session, loaded.record.owner, previous, now_ms, history)

@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from typing import Final
+from typing import Any, Final
 
+from realtime.auth import mint_provider_token
 from realtime.effects.livekit import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 from realtime.engine.core import Engine
 from realtime.errors import RpcError
@@ -40,6 +41,7 @@ LEASE_MS: Final = 30_000
 BACKOFF_BASE_MS: Final = 500
 BACKOFF_MAX_MS: Final = 60_000
 POLL_INTERVAL_S: Final = 0.5
+PROVIDER_TOKEN_MARGIN_S: Final = 600  # a provider token outlives the longest session by this
 
 
 def _still_wanted(effect: Effect, session: Session | None) -> bool:
@@ -161,6 +163,33 @@ class Runner:
                 exc.message,
             )
 
+    def dispatch_metadata(
+        self, session_id: str, epoch: int, session: Session | None
+    ) -> dict[str, Any]:
+        """What the agent learns when it accepts the job (profile §9, §10), its provider token
+        included; the token lives as long as a session may."""
+        settings = self.engine.settings
+        requested = session.requested if session else None
+        return {
+            "sessionId": session_id,
+            "sessionEpoch": epoch,
+            "taskId": session.task_id if session else None,
+            "retention": {"transcript": session.transcript if session else "off", "summary": "off"},
+            "requested": {
+                "userVideoSources": list(requested.user_video_sources) if requested else [],
+                "agentVideoSources": list(requested.agent_video_sources) if requested else [],
+                "interactions": list(requested.interactions) if requested else [],
+            },
+            "providerUrl": f"{self.public_base_url}/provider",
+            "providerToken": mint_provider_token(
+                settings.provider_secret,
+                session_id=session_id,
+                epoch=epoch,
+                ttl_s=settings.max_session_s + PROVIDER_TOKEN_MARGIN_S,
+                now=self.engine.now_ms() // 1000,
+            ),
+        }
+
     async def _perform(
         self, session_id: str, effect: Effect, session: Session | None
     ) -> SessionEvent | None:
@@ -171,17 +200,7 @@ class Runner:
             return None
         if isinstance(effect, DispatchAgent):
             await self.gateway.ensure_dispatch(
-                effect.room,
-                metadata={
-                    "sessionId": session_id,
-                    "sessionEpoch": effect.epoch,
-                    "taskId": session.task_id if session else None,
-                    "retention": {"transcript": session.transcript if session else "off"},
-                    "requested": {
-                        "interactions": list(session.requested.interactions) if session else [],
-                    },
-                    "providerUrl": f"{self.public_base_url}/provider",
-                },
+                effect.room, metadata=self.dispatch_metadata(session_id, effect.epoch, session)
             )
             return Provisioned(effect.epoch)
         if isinstance(effect, RemoveParticipant):

@@ -7,6 +7,7 @@ by the state machine (or, for idle, by the version it was armed at) and does not
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Final, NamedTuple
 
 from realtime.settings import Settings
@@ -17,7 +18,7 @@ PROVISIONING_TIMEOUT_MS: Final = 15_000
 
 class Timer(NamedTuple):
     session_id: str
-    kind: str  # provisioning | grace | idle | max
+    kind: str  # provisioning | grace | idle | max | requirement
     version: int
     epoch: int
     endpoint_id: str
@@ -57,4 +58,21 @@ def armed_by(
     if old is None:
         timer = Timer(sid, "max", version, new.epoch, "")
         timers[timer.member] = now_ms + settings.max_session_s * 1000
+    waiting_before = {op.operation_id for op in old.operations} if old is not None else set()
+    for op in new.operations:
+        if op.requirement is not None and op.operation_id not in waiting_before:
+            requirement = op.requirement
+            timer = Timer(
+                sid,
+                "requirement",
+                version,
+                new.epoch,
+                f"{op.operation_id}#{requirement.requirement_id}",
+            )
+            timers[timer.member] = ms_of(requirement.expires_at)
     return timers
+
+
+def ms_of(moment: str) -> int:
+    """Milliseconds since the epoch of an RFC 3339 timestamp the service wrote."""
+    return int(datetime.fromisoformat(moment.replace("Z", "+00:00")).timestamp() * 1000)

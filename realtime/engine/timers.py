@@ -25,6 +25,7 @@ from state_machines import (
     ProvisioningTimeout,
     SessionEvent,
 )
+from state_machines.interactions import Resolve
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ POLL_INTERVAL_S: Final = 0.25
 BATCH: Final = 50
 
 
-def event_of(timer: Timer) -> SessionEvent:
+def event_of(timer: Timer) -> SessionEvent | Resolve:
     if timer.kind == "provisioning":
         return ProvisioningTimeout(timer.epoch)
     if timer.kind == "grace":
@@ -43,6 +44,15 @@ def event_of(timer: Timer) -> SessionEvent:
         return IdleTimeout()
     if timer.kind == "max":
         return MaxDuration()
+    if timer.kind == "requirement":
+        operation_id, _, requirement_id = timer.endpoint_id.partition("#")
+        return Resolve(
+            command_id=f"expire:{requirement_id}",
+            decision="expire",
+            via="timer",
+            operation_id=operation_id,
+            requirement_id=requirement_id,
+        )
     raise ValueError(f"unknown timer kind {timer.kind!r}")
 
 

@@ -9,7 +9,6 @@ from typing import Any, Final
 
 import msgspec
 
-from realtime.a2a import interactions as interaction_payloads
 from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
@@ -27,7 +26,7 @@ PROVISIONING: Final = "provisioning"
 _CANONICAL: Final = msgspec.json.Encoder(order="sorted")
 
 
-def _view(services: Services, session: Session, version: int) -> dict[str, Any]:
+def session_result(services: Services, session: Session, version: int) -> dict[str, Any]:
     url = services.settings.livekit_public_url or ""
     result: dict[str, Any] = msgspec.to_builtins(
         views.session_view(session, version=version, media_url=url)
@@ -211,11 +210,11 @@ async def _prune_live(services: Services, owner: str) -> bool:
     return bool(stale)
 
 
-def _command(call: Call[Any], command_id: str) -> Command:
+def command_of(call: Call[Any], command_id: str) -> Command:
     return Command(call.method, command_id, params_digest(call.method, call.params))
 
 
-async def _run_command(
+async def run_command(
     services: Services,
     call: Call[Any],
     session_id: str,
@@ -228,7 +227,7 @@ async def _run_command(
         session_id,
         lambda _: event,
         owner=call.principal.key,
-        command=_command(call, command_id),
+        command=command_of(call, command_id),
         render=render,
     )
     return msgspec.Raw(applied.response or b"null")
@@ -239,7 +238,7 @@ async def get_session(services: Services, call: Call[p.GetSessionParams]) -> Any
         call.params.session_id, call.principal.key, with_outbox=True
     )
     assert loaded.record is not None  # noqa: S101
-    view = _view(services, loaded.record.session, loaded.version)
+    view = session_result(services, loaded.record.session, loaded.version)
     outbox = loaded.outbox or []
     # LiveKit work still to do for this session; `retrying` > 0 means it has been failing
     view["effects"] = {
@@ -262,29 +261,29 @@ async def register_endpoint(services: Services, call: Call[p.RegisterEndpointPar
         max_endpoints=services.settings.max_endpoints_per_session,
     )
 
-    def render(session: Session, version: int, media: Any) -> dict[str, Any]:
+    def render(session: Session, version: int, media: Any, task: Any) -> dict[str, Any]:
         endpoint = next(
             e for e in session.endpoints if e.client_endpoint_key == params.client_endpoint_key
         )
         return {
-            "session": _view(services, session, version),
+            "session": session_result(services, session, version),
             "endpoint": _endpoint(session, endpoint.endpoint_id),
         }
 
-    return await _run_command(services, call, params.session_id, params.command_id, event, render)
+    return await run_command(services, call, params.session_id, params.command_id, event, render)
 
 
 async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> Any:
     params = call.params
 
-    def render(session: Session, version: int, media: Any) -> dict[str, Any]:
+    def render(session: Session, version: int, media: Any, task: Any) -> dict[str, Any]:
         return {
-            "session": _view(services, session, version),
+            "session": session_result(services, session, version),
             "endpoint": _endpoint(session, params.endpoint_id),
             "media": media,
         }
 
-    return await _run_command(
+    return await run_command(
         services,
         call,
         params.session_id,
@@ -297,10 +296,10 @@ async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> A
 async def end_session(services: Services, call: Call[p.EndSessionParams]) -> Any:
     params = call.params
 
-    def render(session: Session, version: int, media: Any) -> dict[str, Any]:
-        return {"session": _view(services, session, version)}
+    def render(session: Session, version: int, media: Any, task: Any) -> dict[str, Any]:
+        return {"session": session_result(services, session, version)}
 
-    return await _run_command(
+    return await run_command(
         services, call, params.session_id, params.command_id, machine.End(params.reason), render
     )
 
@@ -367,59 +366,3 @@ async def cancel_task(services: Services, call: Call[p.TaskParams]) -> wire.Task
     return await cancel_realtime_task(
         services, record, call.principal.key, call.params.history_length
     )
-
-
-_DELIVERED: Final[dict[str, interactions.DeliveredKind]] = {
-    "input.text": "input.text",
-    "visual.select": "visual.select",
-    "response.interrupt": "response.interrupt",
-}
-_USER_MEDIA: Final[dict[str, interactions.MediaAction]] = {
-    "media.request": "request",
-    "media.prepare": "prepare",
-    "media.stop": "stop",
-    "media.revoke": "revoke",
-}
-
-
-async def send_interaction(services: Services, call: Call[p.SendInteractionParams]) -> Any:
-    """SendInteraction: typed payload, then the session machine (profile §7)."""
-    params = call.params
-    payload = interaction_payloads.decode_payload(params.type, params.payload)
-    event: interactions.InteractionEvent
-    if params.type in _DELIVERED:
-        event = interactions.Deliver(
-            params.session_epoch,
-            params.command_id,
-            _DELIVERED[params.type],
-            msgspec.json.encode(payload).decode(),
-        )
-    elif (
-        params.type in _USER_MEDIA
-        and isinstance(payload, interaction_payloads.MediaTarget)
-        and payload.side == "user"
-    ):
-        event = interactions.UserMedia(
-            params.session_epoch,
-            params.command_id,
-            payload.source,
-            _USER_MEDIA[params.type],
-        )
-    else:
-        raise RpcError(
-            "UnsupportedOperation",
-            f"{params.type} (agent-side media and operations) is not supported by this server.",
-            metadata={"type": params.type},
-        )
-
-    def render(session: Session, version: int, media: Any) -> dict[str, Any]:
-        return {
-            "session": _view(services, session, version),
-            "interaction": {
-                "commandId": params.command_id,
-                "type": params.type,
-                "acceptedAt": session.updated_at,
-            },
-        }
-
-    return await _run_command(services, call, params.session_id, params.command_id, event, render)

@@ -39,7 +39,11 @@ def session_event(notice: Notice, room_epoch: int) -> SessionEvent | Interaction
         return RoomLost(notice.room)
     if notice.event in ("track_published", "track_unpublished") and notice.track_source:
         return TrackChanged(
-            epoch, notice.identity, notice.track_source, notice.event == "track_published"
+            epoch,
+            notice.identity,
+            notice.track_source,
+            notice.event == "track_published",
+            is_agent=notice.is_agent,
         )
     return None
 

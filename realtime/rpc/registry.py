@@ -8,7 +8,7 @@ from typing import Any, Final, NamedTuple
 
 from realtime.a2a.types import REALTIME_EXTENSION
 from realtime.errors import RpcError
-from realtime.methods import messages, sessions, tasks
+from realtime.methods import messages, operations, sessions, tasks
 from realtime.methods.context import Call, Services
 
 Handler = Callable[[Services, Call[Any]], Awaitable[Any]]
@@ -36,7 +36,7 @@ async def _not_available(services: Services, call: Call[Any]) -> Any:
 METHODS: Final[dict[str, MethodSpec]] = {
     "SendMessage": MethodSpec(INVOKE, messages.send_message),
     "SendStreamingMessage": MethodSpec(INVOKE, _not_available),
-    "ContinueTask": MethodSpec(INVOKE, _not_available),
+    "ContinueTask": MethodSpec(INVOKE, operations.continue_task),
     "GetTask": MethodSpec(READ, tasks.get_task),
     "ListTasks": MethodSpec(READ, tasks.list_tasks),
     "CancelTask": MethodSpec(CANCEL, sessions.cancel_task),
@@ -45,9 +45,9 @@ METHODS: Final[dict[str, MethodSpec]] = {
     "aim.realtime.RegisterEndpoint": MethodSpec(INVOKE, sessions.register_endpoint, realtime=True),
     "aim.realtime.JoinSession": MethodSpec(INVOKE, sessions.join_session, realtime=True),
     "aim.realtime.EndSession": MethodSpec(INVOKE, sessions.end_session, realtime=True),
-    "aim.realtime.SendInteraction": MethodSpec(INVOKE, sessions.send_interaction, realtime=True),
+    "aim.realtime.SendInteraction": MethodSpec(INVOKE, operations.send_interaction, realtime=True),
     "aim.realtime.GetCommand": MethodSpec(READ, sessions.get_command, realtime=True),
-    "aim.realtime.GetOperation": MethodSpec(READ, _not_available, realtime=True),
+    "aim.realtime.GetOperation": MethodSpec(READ, operations.get_operation, realtime=True),
 }
 
 SUPPORTED_VERSIONS: Final = ("1.0",)

@@ -261,7 +261,7 @@ def stricter_than_schema(request: dict[str, Any]) -> list[tuple[str, str]]:
         if task_id.lower() != params["id"].lower():
             # the schema's own `x-aim-crossFieldConstraints` ("message.taskId equals params.id"),
             # which JSON Schema cannot express; profile §8 repeats it
-            hits.append(("continue_task_id_differs_from_id", "params"))
+            hits.append(("continue_task_id_differs_from_id", "params.message.taskId"))
     return hits
 
 

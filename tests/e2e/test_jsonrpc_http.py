@@ -146,13 +146,13 @@ async def test_realtime_method_is_validated_before_it_is_looked_up(client):
     assert good["error"]["code"] == -31001
 
 
-async def test_unserved_realtime_method_is_validated_before_answering_unsupported(client):
+async def test_get_operation_is_validated_before_the_session_is_looked_up(client):
     params = {"sessionId": SESSION_ID, "operationId": COMMAND_ID}
     bad = await rpc(client, "aim.realtime.GetOperation", {**params, "x": 1}, realtime=True)
     assert bad["error"]["code"] == -32602
     assert violations(bad) == ["params.x"]
     good = await rpc(client, "aim.realtime.GetOperation", params, realtime=True)
-    assert good["error"]["code"] == -32004
+    assert good["error"]["code"] == -31001
 
 
 async def test_interaction_payload_is_validated_per_type(client):

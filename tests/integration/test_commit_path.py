@@ -93,7 +93,7 @@ async def new_session(engine: Engine, *, provisioned: bool = True) -> str:
     return session_id
 
 
-def render(session: machine.Session, version: int, media: Any) -> dict[str, Any]:
+def render(session: machine.Session, version: int, media: Any, task: Any) -> dict[str, Any]:
     return {
         "version": version,
         "state": session.state,

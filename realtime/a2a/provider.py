@@ -1,0 +1,106 @@
+"""Provider API parameters (profile §10): one strict Struct per `aim.provider.*` method.
+
+The provider is the agent worker LiveKit dispatched into the session's room. Its calls are
+JSON-RPC 2.0 at `POST /provider`, authenticated by the provider token of that session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from realtime.a2a.params import Epoch, Params, Uuid, decode_as
+from realtime.errors import invalid_params
+
+MAX_RESULT_BYTES: Final = 16 * 1024
+Title = Annotated[str, Meta(min_length=1, max_length=200)]
+
+
+class ProviderParams(Params, frozen=True):
+    """Every provider call names the session its token is for."""
+
+    session_id: Uuid
+
+
+class ReportAgentStateParams(ProviderParams, frozen=True):
+    session_epoch: Epoch
+    state: Literal["joined", "listening", "thinking", "speaking", "left"]
+
+
+class Action(Params, frozen=True):
+    title: Title
+    description: Annotated[str, Meta(max_length=2000)] | UnsetType = UNSET
+    tool: Annotated[str, Meta(min_length=1, max_length=128)] | UnsetType = UNSET
+    arguments: dict[str, Any] | UnsetType = UNSET
+
+
+class MediaTarget(Params, frozen=True):
+    side: Literal["user", "agent"]
+    source: Literal["camera", "screen"]
+
+
+class RequestOperationParams(ProviderParams, frozen=True):
+    session_epoch: Epoch
+    request_id: Uuid
+    kind: Literal["action", "media.request"]
+    confirmation: Literal["required", "none"]
+    action: Action | UnsetType = UNSET
+    media: MediaTarget | UnsetType = UNSET
+    expires_in_seconds: Annotated[int, Meta(ge=1, le=86400)] | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        if self.kind == "action" and (self.action is UNSET or self.media is not UNSET):
+            raise ValueError("an `action` operation carries `action` and no `media`")
+        if self.kind == "media.request" and (self.media is UNSET or self.action is not UNSET):
+            raise ValueError("a `media.request` operation carries `media` and no `action`")
+        if self.kind == "media.request" and self.confirmation != "required":
+            raise ValueError(
+                "a media request always needs the user's decision: confirmation must be `required`"
+            )
+
+
+class UpdateOperationParams(ProviderParams, frozen=True):
+    request_id: Uuid
+    operation_id: Uuid
+    state: Literal["running", "succeeded", "failed"]
+    result: Any | UnsetType = UNSET
+    error: dict[str, Any] | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        if self.result is not UNSET and self.state != "succeeded":
+            raise ValueError("`result` belongs to state `succeeded`")
+        if self.error is not UNSET and self.state != "failed":
+            raise ValueError("`error` belongs to state `failed`")
+
+
+class AppendTranscriptParams(ProviderParams, frozen=True):
+    session_epoch: Epoch
+    item_id: Annotated[str, Meta(min_length=1, max_length=128)]
+    role: Literal["user", "agent"]
+    text: Annotated[str, Meta(min_length=1, max_length=16000)]
+
+
+PROVIDER_PARAMS: Final[Mapping[str, type[ProviderParams]]] = {
+    "aim.provider.ReportAgentState": ReportAgentStateParams,
+    "aim.provider.RequestOperation": RequestOperationParams,
+    "aim.provider.UpdateOperation": UpdateOperationParams,
+    "aim.provider.AppendTranscript": AppendTranscriptParams,
+}
+
+
+def decode_provider_params(method: str, raw: bytes) -> ProviderParams:
+    """The method's params, or -32602 naming the offending path."""
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        raise invalid_params("params", "must be a JSON object") from None
+    params = decode_as(PROVIDER_PARAMS[method], value, root="params")
+    if isinstance(params, UpdateOperationParams):
+        for name in ("result", "error"):
+            member = getattr(params, name)
+            if member is not UNSET and len(msgspec.json.encode(member)) > MAX_RESULT_BYTES:
+                raise invalid_params(f"params.{name}", f"larger than {MAX_RESULT_BYTES} bytes")
+    return params

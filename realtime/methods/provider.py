@@ -1,0 +1,175 @@
+"""The provider API (profile §10): what the agent worker asks of its session.
+
+Every call names its session and is authorized by that session's provider token (checked by the
+dispatcher). RequestOperation and UpdateOperation are exactly-once by `requestId` (stored like a
+client's commandId); AppendTranscript is idempotent by `itemId`; ReportAgentState is
+last-writer-wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import msgspec
+import rfc8785
+from msgspec import UNSET
+
+from realtime.a2a import provider as p
+from realtime.a2a import types as wire
+from realtime.auth import ProviderGrant
+from realtime.engine.core import AnyEvent, Command, params_digest
+from realtime.errors import RpcError, invalid_params
+from realtime.methods.context import Services
+from realtime.methods.operations import operation_result
+from state_machines import Requirement, Session, provider
+
+_TITLES: Final = {
+    ("user", "camera"): "Allow the agent to see your camera",
+    ("user", "screen"): "Allow the agent to see your screen",
+    ("agent", "camera"): "Let the agent show its camera",
+    ("agent", "screen"): "Let the agent share its screen",
+}
+
+
+def action_digest(action: Any) -> str:
+    """`sha256:` + lowercase hex of SHA-256 over the RFC 8785 canonical JSON of `action`, or
+    -32602 for an action JCS cannot encode (integers beyond ±2^53, non-finite numbers)."""
+    try:
+        canonical = rfc8785.dumps(action)
+    except rfc8785.CanonicalizationError as exc:
+        raise invalid_params(
+            "params.action",
+            f"cannot be canonicalized for its digest (RFC 8785): {exc}; write large integers "
+            "as strings",
+        ) from None
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def _command(method: str, params: msgspec.Struct) -> Command:
+    body = msgspec.to_builtins(params)
+    request_id = body.pop("requestId")
+    return Command(method, f"provider:{request_id}", params_digest(method, body))
+
+
+async def _exactly_once(
+    services: Services,
+    method: str,
+    params: p.RequestOperationParams | p.UpdateOperationParams,
+    event: AnyEvent,
+    operation_id: str,
+) -> Any:
+    def render(session: Session, _version: int, _media: Any, _task: Any) -> dict[str, Any]:
+        return {"operation": operation_result(params.session_id, session, operation_id)}
+
+    try:
+        applied = await services.engine.execute(
+            params.session_id,
+            lambda _: event,
+            owner=None,
+            command=_command(method, params),
+            render=render,
+        )
+    except RpcError as exc:
+        if exc.name != "CommandConflict":
+            raise
+        raise RpcError(
+            "CommandConflict",
+            f"requestId {params.request_id} was already used for a different request; use a "
+            "new requestId for a new request.",
+            metadata={"requestId": params.request_id, "method": method},
+        ) from None
+    return msgspec.Raw(applied.response or b"null")
+
+
+async def report_agent_state(
+    services: Services, grant: ProviderGrant, params: p.ReportAgentStateParams
+) -> Any:
+    event = provider.ReportAgentState(params.session_epoch, grant.epoch, params.state)
+    applied = await services.engine.execute(params.session_id, lambda _: event, owner=None)
+    session = applied.session
+    return {
+        "sessionId": session.session_id,
+        "sessionEpoch": session.epoch,
+        "agentState": session.agent_state,
+    }
+
+
+async def request_operation(
+    services: Services, grant: ProviderGrant, params: p.RequestOperationParams
+) -> Any:
+    now_ms = services.now_ms()
+    media = params.media
+    if isinstance(media, p.MediaTarget):
+        action: Any = {
+            "title": _TITLES[media.side, media.source],
+            "media": {"side": media.side, "source": media.source},
+        }
+    else:
+        action = msgspec.to_builtins(params.action)
+    requirement = None
+    if params.confirmation == "required":
+        ttl_s = (
+            params.expires_in_seconds
+            if params.expires_in_seconds is not UNSET
+            else services.settings.requirement_ttl_s
+        )
+        requirement = Requirement(
+            requirement_id=services.new_id(),
+            action_digest=action_digest(action),
+            expires_at=wire.timestamp(now_ms + ttl_s * 1000),
+        )
+    operation_id = services.new_id()
+    event = provider.RequestOperation(
+        epoch=params.session_epoch,
+        room_epoch=grant.epoch,
+        operation_id=operation_id,
+        kind=params.kind,
+        action_json=msgspec.json.encode(action).decode(),
+        requirement=requirement,
+        media_side=media.side if isinstance(media, p.MediaTarget) else None,
+        media_source=media.source if isinstance(media, p.MediaTarget) else None,
+    )
+    return await _exactly_once(
+        services, "aim.provider.RequestOperation", params, event, operation_id
+    )
+
+
+async def update_operation(
+    services: Services, grant: ProviderGrant, params: p.UpdateOperationParams
+) -> Any:
+    event = provider.UpdateOperation(
+        room_epoch=grant.epoch,
+        operation_id=params.operation_id,
+        state=params.state,
+        result_json=msgspec.json.encode(
+            params.result if params.result is not UNSET else None
+        ).decode(),
+        error_json=msgspec.json.encode(
+            params.error if params.error is not UNSET else None
+        ).decode(),
+    )
+    return await _exactly_once(
+        services, "aim.provider.UpdateOperation", params, event, params.operation_id
+    )
+
+
+async def append_transcript(
+    services: Services, grant: ProviderGrant, params: p.AppendTranscriptParams
+) -> Any:
+    event = provider.AppendTranscript(
+        params.session_epoch, grant.epoch, params.item_id, params.role, params.text
+    )
+    await services.engine.execute(params.session_id, lambda _: event, owner=None)
+    return {"itemId": params.item_id}
+
+
+Handler = Callable[[Services, ProviderGrant, Any], Awaitable[Any]]
+
+PROVIDER_METHODS: Final[dict[str, Handler]] = {
+    "aim.provider.ReportAgentState": report_agent_state,
+    "aim.provider.RequestOperation": request_operation,
+    "aim.provider.UpdateOperation": update_operation,
+    "aim.provider.AppendTranscript": append_transcript,
+}
