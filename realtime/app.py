@@ -42,6 +42,7 @@ async def running(
     clock: Callable[[], float] = time.time,
     run_worker: bool = True,
     metrics: Metrics | None = None,
+    telemetry: Telemetry | None = None,
 ) -> AsyncIterator[Services]:
     """Everything but HTTP: the store, the engine, the outbox runner and (with `run_worker`) the
     worker loops that retry effects and fire timers. `serve` and `worker` both start here."""
@@ -50,7 +51,7 @@ async def running(
     if active_store is None:
         active_store, release = open_store(settings)
     gateway = LiveKitGateway(settings)
-    engine = Engine(settings, SessionStore(active_store), clock=clock)
+    engine = Engine(settings, SessionStore(active_store), clock=clock, telemetry=telemetry)
     lease_ms = settings.worker_lease_s * 1000
     metrics = metrics or Metrics(None)
     runner = Runner(
@@ -93,12 +94,14 @@ async def running(
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     """`aim-realtime worker`: effects and timers without HTTP, until `stop` is set."""
     metrics = Metrics(meter_provider_from_env(os.environ))
+    telemetry = Telemetry(provider_from_env(os.environ))
     try:
-        async with running(settings, metrics=metrics):
+        async with running(settings, metrics=metrics, telemetry=telemetry):
             log.info("worker running: retrying effects and firing timers")
             await stop.wait()
     finally:
         metrics.shutdown()  # flush the last export
+        telemetry.shutdown()
 
 
 def create_app(
@@ -124,7 +127,12 @@ def create_app(
         authenticator = Authenticator(settings, now=clock)
         try:
             async with running(
-                settings, store=store, clock=clock, run_worker=run_worker, metrics=metrics
+                settings,
+                store=store,
+                clock=clock,
+                run_worker=run_worker,
+                metrics=metrics,
+                telemetry=telemetry,
             ) as services:
                 app.state.dispatcher = Dispatcher(
                     services, authenticator, telemetry, RateLimiter(settings.rate_limit_rps)

@@ -34,6 +34,9 @@ ATTR_SESSION_EPOCH: Final = "aim.session.epoch"
 ATTR_COMMAND_ID: Final = "aim.command.id"
 ATTR_TASK_ID: Final = "aim.task.id"
 ATTR_PRINCIPAL: Final = "aim.principal.key"
+ATTR_DB_SYSTEM: Final = "db.system"
+ATTR_DB_OPERATION: Final = "db.operation"
+ATTR_LIVEKIT_ROOM: Final = "livekit.room"
 
 UNKNOWN_METHOD_SPAN: Final = "jsonrpc.request"
 
@@ -214,6 +217,35 @@ class Telemetry:
     @contextlib.contextmanager
     def child_span(self, name: str, attributes: Mapping[str, str | int]) -> Iterator[None]:
         with self._tracer.start_as_current_span(name, attributes=dict(attributes)):
+            yield
+
+    @contextlib.contextmanager
+    def redis_span(self, operation: str, session_id: str) -> Iterator[None]:
+        """A client span around one atomic Redis script of a session (profile §13)."""
+        with self._tracer.start_as_current_span(
+            f"redis.{operation}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                ATTR_DB_SYSTEM: "redis",
+                ATTR_DB_OPERATION: operation,
+                ATTR_SESSION_ID: session_id,
+            },
+        ):
+            yield
+
+    @contextlib.contextmanager
+    def livekit_span(self, call: str, session_id: str, room: str) -> Iterator[None]:
+        """A client span around one LiveKit server API call (profile §13)."""
+        with self._tracer.start_as_current_span(
+            f"livekit.{call}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                ATTR_RPC_SYSTEM: "twirp",
+                ATTR_RPC_METHOD: call,
+                ATTR_SESSION_ID: session_id,
+                ATTR_LIVEKIT_ROOM: room,
+            },
+        ):
             yield
 
     def shutdown(self) -> None:

@@ -25,7 +25,7 @@ from realtime.errors import RpcError
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, PendingEffect, SessionRecord, TaskRecord
 from realtime.store.redis_store import Loaded, SessionStore
-from realtime.telemetry import note_transition
+from realtime.telemetry import Telemetry, note_transition
 from state_machines import (
     Accepted,
     Effect,
@@ -338,10 +338,12 @@ class Engine:
         *,
         clock: Callable[[], float] = time.time,
         on_effects: Callable[[str], None] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
         self.clock = clock
+        self.telemetry = telemetry or Telemetry(None)
         # called after a commit that stored effects, so they are carried out right away
         self.on_effects = on_effects
 
@@ -440,19 +442,20 @@ class Engine:
         now_ms = self.now_ms()
         pending = _pending(1, session.epoch, [cast(Effect, e) for e in decision.effects])
         event = _event(None, session, 1, now_ms, None, task.task.status)
-        committed = await self.sessions.commit(
-            session.session_id,
-            expected_version=0,
-            record=record,
-            task=task,
-            command_id=None,
-            outcome=b"",
-            events=[event],
-            effects=pending,
-            ttl_s=self.settings.task_ttl_s,
-            due_ms=now_ms + RETRY_GRACE_MS,
-            timers=armed_by(self.settings, None, session, 1, now_ms),
-        )
+        with self.telemetry.redis_span("commit", session.session_id):
+            committed = await self.sessions.commit(
+                session.session_id,
+                expected_version=0,
+                record=record,
+                task=task,
+                command_id=None,
+                outcome=b"",
+                events=[event],
+                effects=pending,
+                ttl_s=self.settings.task_ttl_s,
+                due_ms=now_ms + RETRY_GRACE_MS,
+                timers=armed_by(self.settings, None, session, 1, now_ms),
+            )
         return committed.status == "ok"  # the caller carries out provisioning (it may wait)
 
     async def _commit(
@@ -514,23 +517,24 @@ class Engine:
             task.task.status,
         )
         pending = _pending(version, new.epoch, effects)
-        committed = await self.sessions.commit(
-            session_id,
-            expected_version=loaded.version,
-            record=SessionRecord(
-                owner=loaded.record.owner,
-                principal_name=loaded.record.principal_name,
-                session=new,
-            ),
-            task=task,
-            command_id=command.command_id if command else None,
-            outcome=outcome_bytes,
-            events=[event],
-            effects=pending,
-            ttl_s=self.settings.task_ttl_s,
-            due_ms=now_ms + RETRY_GRACE_MS,
-            timers=armed_by(self.settings, old, new, version, now_ms),
-        )
+        with self.telemetry.redis_span("commit", session_id):
+            committed = await self.sessions.commit(
+                session_id,
+                expected_version=loaded.version,
+                record=SessionRecord(
+                    owner=loaded.record.owner,
+                    principal_name=loaded.record.principal_name,
+                    session=new,
+                ),
+                task=task,
+                command_id=command.command_id if command else None,
+                outcome=outcome_bytes,
+                events=[event],
+                effects=pending,
+                ttl_s=self.settings.task_ttl_s,
+                due_ms=now_ms + RETRY_GRACE_MS,
+                timers=armed_by(self.settings, old, new, version, now_ms),
+            )
         if committed.status == "conflict":
             return None
         if committed.status == "replay":
@@ -556,13 +560,14 @@ class Engine:
         task = self._task_for(loaded, session, now_ms)
         result = render(session, loaded.version, None, task.task)
         outcome = _outcome(command, session, now_ms, result, None)
-        kept = await self.sessions.remember(
-            session_id,
-            expected_version=loaded.version,
-            command_id=command.command_id,
-            outcome=_ENCODER.encode(outcome),
-            ttl_s=self.settings.task_ttl_s,
-        )
+        with self.telemetry.redis_span("remember", session_id):
+            kept = await self.sessions.remember(
+                session_id,
+                expected_version=loaded.version,
+                command_id=command.command_id,
+                outcome=_ENCODER.encode(outcome),
+                ttl_s=self.settings.task_ttl_s,
+            )
         if kept.status == "conflict":
             return None
         if kept.status == "replay":

@@ -120,7 +120,11 @@ class Runner:
                 await self.sessions.done(session_id, effect_id)
                 continue
             try:
-                follow_up = await self._perform(session_id, entry.effect, session)
+                room = getattr(entry.effect, "room", "")
+                with self.engine.telemetry.livekit_span(
+                    type(entry.effect).__name__, session_id, room
+                ):
+                    follow_up = await self._perform(session_id, entry.effect, session)
             except (LiveKitUnavailable, LiveKitRejected) as exc:
                 await self._failed(session_id, effect_id, entry, exc)
                 return False, False

@@ -91,3 +91,31 @@ async def test_committed_transitions_are_span_events_with_session_ids(rt_client,
     assert event.attributes["aim.session.to"] == "joining"
     assert event.attributes["aim.command.id"] == command_id
     assert event.attributes["aim.session.epoch"] == 1
+
+
+async def test_redis_commits_and_livekit_calls_are_child_spans(rt_client, livekit, span_exporter):
+    from tests.e2e.realtime_helpers import create_session, register, session_of
+
+    task = (await create_session(rt_client))["result"]["task"]
+    sid = session_of(task)["sessionId"]
+    await register(rt_client, sid, 1, "phone")
+    spans = span_exporter.get_finished_spans()
+    register_span = next(s for s in spans if s.name == "aim.realtime.RegisterEndpoint")
+    (commit,) = [
+        s
+        for s in spans
+        if s.name == "redis.commit"
+        and s.parent
+        and s.parent.span_id == register_span.context.span_id
+    ]
+    assert commit.kind.name == "CLIENT"
+    assert commit.attributes["db.system"] == "redis"
+    assert commit.attributes["aim.session.id"] == sid
+    create_span = next(s for s in spans if s.name == "SendMessage")
+    livekit_calls = [
+        s
+        for s in spans
+        if s.name.startswith("livekit.") and s.context.trace_id == create_span.context.trace_id
+    ]
+    assert {s.name for s in livekit_calls} >= {"livekit.CreateRoom", "livekit.DispatchAgent"}
+    assert all(s.attributes["livekit.room"] == f"aim-{sid}-e1" for s in livekit_calls)
