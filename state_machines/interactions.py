@@ -27,6 +27,7 @@ from state_machines.effects import AppendHistory, Effect, SendData, UpdatePermis
 from state_machines.operation import Operation
 from state_machines.session import stale_epoch
 from state_machines.session_model import (
+    LIVE_STATES,
     Session,
     by_id,
     device_sources,
@@ -187,8 +188,9 @@ def _deliver(session: Session, event: Deliver, now: str) -> Accepted[Session] | 
 
 
 def agent_in_room(session: Session) -> str | None:
-    """The agent's identity while it is in the room (data messages can reach it)."""
-    return session.agent_identity if session.agent_state != "left" else None
+    """The agent's identity while LiveKit says it is in the room (data messages can reach it);
+    what the agent reports about itself does not change this."""
+    return session.agent_identity
 
 
 def _agent_absent(session: Session) -> Rejected:
@@ -311,6 +313,18 @@ def _target(session: Session, event: Resolve) -> Operation | Rejected:
     return found
 
 
+def _answered_too_late(op: Operation, event: Resolve, now: str) -> bool:
+    """An approval or refusal after `expiresAt` (its timer may not have fired yet). Times are
+    the shell's RFC 3339 UTC strings of one format, so they compare as strings."""
+    asked = op.requirement
+    return (
+        event.decision in ("confirm", "allow", "deny")
+        and op.state == operations.AWAITING_CONFIRMATION
+        and asked is not None
+        and now >= asked.expires_at
+    )
+
+
 def _operation_event(op: Operation, event: Resolve) -> operations.OperationEvent:
     asked = op.requirement
     requirement_id = event.requirement_id or (asked.requirement_id if asked else "")
@@ -327,7 +341,8 @@ def _operation_event(op: Operation, event: Resolve) -> operations.OperationEvent
 
 
 def _resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | Rejected:
-    if event.via != "interaction" and session.state not in ANSWERABLE_STATES:
+    live = LIVE_STATES if event.via == "timer" else ANSWERABLE_STATES
+    if event.via != "interaction" and session.state not in live:
         return Rejected(
             reason=RejectReason.INVALID_STATE,
             state=session.state,
@@ -337,6 +352,13 @@ def _resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | 
     target = _target(session, event)
     if isinstance(target, Rejected):
         return target
+    if _answered_too_late(target, event, now):
+        return Rejected(
+            reason=RejectReason.INVALID_STATE,
+            state=target.state,
+            current_epoch=session.epoch,
+            detail="the requirement has expired; the agent may ask again",
+        )
     moved = operations.decide(target, _operation_event(target, event), now=now)
     if isinstance(moved, Rejected):
         return msgspec.structs.replace(moved, current_epoch=session.epoch)
@@ -357,7 +379,7 @@ def _resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | 
         operations=tuple(done if op is target else op for op in session.operations),
         updated_at=now,
     )
-    sources = settled_media(changed.media, done)
+    sources = settled_media(changed, done)
     effects: list[Effect] = []
     if event.history is not None:
         effects.append(event.history)
@@ -366,22 +388,33 @@ def _resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | 
         payload: dict[str, object] = {"operationId": done.operation_id, "state": done.state}
         body = to_agent(changed, "operation.update", event.command_id, payload)
         effects.append(SendData(session.room, (agent,), body))
-    step = _with_media(changed, sources, now)
+    step = with_media(changed, sources, now)
     return Accepted(settle_task(step.state, now), (*effects, *step.effects))
 
 
-def settled_media(sources: media.MediaSources, op: Operation) -> media.MediaSources:
+def settled_media(session: Session, op: Operation) -> media.MediaSources:
     """What an operation's new state means for the source it asked for: the user allowing the
     agent's request, or the agent carrying out the user's, grants it; a request that ends
-    unanswered, refused or failed leaves it `off`. (`op` has just changed state; a request of
-    the user starts running and changes state next when the agent reports.)"""
-    if op.kind != "media.request" or op.media_side is None or op.media_source is None:
+    unanswered, refused or failed leaves it `off`. Only the newest request for a source settles
+    it: an older operation finishing late never touches a source asked for again since.
+    (`op` has just changed state; a request of the user starts running and changes state next
+    when the agent reports.)"""
+    sources = session.media
+    side, source = op.media_side, op.media_source
+    if op.kind != "media.request" or side is None or source is None:
+        return sources
+    newest = [
+        item.operation_id
+        for item in session.operations
+        if item.kind == "media.request" and (item.media_side, item.media_source) == (side, source)
+    ][-1]
+    if newest != op.operation_id:
         return sources
     allowed = op.state == operations.SUCCEEDED or (
         op.state == operations.RUNNING and op.created_by == "provider"
     )
     step: media.MediaEvent = "grant" if allowed else "deny"
-    outcome = media.decide(sources, op.media_side, op.media_source, step)
+    outcome = media.decide(sources, side, source, step)
     return sources if isinstance(outcome, Rejected) else outcome.state
 
 
@@ -400,7 +433,7 @@ def _user_media(session: Session, event: UserMedia, now: str) -> Accepted[Sessio
         if isinstance(outcome, Rejected):
             return replace_state(outcome, session)
         sources = outcome.state
-    return _with_media(session, sources, now)
+    return with_media(session, sources, now)
 
 
 def _track(session: Session, event: TrackChanged, now: str) -> Accepted[Session] | Rejected:
@@ -422,10 +455,10 @@ def _track(session: Session, event: TrackChanged, now: str) -> Accepted[Session]
     )
     if isinstance(outcome, Rejected):
         return replace_state(outcome, session)
-    return _with_media(session, outcome.state, now)
+    return with_media(session, outcome.state, now)
 
 
-def _with_media(session: Session, sources: media.MediaSources, now: str) -> Accepted[Session]:
+def with_media(session: Session, sources: media.MediaSources, now: str) -> Accepted[Session]:
     """The session with new source states; a permission update when what may be published
     changed (LiveKit replaces every flag it is sent, so the full set goes)."""
     endpoint = by_id(session, session.active_endpoint_id or "")

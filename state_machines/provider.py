@@ -32,6 +32,7 @@ from state_machines.interactions import (
     replace_state,
     settled_media,
     too_many_operations,
+    with_media,
 )
 from state_machines.operation import Requirement
 from state_machines.session_model import Session, by_id, replace, settle_task
@@ -95,6 +96,8 @@ def decide(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Sess
         case UpdateOperation():
             return _update(session, event, now)
         case ReportAgentState():
+            if event.state == session.agent_state:
+                return Accepted(session)  # nothing new: no commit, no event
             return Accepted(replace(session, agent_state=event.state, updated_at=now))
         case _:
             return _transcript(session, event)
@@ -205,10 +208,10 @@ def _update(session: Session, event: UpdateOperation, now: str) -> Accepted[Sess
     changed = replace(
         session,
         operations=tuple(done if item is op else item for item in session.operations),
-        media=settled_media(session.media, done),
         updated_at=now,
     )
-    return Accepted(settle_task(changed, now))
+    step = with_media(changed, settled_media(changed, done), now)
+    return Accepted(settle_task(step.state, now), step.effects)
 
 
 def _transcript(session: Session, event: AppendTranscript) -> Accepted[Session] | Rejected:

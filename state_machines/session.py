@@ -70,6 +70,7 @@ from state_machines.session_model import (
     fail,
     finish,
     hand_off,
+    is_idle,
     join_token,
     moved,
     put,
@@ -171,7 +172,8 @@ GUARDS: Final[dict[SessionEventName, str]] = {
     "agent_joined": "epoch = the room's epoch; agent joined",
     "agent_left": "epoch = the room's epoch; agent left",
     "grace_expired": "epoch current, endpoint still the active one; it stays disconnected",
-    "idle_timeout": "no active endpoint; endReason idle_timeout",
+    "idle_timeout": "no active endpoint, idle ever since the timer was armed; endReason "
+    "idle_timeout",
     "max_duration": "endReason max_duration",
     "room_lost": f"the current room, fewer than {MAX_REBINDS} rebinds so far: epoch + 1, "
     "new room (CreateRoom, DispatchAgent)",
@@ -231,6 +233,8 @@ def decide(session: Session, event: SessionEvent, *, now: str) -> Accepted[Sessi
         return step
     after, effects = step
     after = settle_task(after, now)
+    if is_idle(after) and not is_idle(session):
+        after = replace(after, idles=session.idles + 1)
     if after != session:
         after = replace(after, updated_at=now)
     return Accepted(after, effects)
@@ -337,13 +341,15 @@ def _apply(
         case IdleTimeout():
             if session.active_endpoint_id is not None:
                 return _invalid(session, "an endpoint is active: the session is not idle")
+            if event.idle not in (-1, session.idles):
+                return _invalid(session, "the session was active since this timer was armed")
             return end(session, target, "idle_timeout")
         case MaxDuration():
             return end(session, target, "max_duration")
         case RoomLost():
             if _rebinds_exhausted(session):
                 return fail(session, FALLBACK[session.state, "room_lost"], "room_lost", now)
-            return rebind(session, target)
+            return rebind(session, target, now)
         case End():
             if (session.state, "end") in IDEMPOTENT:
                 return session, ()
@@ -429,7 +435,7 @@ def _participant_left(
     session: Session, event: ParticipantLeft, target: SessionState
 ) -> Step | Rejected:
     if event.is_agent:
-        return replace(session, agent_state="left"), ()
+        return replace(session, agent_state="left", agent_identity=None), ()
     if not _is_active(session, event.identity, event.epoch):
         return _invalid(session, f"participant {event.identity} is not the active endpoint")
     disconnected = moved(session.endpoints, "disconnected", (event.identity,))

@@ -101,7 +101,10 @@ class GraceExpired(msgspec.Struct, frozen=True, tag=True):
 
 
 class IdleTimeout(msgspec.Struct, frozen=True, tag=True):
-    """No endpoint was active for the idle timeout (300 s)."""
+    """No endpoint was active for the idle timeout (300 s) since the session became idle for
+    the `idle`-th time (-1: whichever time it is now)."""
+
+    idle: int = -1
 
 
 class MaxDuration(msgspec.Struct, frozen=True, tag=True):

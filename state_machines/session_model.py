@@ -100,6 +100,7 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     media: MediaSources = MediaSources()
     disconnects: int = 0  # drops of active endpoints so far; a grace timer names the one it is for
     operations: tuple[Operation, ...] = ()
+    idles: int = 0  # times the session became idle (ready, no active endpoint); names idle timers
     # the requirement the task's status message shows (INPUT_REQUIRED); a new one is a task change
     task_requirement: str | None = None
 
@@ -135,6 +136,10 @@ def derive_task_state(session: Session) -> TaskState:
 def advance_task(core: TaskCore, event: TaskEvent) -> TaskCore:
     """The task lifecycle's own table decides; a KeyError here is a bug in the session machine."""
     return TaskCore(state=task.TRANSITIONS[core.state, event], version=core.version + 1)
+
+
+def is_idle(session: Session) -> bool:
+    return session.state == READY and session.active_endpoint_id is None
 
 
 def settle_task(session: Session, now: str) -> Session:
@@ -250,8 +255,9 @@ def fail(session: Session, target: SessionState, reason: str, now: str) -> Step:
     return finish(replace(session, end_reason=reason), target, now), ()
 
 
-def rebind(session: Session, target: SessionState) -> Step:
-    """The room is lost: epoch + 1, a new room named with it, every device must join again."""
+def rebind(session: Session, target: SessionState, now: str) -> Step:
+    """The room is lost: epoch + 1, a new room named with it, every device must join again.
+    The agent that asked for the open operations is gone with the room: they are canceled."""
     epoch = session.epoch + 1
     room = room_name(session.session_id, epoch)
     ids = tuple(item.endpoint_id for item in session.endpoints if endpoints.accepts(item, "rebind"))
@@ -260,7 +266,7 @@ def rebind(session: Session, target: SessionState) -> Step:
         for item in moved(session.endpoints, "rebind", ids)
     )
     rebound = replace(
-        session,
+        close_operations(session, now),
         epoch=epoch,
         bumps=(*session.bumps, EpochBump(epoch, "rebound")),
         rebinds=session.rebinds + 1,

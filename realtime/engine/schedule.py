@@ -51,9 +51,9 @@ def armed_by(
             sid, "grace", version, new.epoch, f"{new.active_endpoint_id}#{new.disconnects}"
         )
         timers[timer.member] = now_ms + settings.reconnect_grace_s * 1000
-    if new.state == "ready" and new.active_endpoint_id is None:
-        # re-armed by every commit that leaves the session idle; only the newest may fire
-        timer = Timer(sid, "idle", version, new.epoch, "")
+    if new.idles != (old.idles if old is not None else 0):
+        # armed when the session becomes idle; it fires only if the session stayed idle since
+        timer = Timer(sid, "idle", version, new.epoch, str(new.idles))
         timers[timer.member] = now_ms + settings.idle_timeout_s * 1000
     if old is None:
         timer = Timer(sid, "max", version, new.epoch, "")

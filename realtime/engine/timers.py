@@ -41,7 +41,7 @@ def event_of(timer: Timer) -> SessionEvent | Resolve:
         endpoint_id, _, disconnect = timer.endpoint_id.partition("#")
         return GraceExpired(timer.epoch, endpoint_id, int(disconnect) if disconnect else -1)
     if timer.kind == "idle":
-        return IdleTimeout()
+        return IdleTimeout(int(timer.endpoint_id) if timer.endpoint_id else -1)
     if timer.kind == "max":
         return MaxDuration()
     if timer.kind == "requirement":
@@ -88,7 +88,10 @@ class Timers:
                 timer.session_id,
                 lambda _: event,
                 owner=None,
-                only_at_version=timer.version if timer.kind == "idle" else None,
+                # idle timers of earlier releases do not name their idle period: version-checked
+                only_at_version=(
+                    timer.version if timer.kind == "idle" and not timer.endpoint_id else None
+                ),
             )
             if applied.task is not None:
                 self.fired += 1

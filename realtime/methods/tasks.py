@@ -56,7 +56,7 @@ def view(task: wire.Task, history_length: int | None, *, artifacts: bool = True)
     """The task as a caller asked to see it (historyLength, artifacts)."""
     history = task.history
     if history_length is not None and history is not UNSET:
-        history = history[len(history) - history_length :] if history_length else UNSET
+        history = history[max(0, len(history) - history_length) :] if history_length else UNSET
         if history is not UNSET and not history:
             history = UNSET
     return msgspec.structs.replace(

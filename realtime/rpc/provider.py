@@ -100,7 +100,8 @@ class ProviderDispatcher:
             )
         except AuthError as exc:
             name = "Unauthenticated" if exc.status == 401 else "PermissionDenied"
-            failure = RpcError(name, exc.message)
+            metadata = {"scope": exc.required_scope} if exc.required_scope else {}
+            failure = RpcError(name, exc.message, metadata=metadata)
             span.set_error(failure.code, failure.message)
             return Reply(
                 exc.status,

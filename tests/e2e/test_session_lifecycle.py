@@ -285,3 +285,33 @@ async def test_ending_a_provisioning_session_needs_no_timeout(livekit, rt_client
     assert ended["result"]["session"]["state"] == "ending"
     assert await task_state(rt_client, task["id"]) == "TASK_STATE_COMPLETED"
     await livekit.set_down(False)
+
+
+async def test_the_agents_own_calls_do_not_keep_an_idle_session_alive(
+    livekit, store, tracer_provider
+):
+    """Only a device makes a session busy: the agent reporting its state while nobody is
+    connected must not postpone the idle timeout."""
+    import json
+
+    from tests.e2e.op_helpers import provider_call
+
+    async with service(
+        livekit, store, tracer_provider, idle_timeout_s=1, max_session_s=60
+    ) as client:
+        task = (await create_session(client))["result"]["task"]
+        session_id = session_of(task)["sessionId"]
+        token = json.loads(livekit.dispatches_in(room(session_id))[-1].metadata)["providerToken"]
+        await wait_until(client, session_id, in_state("ready"))
+        ready_at = time.monotonic()
+        for state in ("listening", "thinking", "speaking", "listening", "thinking", "speaking"):
+            status, body, _ = await provider_call(
+                client, token, "ReportAgentState", sessionId=session_id, sessionEpoch=1, state=state
+            )
+            if "error" in body:
+                break  # the session already ended
+            assert status == 200
+            await asyncio.sleep(0.3)
+        ended = await wait_until(client, session_id, in_state("ended"))
+        assert ended["endReason"] == "idle_timeout"
+        assert time.monotonic() - ready_at < 2.5, "the agent's calls postponed the idle timeout"

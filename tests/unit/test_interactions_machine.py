@@ -87,7 +87,7 @@ def test_before_the_agent_joined_a_message_for_it_is_refused() -> None:
     refusal = refused(
         live(agent=False), Deliver(1, "c", "response.interrupt", "{}"), RejectReason.INVALID_STATE
     )
-    assert "agent has not joined" in refusal.detail
+    assert "agent is not in the room" in refusal.detail
 
 
 def test_a_reconnecting_device_gets_the_permission_its_grants_allow() -> None:

@@ -553,6 +553,14 @@ def test_idle_timeout_ends_a_ready_session() -> None:
     assert outcome.effects == (DeleteRoom("aim-s1-e1", 1),)
 
 
+def test_the_session_counts_its_idle_periods_and_an_earlier_periods_timer_is_stale() -> None:
+    session = ready("a")
+    assert session.idles == 1  # provisioned: idle for the first time
+    rejected(session, IdleTimeout(0), RejectReason.INVALID_STATE)
+    outcome = outcome_of(session, IdleTimeout(1))
+    assert outcome.state.state == "ending"
+
+
 def test_idle_timeout_with_an_active_endpoint_is_refused() -> None:
     session = replace(ready("a"), active_endpoint_id="ep-a")
     rejected(session, IdleTimeout(), RejectReason.INVALID_STATE)

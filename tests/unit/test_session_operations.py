@@ -19,6 +19,7 @@ from state_machines.interactions import (
     Deliver,
     Resolve,
     TrackChanged,
+    UserMedia,
     decide,
 )
 from state_machines.operation import Requirement
@@ -54,7 +55,7 @@ def run(session: Session, *events: object) -> Session:
 def step(session: Session, event: object) -> Accepted[Session] | Rejected:
     if isinstance(event, agent.ProviderEvent):
         return agent.decide(session, event, now=T1)
-    if isinstance(event, Deliver | AgentMedia | Resolve | TrackChanged):
+    if isinstance(event, Deliver | UserMedia | AgentMedia | Resolve | TrackChanged):
         return decide(session, event, now=T1)
     return decide_session(session, event, now=T1)  # type: ignore[arg-type]
 
@@ -462,3 +463,72 @@ def test_the_task_always_follows_its_operations(steps: list[str]) -> None:
         assert (session.task_state == INPUT_REQUIRED) == (waiting and live_now)
         if not live_now:
             assert not waiting
+
+
+# --- late and stale answers ------------------------------------------------------------------
+
+
+def test_an_older_media_operation_never_settles_a_source_asked_for_again() -> None:
+    granted = run(live(), media_ask(op="op-a"), decide_media("allow", "op-a"))
+    stopped = run(granted, UserMediaStop())
+    asked_again = run(stopped, media_ask(op="op-b"))
+    assert asked_again.media.user_camera == "requested"
+    late_success = step(asked_again, agent.UpdateOperation(1, "op-a", "succeeded", "{}"))
+    assert isinstance(late_success, Accepted)
+    assert late_success.state.media.user_camera == "requested"  # still the user's to decide
+    assert not late_success.effects
+    cancel_old = Resolve(command_id="c", decision="cancel", via="interaction", epoch=1,
+                         operation_id="op-a")  # fmt: skip
+    assert run(asked_again, cancel_old).media.user_camera == "requested"
+    assert run(asked_again, decide_media("allow", "op-b")).media.user_camera == "granted"
+
+
+def UserMediaStop() -> UserMedia:  # noqa: N802 - reads like the event it builds
+    return UserMedia(1, "c-stop", "camera", "stop")
+
+
+def test_an_answer_after_the_requirement_expired_is_refused() -> None:
+    late = Requirement(requirement_id="req-1", action_digest=DIGEST, expires_at=T0)
+    session = run(live(), ask(requirement=late))
+    rejected = refused(session, confirm(), RejectReason.INVALID_STATE)
+    assert "expired" in rejected.detail
+    cancel = Resolve(command_id="c", decision="cancel", via="interaction", epoch=1,
+                     operation_id="op-1")  # fmt: skip
+    assert op_state(run(session, cancel)) == "canceled"  # canceling stays possible
+
+
+def test_a_rebind_cancels_the_lost_agents_operations_and_expiry_still_applies() -> None:
+    session = run(live(), ask(), ask("op-2", "req-2", requirement=None))
+    rebound = run(session, RoomLost("aim-s1-e1"))
+    assert rebound.state == "provisioning"
+    assert {op.state for op in rebound.operations} == {"canceled"}
+    assert rebound.task_state == WORKING
+    expire = Resolve(command_id="x", decision="expire", via="timer", operation_id="op-1",
+                     requirement_id="req-1")  # fmt: skip
+    refused(rebound, expire, RejectReason.INVALID_STATE)  # the operation is over, not the timer
+
+
+def test_expiry_fires_while_the_session_provisions_again() -> None:
+    import msgspec
+
+    session = run(live(), ask())
+    provisioning = msgspec.structs.replace(session, state="provisioning")
+    expire = Resolve(command_id="x", decision="expire", via="timer", operation_id="op-1",
+                     requirement_id="req-1")  # fmt: skip
+    assert op_state(run(provisioning, expire)) == "expired"
+
+
+def test_reporting_the_same_agent_state_changes_nothing() -> None:
+    session = run(live(), agent.ReportAgentState(1, 1, "listening"))
+    same = step(session, agent.ReportAgentState(1, 1, "listening"))
+    assert isinstance(same, Accepted)
+    assert same.state is session
+
+
+def test_the_agent_leaving_ends_delivery_whatever_it_reports() -> None:
+    from state_machines.session import ParticipantLeft
+
+    gone = run(live(), ParticipantLeft(1, "agent-1", True))
+    assert gone.agent_identity is None
+    reported = run(gone, agent.ReportAgentState(1, 1, "listening"))
+    refused(reported, Deliver(1, "c", "input.text", '{"text":"hi"}'), RejectReason.INVALID_STATE)
