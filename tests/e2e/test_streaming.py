@@ -310,3 +310,71 @@ async def test_an_idle_stream_sends_heartbeats(livekit, store, tracer_provider):
                 beats = [await reader.next(within=2) for _ in range(3)]
                 assert all(b is not None and b.comments == ["keepalive"] for b in beats)
                 assert all(b is not None and b.data is None and b.id is None for b in beats)
+
+
+async def test_a_stalled_subscriber_delays_no_command_and_is_dropped(
+    livekit, store, tracer_provider
+):
+    """A client that stops reading (a tiny receive window, never read) while hundreds of events
+    are committed: commands answer as fast as ever, and the hub frees the subscription."""
+    import socket
+    import time
+
+    import httpx
+    import msgspec
+
+    from tests.conftest import headers
+
+    app = create_app(
+        livekit_settings(livekit, sse_buffer_events=4), store=store, tracer_provider=tracer_provider
+    )
+    async with serving(app) as base_url:
+        hub = app.state.dispatcher.services.hub
+        async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
+            task = (await create_session(client))["result"]["task"]
+            session_id = task["metadata"][REALTIME]["sessionId"]
+            endpoint = await drive_to_active(client, session_id)
+
+            host, port = base_url.removeprefix("http://").split(":")
+            raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+            raw.setblocking(False)
+            loop = asyncio.get_running_loop()
+            await loop.sock_connect(raw, (host, int(port)))
+            body = msgspec.json.encode({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask",
+                                        "params": {"id": task["id"]}})  # fmt: skip
+            head = "".join(f"{k}: {v}\r\n" for k, v in headers().items())
+            request = (f"POST /a2a HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                       f"{head}Content-Length: {len(body)}\r\n\r\n").encode() + body  # fmt: skip
+            await loop.sock_sendall(raw, request)
+            first = await asyncio.wait_for(loop.sock_recv(raw, 1024), 5)
+            assert first.startswith(b"HTTP/1.1 200")
+            deadline = time.monotonic() + 5
+            while hub.subscribers != 1:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            # from here on the client reads nothing. Real commits (webhooks) alternate with
+            # bursts of entries like theirs, appended directly so that megabytes of events
+            # pile up quickly in front of the stalled client
+            stream_key = keys.events_key(session_id)
+            ((_, fields),) = await store.client.xrevrange(stream_key, count=1)
+            slowest = 0.0
+            for i in range(40):
+                kind = "participant_left" if i % 2 == 0 else "participant_joined"
+                event = webhook(kind, room(session_id), identity=endpoint, epoch=1)
+                started = time.monotonic()
+                assert await deliver(client, event) == "applied"
+                assert "result" in await call(client, "GetSession", sessionId=session_id)
+                slowest = max(slowest, time.monotonic() - started)
+                if hub.subscribers == 0:
+                    break
+                pipe = store.client.pipeline(transaction=False)
+                for _ in range(250):
+                    pipe.xadd(stream_key, fields)
+                await pipe.execute()
+                await asyncio.sleep(0.01)
+            assert hub.subscribers == 0, "the stalled subscriber was never dropped"
+            assert slowest < 1.0  # loosely: a commit and a read take milliseconds
+            got = await rpc(client, "GetTask", {"id": task["id"]})
+            assert got["result"]["status"]["state"] == "TASK_STATE_WORKING"
+            raw.close()
