@@ -189,6 +189,10 @@ class EventHub:
             except RpcError:  # Redis unreachable: subscribers wait (heartbeats go on)
                 await asyncio.sleep(RETRY_S)
                 continue
+            except Exception:  # the reader must outlive any one bad read
+                log.exception("reading session event streams failed; retrying")
+                await asyncio.sleep(RETRY_S)
+                continue
             if replies is None:
                 continue  # woken for a new stream
             for stream, entries in replies:

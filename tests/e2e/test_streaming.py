@@ -378,3 +378,36 @@ async def test_a_stalled_subscriber_delays_no_command_and_is_dropped(
             got = await rpc(client, "GetTask", {"id": task["id"]})
             assert got["result"]["status"]["state"] == "TASK_STATE_WORKING"
             raw.close()
+
+
+async def test_send_streaming_message_again_resumes_or_streams_the_same_session(rt_client, store):
+    message = create_message(create_part())
+    async with stream(rt_client, "SendStreamingMessage", message, realtime=True) as reader:
+        first = await reader.next_data()
+        assert first is not None
+        seen: list[Any] = [first]
+        await wait_for_state(reader, "ready", seen)
+    task = first.result["task"]
+    session_id = task["metadata"][REALTIME]["sessionId"]
+    await drive_to_active(rt_client, session_id)
+    # the same message again, reconnecting after `ready`: the same session, no Task first
+    async with stream(
+        rt_client, "SendStreamingMessage", message, realtime=True, last_event_id=seen[-1].id
+    ) as reader:
+        resumed: list[Any] = []
+        await wait_for_state(reader, "active", resumed)
+        assert all("statusUpdate" in e.result for e in resumed)
+        assert condensed([session_state(e.result) for e in resumed]) == [
+            "ready",
+            "joining",
+            "active",
+        ]
+        ids = await stream_ids(store, session_id)
+        assert [e.id for e in seen + resumed] == ids[: len(seen) + len(resumed)]
+    await end(rt_client, session_id)
+    # once the creation entry is trimmed away, the same message restarts from a flagged snapshot
+    await store.client.xtrim(keys.events_key(session_id), maxlen=1, approximate=False)
+    async with stream(rt_client, "SendStreamingMessage", message, realtime=True) as reader:
+        (only,) = await reader.rest()
+    assert only.result["task"]["metadata"][REALTIME]["eventsTrimmed"] is True
+    assert only.result["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
