@@ -32,9 +32,15 @@ def build_agent_card(settings: Settings) -> dict[str, Any]:
             f"{REALTIME_EXTENSION}) to start one; text-only chat is not offered."
         ),
         "version": _version(),
+        # in order of preference; one entry per protocol version, both on the same URL
         "supportedInterfaces": [
-            {"url": f"{base}/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+            {"url": f"{base}/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": f"{base}/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
         ],
+        # what an A2A 0.3 client reads from a card (ignored by 1.0 clients)
+        "url": f"{base}/a2a",
+        "preferredTransport": "JSONRPC",
+        "protocolVersion": "0.3.0",
         "capabilities": {
             "streaming": True,
             "pushNotifications": False,

@@ -20,6 +20,7 @@ from realtime.agent_card import build_agent_card
 from realtime.auth import Authenticator
 from realtime.effects.livekit import LiveKitGateway
 from realtime.engine.core import Engine
+from realtime.engine.hub import EventHub
 from realtime.engine.runner import Runner
 from realtime.engine.timers import Timers
 from realtime.methods.context import Services
@@ -27,7 +28,7 @@ from realtime.routes import ROUTES, AgentCardBody
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
 from realtime.rpc.provider import ProviderDispatcher
 from realtime.settings import Settings
-from realtime.store.redis_store import RedisStore, SessionStore
+from realtime.store.redis_store import EventStore, RedisStore, SessionStore
 from realtime.store.selection import open_store
 from realtime.telemetry import Metrics, Telemetry, meter_provider_from_env, provider_from_env
 
@@ -66,6 +67,7 @@ async def running(
         store=active_store,
         engine=engine,
         runner=runner,
+        hub=EventHub(EventStore(active_store), buffer=settings.sse_buffer_events),
         metrics=metrics,
         clock=clock,
     )
@@ -83,6 +85,7 @@ async def running(
         yield services
     finally:
         stop.set()
+        await services.hub.close()
         await asyncio.gather(*loops)
         await services.drain()
         await gateway.aclose()

@@ -36,6 +36,9 @@ def _settings() -> Settings:
         raise SystemExit(2) from None
 
 
+SHUTDOWN_GRACE_S = 10
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn  # only the serve command needs the server
 
@@ -63,6 +66,9 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         log_level="info",
         access_log=False,
+        # open SSE streams never finish by themselves: on shutdown, give them this long, then
+        # close them (clients reconnect elsewhere with Last-Event-ID)
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
     return 0
 

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
+from litestar.response import Stream
 
 from realtime.effects.webhooks import WebhookRejected
 from realtime.effects.webhooks import verify as verify_webhook
 from realtime.errors import RpcError
 from realtime.methods import webhooks
-from realtime.rpc.dispatch import Dispatcher
+from realtime.rpc.dispatch import Dispatcher, SseEvent
 from realtime.rpc.provider import ProviderDispatcher
 
 JSON: Final = "application/json"
+EVENT_STREAM: Final = "text/event-stream"
+KEEPALIVE: Final = b": keepalive\n\n"
+# no caching, and no buffering by proxies (nginx honours X-Accel-Buffering)
+SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 async def read_limited(request: Request[Any, Any, Any], limit: int) -> tuple[bytes, bool]:
@@ -34,11 +40,47 @@ async def read_limited(request: Request[Any, Any, Any], limit: int) -> tuple[byt
     return b"".join(chunks), False
 
 
+# characters JSON may carry raw inside strings that many line readers (Python's splitlines,
+# httpx's aiter_lines, JavaScript's U+2028 handling in older engines) take for a line break;
+# escaped, the JSON means the same and a `data:` line stays one line for every reader
+_LINE_BREAKERS: Final = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"),
+                         (b"\xc2\x85", b"\\u0085"))  # fmt: skip
+
+
+def one_line(data: bytes) -> bytes:
+    """`data` (compact JSON, so no raw newlines) with every other line breaker escaped."""
+    for raw, escaped in _LINE_BREAKERS:
+        data = data.replace(raw, escaped)
+    return data
+
+
+async def sse(events: AsyncIterator[SseEvent]) -> AsyncIterator[bytes]:
+    """SSE framing: `id:`, `event:` and one `data:` line (compact JSON has no newlines);
+    a heartbeat is a comment line."""
+    async for event in events:
+        if event.data is None:
+            yield KEEPALIVE
+            continue
+        frame = b""
+        if event.id is not None:
+            frame += b"id: " + event.id.encode() + b"\n"
+        if event.event is not None:
+            frame += b"event: " + event.event.encode() + b"\n"
+        yield frame + b"data: " + one_line(event.data) + b"\n\n"
+
+
 @post(["/a2a", "/a2a/"], status_code=200)
-async def a2a(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+async def a2a(request: Request[Any, Any, Any], state: State) -> Response[Any]:
     dispatcher: Dispatcher = state.dispatcher
     body, too_large = await read_limited(request, dispatcher.services.settings.max_body_bytes)
     reply = await dispatcher.handle(body, request.headers, too_large=too_large)
+    if reply.stream is not None:
+        return Stream(
+            sse(reply.stream),
+            status_code=200,
+            media_type=EVENT_STREAM,
+            headers={**reply.headers, **SSE_HEADERS},
+        )
     return Response(reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers)
 
 

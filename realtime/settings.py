@@ -70,6 +70,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     task_ttl_s: int = 7 * 24 * 3600
     max_body_bytes: int = 1024 * 1024
 
+    sse_heartbeat_s: float = 15.0
+    sse_buffer_events: int = 256
+
     @property
     def provider_secret(self) -> str:
         """The HS256 key of provider tokens: configured, else derived from the LiveKit API
@@ -151,6 +154,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             rate_limit_rps=reader.number("AIM_RATE_LIMIT_RPS", 100.0, low=0.0, high=1e6),
             worker_lease_s=reader.integer("AIM_WORKER_LEASE_S", 30, low=1, high=3600),
             task_ttl_s=reader.integer("AIM_TASK_TTL_S", 7 * 24 * 3600, low=60, high=365 * 86400),
+            sse_heartbeat_s=reader.number("AIM_SSE_HEARTBEAT_S", 15.0, low=0.01, high=3600.0),
+            sse_buffer_events=reader.integer("AIM_SSE_BUFFER_EVENTS", 256, low=1, high=100_000),
         )
         if reader.problems:
             raise SettingsError(reader.problems)

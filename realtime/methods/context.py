@@ -14,6 +14,7 @@ from realtime.a2a.params import Params
 from realtime.a2a.types import timestamp
 from realtime.auth import Principal
 from realtime.engine.core import Engine
+from realtime.engine.hub import EventHub
 from realtime.engine.runner import Runner
 from realtime.settings import Settings
 from realtime.store.redis_store import RedisStore
@@ -37,6 +38,7 @@ class Services:
     store: RedisStore
     engine: Engine
     runner: Runner
+    hub: EventHub
     metrics: Metrics = field(default_factory=lambda: Metrics(None))
     clock: Callable[[], float] = time.time
     new_id: Callable[[], str] = field(default=_new_id)
@@ -71,3 +73,5 @@ class Call(Generic[P]):
     principal: Principal
     params: P
     extensions: frozenset[str]
+    # SSE reconnects: the stream entry id the client saw last (streaming methods only)
+    last_event_id: str | None = None

@@ -1,24 +1,31 @@
-"""One JSON-RPC call from bytes to bytes.
+"""One JSON-RPC call from bytes to bytes (or to a stream of SSE events).
 
 Order of checks: size → JSON → envelope → A2A-Version → method → authentication → scope →
 extension (aim.realtime.*) → rate limit → params → handler. Protocol errors that do not depend
-on who calls come first; nothing touches stored data before the caller is known.
+on who calls come first; nothing touches stored data before the caller is known. Streaming
+methods run the same checks and their handler's own checks before the first event, so every
+error they can raise is answered as plain JSON-RPC JSON.
+
+A2A 0.3 method names without an A2A-Version header (or with `0.3`) go through `a2a/v03`: their
+params are translated to 1.0, the same handler runs, and the result goes back in 0.3 shapes.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from realtime.a2a import v03
 from realtime.a2a.params import decode_params
 from realtime.auth import Authenticator, AuthError, Principal
 from realtime.errors import RpcError, invalid_request
 from realtime.methods.context import Call, Services
+from realtime.methods.streaming import TaskStream
 from realtime.rpc.envelope import RequestId, decode_envelope
 from realtime.rpc.registry import EXTENSIONS, METHODS, SUPPORTED_VERSIONS
 from realtime.telemetry import ATTR_PRINCIPAL, RpcSpan, Telemetry
@@ -28,6 +35,16 @@ log = logging.getLogger(__name__)
 _ENCODER: Final = msgspec.json.Encoder()
 VERSION_HEADER: Final = "a2a-version"
 EXTENSIONS_HEADER: Final = "a2a-extensions"
+EXTENSIONS_HEADER_V03: Final = "x-a2a-extensions"
+LAST_EVENT_ID_HEADER: Final = "last-event-id"
+
+
+class SseEvent(NamedTuple):
+    """One SSE event: `data` None is a heartbeat comment."""
+
+    data: bytes | None
+    id: str | None = None
+    event: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,14 +52,26 @@ class Reply:
     status: int
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
+    stream: AsyncIterator[SseEvent] | None = None  # set: answer text/event-stream
 
 
-def error_body(error: RpcError, request_id: RequestId | None) -> bytes:
-    return _ENCODER.encode({"jsonrpc": "2.0", "id": request_id, "error": error.to_object()})
+@dataclass(slots=True)
+class _Served:
+    """What the call turned out to be, as far as the reply's shape depends on it."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    v03: bool = False
 
 
-def requested_extensions(headers: Mapping[str, str]) -> frozenset[str]:
+def error_body(error: RpcError, request_id: RequestId | None, *, v03_shape: bool = False) -> bytes:
+    body = v03.error(error) if v03_shape else error.to_object()
+    return _ENCODER.encode({"jsonrpc": "2.0", "id": request_id, "error": body})
+
+
+def requested_extensions(headers: Mapping[str, str], *, v03_names: bool = False) -> frozenset[str]:
     raw = headers.get(EXTENSIONS_HEADER, "")
+    if v03_names:  # 0.3 clients name the header X-A2A-Extensions
+        raw += "," + headers.get(EXTENSIONS_HEADER_V03, "")
     return frozenset(item.strip() for item in raw.split(",") if item.strip())
 
 
@@ -111,7 +140,7 @@ class Dispatcher:
     async def _handle(
         self, body: bytes, headers: Mapping[str, str], span: RpcSpan, *, too_large: bool
     ) -> Reply:
-        reply_headers: dict[str, str] = {}
+        served = _Served()
         request_id: RequestId | None = None
         try:
             if too_large:
@@ -123,31 +152,53 @@ class Dispatcher:
             if error is not None:
                 raise error
             assert envelope is not None  # noqa: S101 - decode_envelope returns one of both
-            result = await self._call(
-                envelope.method, envelope.params, headers, span, reply_headers
-            )
+            result = await self._call(envelope.method, envelope.params, headers, span, served)
+            if isinstance(result, TaskStream):
+                assert request_id is not None  # noqa: S101 - a valid envelope has an id
+                events = self._events(result, request_id, v03_shape=served.v03)
+                return Reply(200, b"", served.headers, stream=events)
             return Reply(
                 200,
                 _ENCODER.encode({"jsonrpc": "2.0", "id": request_id, "result": result}),
-                reply_headers,
+                served.headers,
             )
         except _HttpError as exc:
             span.set_error(exc.error.code, exc.error.message)
             return Reply(
-                exc.status, error_body(exc.error, request_id), {**reply_headers, **exc.headers}
+                exc.status,
+                error_body(exc.error, request_id, v03_shape=served.v03),
+                {**served.headers, **exc.headers},
             )
         except RpcError as exc:
             span.set_error(exc.code, exc.message)
-            return Reply(200, error_body(exc, request_id), reply_headers)
+            return Reply(200, error_body(exc, request_id, v03_shape=served.v03), served.headers)
         except Exception:  # the last line of defence: a bug, never leaked
             log.exception("internal error serving a JSON-RPC call")
-            error = RpcError(
-                "InternalError",
-                "The server failed to process the request; it has been logged. "
-                "Retrying is safe for requests that carry a commandId or messageId.",
-            )
+            error = _internal_error()
             span.set_error(error.code, error.message)
-            return Reply(200, error_body(error, request_id), reply_headers)
+            return Reply(200, error_body(error, request_id, v03_shape=served.v03), served.headers)
+
+    async def _events(
+        self, stream: TaskStream, request_id: RequestId, *, v03_shape: bool
+    ) -> AsyncIterator[SseEvent]:
+        """The stream's frames as JSON-RPC responses; a failure after the first event becomes
+        an `event: error` carrying a JSON-RPC error response, and ends the stream."""
+        try:
+            async for frame in stream.frames():
+                if frame is None:
+                    yield SseEvent(None)
+                    continue
+                event_id, result = frame
+                if v03_shape:
+                    result = v03.stream_result(result)
+                body = {"jsonrpc": "2.0", "id": request_id, "result": result}
+                yield SseEvent(_ENCODER.encode(body), event_id)
+        except RpcError as exc:
+            yield SseEvent(error_body(exc, request_id, v03_shape=v03_shape), event="error")
+        except Exception:
+            log.exception("internal error in an SSE stream")
+            error = _internal_error()
+            yield SseEvent(error_body(error, request_id, v03_shape=v03_shape), event="error")
 
     async def _call(
         self,
@@ -155,17 +206,33 @@ class Dispatcher:
         raw_params: msgspec.Raw,
         headers: Mapping[str, str],
         span: RpcSpan,
-        reply_headers: dict[str, str],
+        served: _Served,
     ) -> Any:
         version = headers.get(VERSION_HEADER, "")
-        if not version_supported(version):
+        target = method
+        if method in v03.METHODS and v03.is_v03(version):
+            served.v03 = True
+            target = v03.METHODS[method]
+        elif not version_supported(version):
+            hint = (
+                f" {method} is an A2A 1.0 method."
+                if method in METHODS and v03.is_v03(version)
+                else ""
+            )
             raise RpcError(
                 "VersionNotSupported",
-                f"A2A-Version {version.strip() or '(missing)'} is not supported; "
-                f"send the header A2A-Version: {SUPPORTED_VERSIONS[-1]}.",
+                f"A2A-Version {version.strip() or '(missing)'} is not supported for this "
+                f"request;{hint} send the header A2A-Version: {SUPPORTED_VERSIONS[-1]}.",
                 metadata={"supportedVersions": SUPPORTED_VERSIONS, "requestedVersion": version},
             )
-        spec = METHODS.get(method)
+        elif method in v03.METHODS:
+            raise RpcError(
+                "MethodNotFound",
+                f"{method} is an A2A 0.3 method; with A2A-Version {version.strip()} call "
+                f"{v03.METHODS[method]}, or send it without A2A-Version for the 0.3 shapes.",
+                metadata={"method": method},
+            )
+        spec = METHODS.get(target)
         if spec is None:
             raise RpcError(
                 "MethodNotFound",
@@ -175,9 +242,11 @@ class Dispatcher:
         span.set_method(method)
         principal = await self._authorize(headers, spec.scope)
         span.set_attribute(ATTR_PRINCIPAL, principal.key)
-        active = requested_extensions(headers) & EXTENSIONS
+        active = requested_extensions(headers, v03_names=served.v03) & EXTENSIONS
         if active:
-            reply_headers["A2A-Extensions"] = ", ".join(sorted(active))
+            served.headers["A2A-Extensions"] = ", ".join(sorted(active))
+            if served.v03:
+                served.headers["X-A2A-Extensions"] = served.headers["A2A-Extensions"]
         if spec.realtime and not active:
             raise RpcError(
                 "ExtensionSupportRequired",
@@ -188,15 +257,27 @@ class Dispatcher:
         wait = self.limiter.retry_after(principal.key)
         if wait > 0:
             retry = max(1, round(wait + 0.5))
-            reply_headers["Retry-After"] = str(retry)
+            served.headers["Retry-After"] = str(retry)
             raise RpcError(
                 "LimitExceeded",
                 f"Too many requests; retry after {retry} s.",
                 metadata={"limit": "requests_per_second", "retryAfterSeconds": retry},
             )
-        params = decode_params(method, bytes(raw_params))
-        call = Call(method=method, principal=principal, params=params, extensions=active)
-        return await spec.handler(self.services, call)
+        raw = bytes(raw_params)
+        if served.v03:
+            raw = v03.to_v10_params(method, raw)
+        params = decode_params(target, raw)
+        call = Call(
+            method=target,
+            principal=principal,
+            params=params,
+            extensions=active,
+            last_event_id=headers.get(LAST_EVENT_ID_HEADER) if spec.streaming else None,
+        )
+        result = await spec.handler(self.services, call)
+        if served.v03 and not spec.streaming:
+            return v03.result(target, msgspec.to_builtins(result))
+        return result
 
     async def _authorize(self, headers: Mapping[str, str], scope: str) -> Principal:
         try:
@@ -211,6 +292,14 @@ class Dispatcher:
                 {"WWW-Authenticate": exc.www_authenticate},
             ) from None
         return principal
+
+
+def _internal_error() -> RpcError:
+    return RpcError(
+        "InternalError",
+        "The server failed to process the request; it has been logged. "
+        "Retrying is safe for requests that carry a commandId or messageId.",
+    )
 
 
 class _HttpError(Exception):

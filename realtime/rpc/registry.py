@@ -7,8 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, NamedTuple
 
 from realtime.a2a.types import REALTIME_EXTENSION
-from realtime.errors import RpcError
-from realtime.methods import messages, operations, sessions, tasks
+from realtime.methods import messages, operations, sessions, streaming, tasks
 from realtime.methods.context import Call, Services
 
 Handler = Callable[[Services, Call[Any]], Awaitable[Any]]
@@ -22,25 +21,17 @@ class MethodSpec(NamedTuple):
     scope: str
     handler: Handler
     realtime: bool = False
-
-
-async def _not_available(services: Services, call: Call[Any]) -> Any:
-    """Validated, authorized, but not served by this release."""
-    raise RpcError(
-        "UnsupportedOperation",
-        f"{call.method} is not supported by this server.",
-        metadata={"method": call.method},
-    )
+    streaming: bool = False  # answers text/event-stream: the handler returns a TaskStream
 
 
 METHODS: Final[dict[str, MethodSpec]] = {
     "SendMessage": MethodSpec(INVOKE, messages.send_message),
-    "SendStreamingMessage": MethodSpec(INVOKE, _not_available),
+    "SendStreamingMessage": MethodSpec(INVOKE, streaming.send_streaming_message, streaming=True),
     "ContinueTask": MethodSpec(INVOKE, operations.continue_task),
     "GetTask": MethodSpec(READ, tasks.get_task),
     "ListTasks": MethodSpec(READ, tasks.list_tasks),
     "CancelTask": MethodSpec(CANCEL, sessions.cancel_task),
-    "SubscribeToTask": MethodSpec(READ, _not_available),
+    "SubscribeToTask": MethodSpec(READ, streaming.subscribe_to_task, streaming=True),
     "aim.realtime.GetSession": MethodSpec(READ, sessions.get_session, realtime=True),
     "aim.realtime.RegisterEndpoint": MethodSpec(INVOKE, sessions.register_endpoint, realtime=True),
     "aim.realtime.JoinSession": MethodSpec(INVOKE, sessions.join_session, realtime=True),

@@ -18,6 +18,7 @@ from typing import Any, Final, NamedTuple
 import redis.asyncio as aioredis
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
 from redis.maint_notifications import MaintNotificationsConfig
 
 from realtime.errors import RpcError
@@ -100,6 +101,18 @@ return 0
 
 _COMMIT: Final = (Path(__file__).parent / "commit.lua").read_text()
 
+# a task and the bounds of its session's event stream, read at one instant (one slot): a
+# subscriber that sends this task and then follows the stream after `newest` misses nothing
+# KEYS: 1 task record, 2 event stream
+# Returns {task | false, newest id | false, oldest id | false, oldest entry's event | false}
+_SNAPSHOT: Final = """
+local task = redis.call('GET', KEYS[1])
+local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
+if not oldest then return {task, false, false, false} end
+return {task, newest[1], oldest[1], oldest[2][2]}
+"""
+
 CONNECTION_ERRORS: Final = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
@@ -143,6 +156,13 @@ class RedisStore:
         self._release = client.register_script(_RELEASE)
         self._renew = client.register_script(_RENEW)
         self._claim_timers = client.register_script(_CLAIM_TIMERS)
+        self._snapshot = client.register_script(_SNAPSHOT)
+
+    @property
+    def can_block(self) -> bool:
+        """Whether one blocking XREAD may cover many streams: not on Cluster (one slot per
+        call) and not on the embedded store (it would only poll inside)."""
+        return not (self.cluster or self.embedded)
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, pool_size: int = 64) -> RedisStore:
@@ -476,6 +496,96 @@ class SessionStore:
                 keys.outbox_due_key(), "-inf", now_ms, start=0, num=limit
             )
         return [_text(member) for member in members]
+
+
+Entry = tuple[str, bytes]  # (stream entry id, the entry's `e` field: the event JSON)
+
+
+class Snapshot(NamedTuple):
+    """A task with the ids of the newest and oldest entries of its event stream, read at once."""
+
+    task: TaskRecord | None
+    newest: str | None
+    oldest: Entry | None
+
+
+class EventStore:
+    """Reads of the per-session event streams (written only by the commit script)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.client = store.client
+        self.cluster = store.cluster
+        self.can_block = store.can_block
+        self._snapshot = store._snapshot
+
+    async def snapshot(self, task_id: str) -> Snapshot:
+        """The task and its stream's newest and oldest entry ids, atomically (one slot)."""
+        tag = keys.tag_for_task(task_id)
+        async with translated_errors():
+            task, newest, oldest, event = await self._snapshot(
+                keys=[keys.task_key(task_id), keys.events_key(tag)], args=[]
+            )
+        return Snapshot(
+            None if task is None else TASK_DECODER.decode(task),
+            None if newest is None else _text(newest),
+            None if oldest is None else (_text(oldest), bytes(event)),
+        )
+
+    async def after(
+        self, stream: str, after_id: str, *, until: str = "+", count: int = 1000
+    ) -> list[Entry]:
+        """Entries of `stream` after `after_id` (exclusive) up to `until` (inclusive)."""
+        async with translated_errors():
+            entries = await self.client.xrange(stream, _next_id(after_id), until, count=count)
+        return [_entry(entry) for entry in entries]
+
+    async def entry(self, stream: str, entry_id: str) -> Entry | None:
+        async with translated_errors():
+            entries = await self.client.xrange(stream, entry_id, entry_id, count=1)
+        return _entry(entries[0]) if entries else None
+
+    async def read(
+        self, cursors: Mapping[str, str], *, block_ms: int | None, count: int
+    ) -> list[tuple[str, list[Entry]]]:
+        """New entries of each stream after its cursor. One XREAD for all of them (blocking up
+        to `block_ms` until one has news) on a single Redis; on Cluster one non-blocking XREAD
+        per slot, since a call may not span slots (`block_ms` is ignored there)."""
+        if not cursors:
+            return []
+        async with translated_errors():
+            if not self.cluster:
+                replies = await self.client.xread(dict(cursors), count=count, block=block_ms)
+            else:
+                groups = await asyncio.gather(
+                    *(
+                        self.client.xread({s: cursors[s] for s in group}, count=count)
+                        for group in slot_groups(list(cursors))
+                    )
+                )
+                replies = [reply for group in groups for reply in group or ()]
+        return [
+            (_text(stream), [_entry(entry) for entry in entries])
+            for stream, entries in replies or ()
+        ]
+
+
+def slot_groups(streams: Sequence[str]) -> list[list[str]]:
+    """Streams grouped by Cluster slot (what one XREAD may cover on Cluster)."""
+    groups: dict[int, list[str]] = {}
+    for stream in streams:
+        groups.setdefault(key_slot(stream.encode()), []).append(stream)
+    return list(groups.values())
+
+
+def _entry(entry: Any) -> Entry:
+    entry_id, fields = entry
+    return _text(entry_id), bytes(fields.get(b"e") or b"")
+
+
+def _next_id(entry_id: str) -> str:
+    """The smallest stream id after `entry_id` (XRANGE's start is inclusive)."""
+    ms, _, seq = entry_id.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"
 
 
 def _text(value: bytes | str) -> str:

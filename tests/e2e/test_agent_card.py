@@ -17,11 +17,28 @@ async def test_card_declares_the_jsonrpc_interface_and_capabilities(client):
     card = response.json()
     for member in ("name", "description", "version", "defaultInputModes", "defaultOutputModes"):
         assert card[member]
-    assert card["supportedInterfaces"] == [
-        {"url": "http://127.0.0.1:8080/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
-    ]
+    assert card["supportedInterfaces"][0] == {
+        "url": "http://127.0.0.1:8080/a2a",
+        "protocolBinding": "JSONRPC",
+        "protocolVersion": "1.0",
+    }
     assert card["capabilities"]["streaming"] is True
     assert card["capabilities"]["pushNotifications"] is False
+
+
+async def test_card_also_declares_the_0_3_interface_after_the_1_0_one(client):
+    card = (await client.get("/.well-known/agent-card.json")).json()
+    url = "http://127.0.0.1:8080/a2a"
+    assert card["supportedInterfaces"] == [
+        {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+    ]
+    # the 0.3 card members, for clients that only read those
+    assert (card["url"], card["preferredTransport"], card["protocolVersion"]) == (
+        url,
+        "JSONRPC",
+        "0.3.0",
+    )
 
 
 async def test_card_declares_the_realtime_extension_as_optional_with_its_params(client):

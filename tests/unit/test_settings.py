@@ -136,6 +136,8 @@ def test_valid_values_are_read() -> None:
             "AIM_MAX_SESSIONS_PER_PRINCIPAL": "10000",
             "AIM_MAX_ENDPOINTS_PER_SESSION": "64",
             "AIM_RATE_LIMIT_RPS": "0",
+            "AIM_SSE_HEARTBEAT_S": "0.5",
+            "AIM_SSE_BUFFER_EVENTS": "32",
         }
     )
 
@@ -156,6 +158,14 @@ def test_valid_values_are_read() -> None:
     assert settings.max_sessions_per_principal == 10000
     assert settings.max_endpoints_per_session == 64
     assert settings.rate_limit_rps == 0.0
+    assert (settings.sse_heartbeat_s, settings.sse_buffer_events) == (0.5, 32)
+
+
+def test_sse_settings_default_and_refuse_out_of_range_values() -> None:
+    settings = Settings.from_env({})
+    assert (settings.sse_heartbeat_s, settings.sse_buffer_events) == (15.0, 256)
+    assert "AIM_SSE_HEARTBEAT_S" in only_problem({"AIM_SSE_HEARTBEAT_S": "0"})
+    assert "AIM_SSE_BUFFER_EVENTS" in only_problem({"AIM_SSE_BUFFER_EVENTS": "0"})
 
 
 @pytest.mark.parametrize("url", ["redis://localhost:6379/0", "unix:///tmp/redis.sock"])

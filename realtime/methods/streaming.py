@@ -1,0 +1,244 @@
+"""SendStreamingMessage and SubscribeToTask: a Task, then a statusUpdate per session event.
+
+Everything that can fail with a JSON-RPC error (ownership, terminal task, a bad Last-Event-ID)
+is decided before the handler returns, so such errors are answered as plain JSON. The returned
+`TaskStream` yields frames `(sse id, StreamResponse)` or None for a heartbeat; it closes after
+the event that makes the task terminal. SSE ids are the ids of the session's event stream
+entries (`aim:{sid}:events`), so a reconnect with Last-Event-ID resumes right after the last
+event the client got. The Task frame sent first carries the id of the entry it reflects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import msgspec
+
+from realtime.a2a import params as p
+from realtime.a2a import types as wire
+from realtime.engine.hub import LaggedError, parse_id
+from realtime.errors import RpcError, invalid_params, task_not_found
+from realtime.methods import messages, tasks
+from realtime.methods.context import Call, Services
+from realtime.store import keys
+from realtime.store.records import TaskRecord
+from realtime.store.redis_store import Entry, EventStore, Snapshot
+
+Frame = tuple[str | None, dict[str, Any]]
+
+# the member of the first Task's realtime metadata that says events were trimmed away
+EVENTS_TRIMMED: Final = "eventsTrimmed"
+START: Final = "0-0"
+_ENTRY_ID: Final = re.compile(r"\d{1,20}-\d{1,20}\Z", re.ASCII)
+
+
+class Event(msgspec.Struct, frozen=True, rename="camel"):
+    """One entry of a session's event stream, as the engine writes it (`core._event`)."""
+
+    to: str
+    epoch: int
+    task_version: int
+    status: dict[str, Any]
+    from_: str | None = msgspec.field(default=None, name="from")
+
+
+_EVENT: Final = msgspec.json.Decoder(Event)
+
+
+class TaskStream:
+    """What a streaming method returns: the first frames, then the session's events."""
+
+    def __init__(
+        self,
+        services: Services,
+        task: wire.Task,
+        first: list[Frame],
+        *,
+        follow_after: str | None,
+    ) -> None:
+        self.services = services
+        self.task = task
+        self.first = first
+        self.follow_after = follow_after  # None: the stream ends after `first`
+
+    async def frames(self) -> AsyncIterator[Frame | None]:
+        for frame in self.first:
+            yield frame
+        if self.follow_after is None:
+            return
+        hub = self.services.hub
+        heartbeat = self.services.settings.sse_heartbeat_s
+        subscription = await hub.subscribe(keys.tag_for_task(self.task.id), self.follow_after)
+        try:
+            while True:
+                entries = await subscription.next(heartbeat)
+                if entries is None:
+                    yield None
+                    continue
+                for entry_id, raw in entries:
+                    event = _EVENT.decode(raw)
+                    yield entry_id, status_update(self.task, event)
+                    if event.status.get("state") in wire.TERMINAL_STATES:
+                        return
+        except LaggedError:
+            return  # the client reconnects with the Last-Event-ID it got
+        finally:
+            hub.unsubscribe(subscription)
+
+
+def realtime_metadata(session_id: str, event: Event) -> dict[str, Any]:
+    return {
+        wire.REALTIME_EXTENSION: {
+            "sessionId": session_id,
+            "sessionEpoch": event.epoch,
+            "sessionState": event.to,
+            "taskVersion": event.task_version,
+        }
+    }
+
+
+def status_update(task: wire.Task, event: Event) -> dict[str, Any]:
+    return {
+        "statusUpdate": {
+            "taskId": task.id,
+            "contextId": task.context_id,
+            "status": event.status,
+            "metadata": realtime_metadata(keys.tag_for_task(task.id), event),
+        }
+    }
+
+
+def task_frame(task: wire.Task, *, trimmed: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = msgspec.to_builtins(task)
+    if trimmed:
+        metadata = body.setdefault("metadata", {})
+        metadata.setdefault(wire.REALTIME_EXTENSION, {})[EVENTS_TRIMMED] = True
+    return {"task": body}
+
+
+def task_at(task: wire.Task, entry: Entry) -> wire.Task:
+    """The task as it was when `entry` was committed (status and session metadata)."""
+    event = _EVENT.decode(entry[1])
+    status = msgspec.convert(event.status, wire.TaskStatus)
+    return msgspec.structs.replace(
+        task, status=status, metadata=realtime_metadata(keys.tag_for_task(task.id), event)
+    )
+
+
+def _last_event_id(call: Call[Any]) -> str | None:
+    value = call.last_event_id
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    if not _ENTRY_ID.match(value):
+        raise invalid_params(
+            "Last-Event-ID",
+            "not an event id this server sent; reconnect with the `id` of the last SSE event "
+            "received, or without Last-Event-ID",
+        )
+    return value
+
+
+def _trimmed(snapshot: Snapshot, last: str) -> bool:
+    """Whether entries after `last` may have been trimmed from the capped stream: the oldest
+    entry left is newer than `last` and is not the session's first (creation) event."""
+    oldest = snapshot.oldest
+    if oldest is None or parse_id(last) >= parse_id(oldest[0]):
+        return False
+    return _EVENT.decode(oldest[1]).from_ is not None
+
+
+async def _resume(
+    services: Services, snapshot: Snapshot, task: wire.Task, last: str
+) -> TaskStream | None:
+    """A stream that goes on after `last`; None when nothing will ever follow it (the task
+    was already terminal at `last`)."""
+    terminal = task.status.state in wire.TERMINAL_STATES
+    newest = snapshot.newest or START
+    if _trimmed(snapshot, last):
+        return TaskStream(
+            services,
+            task,
+            [(newest, task_frame(task, trimmed=True))],
+            follow_after=None if terminal else newest,
+        )
+    if terminal:
+        if parse_id(newest) <= parse_id(last):
+            return None
+        stream = keys.events_key(keys.tag_for_task(task.id))
+        seen = await EventStore(services.store).entry(stream, last)
+        if seen is not None and _EVENT.decode(seen[1]).status.get("state") in wire.TERMINAL_STATES:
+            return None  # e.g. the `ended` entry after `ending`: the task was over already
+    return TaskStream(services, task, [], follow_after=last)
+
+
+async def _own_snapshot(services: Services, call: Call[Any], task_id: str) -> Snapshot:
+    snapshot = await EventStore(services.store).snapshot(task_id)
+    if snapshot.task is None or snapshot.task.owner != call.principal.key:
+        raise task_not_found(task_id)
+    return snapshot
+
+
+async def subscribe_to_task(services: Services, call: Call[p.TaskParams]) -> TaskStream:
+    """The current Task, then its updates; -32004 on a terminal task, unless Last-Event-ID
+    names an event before the end: then the missed events are replayed up to the terminal one."""
+    last = _last_event_id(call)
+    snapshot = await _own_snapshot(services, call, call.params.id)
+    assert snapshot.task is not None  # noqa: S101 - checked by _own_snapshot
+    task = tasks.view(snapshot.task.task, call.params.history_length)
+    if last is not None and (stream := await _resume(services, snapshot, task, last)) is not None:
+        return stream
+    if task.status.state in wire.TERMINAL_STATES:
+        raise RpcError(
+            "UnsupportedOperation",
+            f"Task {task.id} is {task.status.state}: a terminal task has no more updates to "
+            "subscribe to. Read it with GetTask.",
+            metadata={"taskId": task.id, "state": task.status.state},
+        )
+    newest = snapshot.newest or START
+    return TaskStream(services, task, [(newest, task_frame(task))], follow_after=newest)
+
+
+async def send_streaming_message(services: Services, call: Call[p.SendParams]) -> TaskStream:
+    """SendMessage that never blocks, streamed: a realtime task from its creation event on
+    (every event of the session follows); a REJECTED task as the single event."""
+    params = call.params
+    config = params.configuration
+    immediate = (
+        p.SendConfiguration(return_immediately=True)
+        if config is msgspec.UNSET
+        else msgspec.structs.replace(config, return_immediately=True)
+    )
+    sent = await messages.send_message(
+        services,
+        Call(
+            method=call.method,
+            principal=call.principal,
+            params=msgspec.structs.replace(params, configuration=immediate),
+            extensions=call.extensions,
+        ),
+    )
+    history_length = config.history_length if config is not msgspec.UNSET else None
+    snapshot = await _own_snapshot(services, call, sent.task.id)
+    record: TaskRecord | None = snapshot.task
+    assert record is not None  # noqa: S101 - checked by _own_snapshot
+    task = tasks.view(record.task, history_length)
+    if snapshot.oldest is None:  # no session behind it (a REJECTED task): just the task
+        return TaskStream(services, sent.task, [(None, task_frame(sent.task))], follow_after=None)
+    last = _last_event_id(call)
+    if last is not None:
+        resumed = await _resume(services, snapshot, task, last)
+        if resumed is not None:
+            return resumed
+        return TaskStream(services, task, [(snapshot.newest, task_frame(task))], follow_after=None)
+    oldest_id, oldest_event = snapshot.oldest
+    if _EVENT.decode(oldest_event).from_ is None:  # the creation event is still there
+        first = task_at(task, snapshot.oldest)
+        return TaskStream(services, task, [(oldest_id, task_frame(first))], follow_after=oldest_id)
+    newest = snapshot.newest or START
+    trimmed = task_frame(task, trimmed=True)
+    if task.status.state in wire.TERMINAL_STATES:
+        return TaskStream(services, task, [(newest, trimmed)], follow_after=None)
+    return TaskStream(services, task, [(newest, trimmed)], follow_after=newest)
