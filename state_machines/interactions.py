@@ -150,7 +150,7 @@ def _not_interactive(session: Session) -> Rejected | None:
     )
 
 
-def _missing(missing: str) -> Rejected:
+def capability_missing(missing: str) -> Rejected:
     return Rejected(
         reason=RejectReason.CAPABILITY_UNAVAILABLE,
         state="",
@@ -166,7 +166,7 @@ def _deliver(session: Session, event: Deliver, now: str) -> Accepted[Session] | 
     if needed is not None and (
         needed not in session.requested.interactions or needed not in offered
     ):
-        return _missing(needed)
+        return capability_missing(needed)
     body = json.dumps(
         {
             "type": event.kind,
@@ -216,12 +216,12 @@ def _confirmation_offered(session: Session) -> Rejected | None:
     offered = endpoint.capabilities.interactions if endpoint else ()
     if CONFIRMATION in session.requested.interactions and CONFIRMATION in offered:
         return None
-    return _missing(CONFIRMATION)
+    return capability_missing(CONFIRMATION)
 
 
 def _agent_media(session: Session, event: AgentMedia, now: str) -> Accepted[Session] | Rejected:
     if event.source not in session.requested.agent_video_sources:
-        return _missing(event.source)
+        return capability_missing(event.source)
     agent = agent_in_room(session)
     if agent is None:
         return _agent_absent(session)
@@ -423,7 +423,7 @@ def _user_media(session: Session, event: UserMedia, now: str) -> Accepted[Sessio
     caps = endpoint.capabilities if endpoint else None
     offered = bool(caps and (caps.camera if event.source == "camera" else caps.screen))
     if event.source not in session.requested.user_video_sources or not offered:
-        return _missing(event.source)
+        return capability_missing(event.source)
     steps: tuple[media.MediaEvent, ...] = (
         ("request", "grant") if event.action == "request" else (event.action,)
     )

@@ -28,6 +28,7 @@ from state_machines.effects import AppendHistory
 from state_machines.interactions import (
     ANSWERABLE_STATES,
     MAX_OPERATIONS,
+    capability_missing,
     find_operation,
     replace_state,
     settled_media,
@@ -128,15 +129,6 @@ def _fenced(session: Session, event: ProviderEvent) -> Rejected | None:
     return None
 
 
-def _missing(what: str) -> Rejected:
-    return Rejected(
-        reason=RejectReason.CAPABILITY_UNAVAILABLE,
-        state="",
-        missing=(what,),
-        detail=f"{what} was not requested for this session or is not offered by the device",
-    )
-
-
 def _request(session: Session, event: RequestOperation, now: str) -> Accepted[Session] | Rejected:
     if len(session.operations) >= MAX_OPERATIONS:
         return too_many_operations(session)
@@ -172,14 +164,16 @@ def _media_refused(
     session: Session, side: media.MediaSide, source: media.MediaSource
 ) -> Rejected | None:
     if side == "agent":
-        return None if source in session.requested.agent_video_sources else _missing(source)
+        return (
+            None if source in session.requested.agent_video_sources else capability_missing(source)
+        )
     if source not in session.requested.user_video_sources:
-        return _missing(source)
+        return capability_missing(source)
     endpoint = by_id(session, session.active_endpoint_id or "")
     if endpoint is not None:
         caps = endpoint.capabilities
         if not (caps.camera if source == "camera" else caps.screen):
-            return _missing(source)
+            return capability_missing(source)
     return None
 
 
@@ -216,6 +210,6 @@ def _update(session: Session, event: UpdateOperation, now: str) -> Accepted[Sess
 
 def _transcript(session: Session, event: AppendTranscript) -> Accepted[Session] | Rejected:
     if session.transcript != "on":
-        return _missing("transcript")
+        return capability_missing("transcript")
     parts = json.dumps([{"text": event.text}], separators=(",", ":"))
     return Accepted(session, (AppendHistory(event.item_id, event.role, parts),))

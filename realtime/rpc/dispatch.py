@@ -12,6 +12,7 @@ params are translated to 1.0, the same handler runs, and the result goes back in
 
 from __future__ import annotations
 
+import abc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -113,18 +114,11 @@ class RateLimiter:
         return 0.0
 
 
-class Dispatcher:
-    """Serves `POST /a2a` bodies."""
+class Endpoint(abc.ABC):
+    """A JSON-RPC endpoint: one SERVER span and one metrics sample per call."""
 
-    def __init__(
-        self,
-        services: Services,
-        authenticator: Authenticator,
-        telemetry: Telemetry,
-        limiter: RateLimiter,
-    ) -> None:
+    def __init__(self, services: Services, telemetry: Telemetry, limiter: RateLimiter) -> None:
         self.services = services
-        self.authenticator = authenticator
         self.telemetry = telemetry
         self.limiter = limiter
 
@@ -136,6 +130,26 @@ class Dispatcher:
             reply = await self._handle(body, headers, span, too_large=too_large)
         self.services.metrics.rpc_call(span.method, span.code, time.perf_counter() - started)
         return reply
+
+    @abc.abstractmethod
+    async def _handle(
+        self, body: bytes, headers: Mapping[str, str], span: RpcSpan, *, too_large: bool
+    ) -> Reply:
+        """The reply to one body, inside its span."""
+
+
+class Dispatcher(Endpoint):
+    """Serves `POST /a2a` bodies."""
+
+    def __init__(
+        self,
+        services: Services,
+        authenticator: Authenticator,
+        telemetry: Telemetry,
+        limiter: RateLimiter,
+    ) -> None:
+        super().__init__(services, telemetry, limiter)
+        self.authenticator = authenticator
 
     async def _handle(
         self, body: bytes, headers: Mapping[str, str], span: RpcSpan, *, too_large: bool

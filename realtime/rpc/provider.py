@@ -8,7 +8,6 @@ other session id is refused with 403 whether or not that session exists.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from typing import Final
 
@@ -17,38 +16,18 @@ import msgspec
 from realtime.a2a.provider import decode_provider_params
 from realtime.auth import AuthError, ProviderGrant, verify_provider_token
 from realtime.errors import RpcError, invalid_request
-from realtime.methods.context import Services
 from realtime.methods.provider import PROVIDER_METHODS
-from realtime.rpc.dispatch import RateLimiter, Reply, error_body
+from realtime.rpc.dispatch import Endpoint, Reply, error_body
 from realtime.rpc.envelope import RequestId, decode_envelope
-from realtime.telemetry import ATTR_PRINCIPAL, ATTR_SESSION_ID, RpcSpan, Telemetry
+from realtime.telemetry import ATTR_PRINCIPAL, ATTR_SESSION_ID, RpcSpan
 
 log = logging.getLogger(__name__)
 
 _ENCODER: Final = msgspec.json.Encoder()
 
 
-class ProviderDispatcher:
+class ProviderDispatcher(Endpoint):
     """Serves `POST /provider` bodies."""
-
-    def __init__(
-        self,
-        services: Services,
-        telemetry: Telemetry,
-        limiter: RateLimiter,
-    ) -> None:
-        self.services = services
-        self.telemetry = telemetry
-        self.limiter = limiter
-
-    async def handle(
-        self, body: bytes, headers: Mapping[str, str], *, too_large: bool = False
-    ) -> Reply:
-        started = time.perf_counter()
-        with self.telemetry.rpc_span(headers) as span:
-            reply = await self._handle(body, headers, span, too_large=too_large)
-        self.services.metrics.rpc_call(span.method, span.code, time.perf_counter() - started)
-        return reply
 
     async def _handle(
         self, body: bytes, headers: Mapping[str, str], span: RpcSpan, *, too_large: bool
