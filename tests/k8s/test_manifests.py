@@ -26,12 +26,14 @@ APP = "aim-realtime"
 SECRET_NAME = "aim-realtime-secrets"
 CONFIGMAP_NAME = "aim-realtime-config"
 # A pod listens on all its interfaces: the kubelet probes and the Service reach it by pod IP.
-SERVE_ARGS = ["serve", "--host", "0.0.0.0", "--port", "8080"]  # noqa: S104
+SERVE_ARGS = ["serve", "--host", "0.0.0.0", "--port", "8080", "--no-worker"]  # noqa: S104
+WORKER = "aim-realtime-worker"
 SECRET_KEYS = (
     "AIM_AUTH_HS256_SECRET",
     "AIM_LIVEKIT_API_KEY",
     "AIM_LIVEKIT_API_SECRET",
     "AIM_LIVEKIT_WEBHOOK_KEYS",
+    "AIM_PROVIDER_TOKEN_SECRET",
 )
 # Every AIM_* variable the service reads (profile §14 and realtime/settings.py).
 KNOWN_AIM_SETTINGS = {
@@ -52,6 +54,7 @@ KNOWN_AIM_SETTINGS = {
     "AIM_LIVEKIT_API_SECRET",
     "AIM_LIVEKIT_WEBHOOK_KEYS",
     "AIM_AGENT_NAME",
+    "AIM_PROVIDER_TOKEN_SECRET",
     "AIM_PROVIDER_CAPABILITIES",
     "AIM_JOIN_TOKEN_TTL_S",
     "AIM_IDLE_TIMEOUT_S",
@@ -62,6 +65,9 @@ KNOWN_AIM_SETTINGS = {
     "AIM_MAX_ENDPOINTS_PER_SESSION",
     "AIM_RATE_LIMIT_RPS",
     "AIM_TASK_TTL_S",
+    "AIM_WORKER_LEASE_S",
+    "AIM_SSE_HEARTBEAT_S",
+    "AIM_SSE_BUFFER_EVENTS",
 }
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
 
@@ -250,6 +256,23 @@ def test_container_serves_on_the_named_http_port(objects: list[Obj]) -> None:
     assert container["args"] == SERVE_ARGS
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports.get("http") == 8080
+
+
+def test_a_worker_deployment_retries_effects_and_fires_timers(objects: list[Obj]) -> None:
+    """The HTTP pods run `--no-worker`, so without this Deployment nothing would retry a failed
+    LiveKit call or fire a timer."""
+    worker = one(objects, "Deployment", WORKER)
+    assert worker["spec"]["replicas"] >= 2
+    assert worker["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert selects(worker["spec"]["selector"]["matchLabels"], pod_labels(worker))
+    (container,) = containers(worker)
+    assert container["args"] == ["worker"]
+    assert "ports" not in container
+    app = app_container(objects)
+    assert container["image"] == app["image"]
+    assert container["envFrom"] == app["envFrom"]
+    server = one(objects, "Deployment", APP)
+    assert not selects(server["spec"]["selector"]["matchLabels"], pod_labels(worker))
 
 
 def test_probes_ask_healthz_and_readyz_on_the_named_port(objects: list[Obj]) -> None:
