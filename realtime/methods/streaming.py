@@ -32,6 +32,10 @@ Frame = tuple[str | None, dict[str, Any]]
 EVENTS_TRIMMED: Final = "eventsTrimmed"
 START: Final = "0-0"
 _ENTRY_ID: Final = re.compile(r"\d{1,20}-\d{1,20}\Z", re.ASCII)
+MAX_ID_PART: Final = 2**64 - 1  # Redis stream ids are two unsigned 64-bit numbers
+# a resumed stream first reads what it missed in pages, at the client's own pace, and joins the
+# hub (whose per-subscriber buffers are sized for what is new) only once it has caught up
+CATCH_UP_PAGE: Final = 100
 
 
 class Event(msgspec.Struct, frozen=True, rename="camel"):
@@ -68,9 +72,22 @@ class TaskStream:
             yield frame
         if self.follow_after is None:
             return
+        after = self.follow_after
+        stream = keys.events_key(keys.tag_for_task(self.task.id))
+        events = EventStore(self.services.store)
+        while True:
+            page = await events.after(stream, after, count=CATCH_UP_PAGE)
+            for entry_id, raw in page:
+                event = _EVENT.decode(raw)
+                yield entry_id, status_update(self.task, event)
+                if event.status.get("state") in wire.TERMINAL_STATES:
+                    return
+                after = entry_id
+            if len(page) < CATCH_UP_PAGE:
+                break
         hub = self.services.hub
         heartbeat = self.services.settings.sse_heartbeat_s
-        subscription = await hub.subscribe(keys.tag_for_task(self.task.id), self.follow_after)
+        subscription = await hub.subscribe(keys.tag_for_task(self.task.id), after)
         try:
             while True:
                 entries = await subscription.next(heartbeat)
@@ -132,7 +149,7 @@ def _last_event_id(call: Call[Any]) -> str | None:
     if value is None or not value.strip():
         return None
     value = value.strip()
-    if not _ENTRY_ID.match(value):
+    if not _ENTRY_ID.match(value) or any(int(part) > MAX_ID_PART for part in value.split("-")):
         raise invalid_params(
             "Last-Event-ID",
             "not an event id this server sent; reconnect with the `id` of the last SSE event "
@@ -157,6 +174,9 @@ async def _resume(
     was already terminal at `last`)."""
     terminal = task.status.state in wire.TERMINAL_STATES
     newest = snapshot.newest or START
+    if not terminal and parse_id(last) > parse_id(newest):
+        # an id this stream never had (another task's, or made up): start over with the Task
+        return TaskStream(services, task, [(newest, task_frame(task))], follow_after=newest)
     if _trimmed(snapshot, last):
         return TaskStream(
             services,
@@ -172,6 +192,15 @@ async def _resume(
         if seen is not None and _EVENT.decode(seen[1]).status.get("state") in wire.TERMINAL_STATES:
             return None  # e.g. the `ended` entry after `ending`: the task was over already
     return TaskStream(services, task, [], follow_after=last)
+
+
+def _over(task: wire.Task) -> RpcError:
+    return RpcError(
+        "UnsupportedOperation",
+        f"Task {task.id} is {task.status.state}: a terminal task has no more updates to "
+        "subscribe to. Read it with GetTask.",
+        metadata={"taskId": task.id, "state": task.status.state},
+    )
 
 
 async def _own_snapshot(services: Services, call: Call[Any], task_id: str) -> Snapshot:
@@ -191,12 +220,7 @@ async def subscribe_to_task(services: Services, call: Call[p.TaskParams]) -> Tas
     if last is not None and (stream := await _resume(services, snapshot, task, last)) is not None:
         return stream
     if task.status.state in wire.TERMINAL_STATES:
-        raise RpcError(
-            "UnsupportedOperation",
-            f"Task {task.id} is {task.status.state}: a terminal task has no more updates to "
-            "subscribe to. Read it with GetTask.",
-            metadata={"taskId": task.id, "state": task.status.state},
-        )
+        raise _over(task)
     newest = snapshot.newest or START
     return TaskStream(services, task, [(newest, task_frame(task))], follow_after=newest)
 
@@ -205,6 +229,7 @@ async def send_streaming_message(services: Services, call: Call[p.SendParams]) -
     """SendMessage that never blocks, streamed: a realtime task from its creation event on
     (every event of the session follows); a REJECTED task as the single event."""
     params = call.params
+    last = _last_event_id(call)  # before anything is created
     config = params.configuration
     immediate = (
         p.SendConfiguration(return_immediately=True)
@@ -227,12 +252,11 @@ async def send_streaming_message(services: Services, call: Call[p.SendParams]) -
     task = tasks.view(record.task, history_length)
     if snapshot.oldest is None:  # no session behind it (a REJECTED task): just the task
         return TaskStream(services, sent.task, [(None, task_frame(sent.task))], follow_after=None)
-    last = _last_event_id(call)
     if last is not None:
         resumed = await _resume(services, snapshot, task, last)
-        if resumed is not None:
-            return resumed
-        return TaskStream(services, task, [(snapshot.newest, task_frame(task))], follow_after=None)
+        if resumed is None:
+            raise _over(task)
+        return resumed
     oldest_id, oldest_event = snapshot.oldest
     if _EVENT.decode(oldest_event).from_ is None:  # the creation event is still there
         first = task_at(task, snapshot.oldest)

@@ -454,3 +454,106 @@ async def test_text_with_unicode_line_separators_stays_one_data_line(rt_client):
     task = json.loads(data[0][5:])["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_REJECTED"
     assert task["history"][0]["parts"][0]["text"] == text
+
+
+# --- resuming far behind, and ids the stream never had ---------------------------------------
+
+
+async def read_ids(reader: SseReader, count: int) -> list[str]:
+    got = []
+    for _ in range(count):
+        event = await reader.next_data()
+        assert event is not None, f"the stream closed after {len(got)} of {count} events"
+        got.append(event.id)
+    return got
+
+
+async def test_a_resume_further_behind_than_the_buffer_gets_every_event(
+    livekit, store, tracer_provider
+):
+    """A client more events behind than its buffer holds catches up at its own pace (it used
+    to be dropped before its first event, and again on every reconnect)."""
+    import httpx
+
+    app = create_app(
+        livekit_settings(livekit, sse_buffer_events=3), store=store, tracer_provider=tracer_provider
+    )
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=10) as client:
+        task = (await create_session(client))["result"]["task"]
+        session_id = task["metadata"][REALTIME]["sessionId"]
+        await drive_to_active(client, session_id)
+        ids = await stream_ids(store, session_id)
+        assert len(ids) > 4
+        async with stream(client, "SubscribeToTask", {"id": task["id"]}, last_event_id=ids[0]) as r:
+            assert await read_ids(r, len(ids) - 1) == ids[1:]
+            await end(client, session_id)
+            rest = await r.rest()
+        assert [session_state(e.result) for e in rest][-1] == "ending"
+
+
+async def test_a_backlog_longer_than_one_read_is_paged_through(rt_client, store):
+    task = (await create_session(rt_client))["result"]["task"]
+    session_id = task["metadata"][REALTIME]["sessionId"]
+    stream_key = keys.events_key(session_id)
+    ((first_id, fields),) = await store.client.xrange(stream_key, count=1)
+    pipe = store.client.pipeline(transaction=False)
+    for _ in range(1050):  # entries like the last one, more than any single read returns
+        pipe.xadd(stream_key, fields)
+    await pipe.execute()
+    ids = await stream_ids(store, session_id)
+    start = ids.index(first_id.decode())
+    async with stream(
+        rt_client, "SubscribeToTask", {"id": task["id"]}, last_event_id=ids[start]
+    ) as reader:
+        assert await read_ids(reader, len(ids) - start - 1) == ids[start + 1 :]
+
+
+async def test_an_event_id_beyond_the_64_bit_range_is_invalid_and_harms_no_one(rt_client):
+    task = (await create_session(rt_client))["result"]["task"]
+    async with stream(
+        rt_client, "SubscribeToTask", {"id": task["id"]}, last_event_id="99999999999999999999-0"
+    ) as reader:
+        body = await json_error(reader)
+    assert body["error"]["code"] == -32602
+
+
+async def test_an_id_ahead_of_the_stream_starts_over_with_the_task(rt_client, store):
+    task = (await create_session(rt_client))["result"]["task"]
+    session_id = task["metadata"][REALTIME]["sessionId"]
+    newest = (await stream_ids(store, session_id))[-1]
+    async with stream(
+        rt_client, "SubscribeToTask", {"id": task["id"]}, last_event_id="18446744073709551615-0"
+    ) as reader:
+        first = await reader.next_data()
+        assert first is not None
+        assert first.id == newest
+        assert first.result["task"]["id"] == task["id"]
+
+
+async def test_a_bad_last_event_id_on_send_streaming_message_creates_nothing(rt_client):
+    async with stream(
+        rt_client,
+        "SendStreamingMessage",
+        create_message(create_part()),
+        realtime=True,
+        last_event_id="not-an-id",
+    ) as reader:
+        body = await json_error(reader)
+    assert body["error"]["code"] == -32602
+    listed = await rpc(rt_client, "ListTasks", {})
+    assert listed["result"]["tasks"] == []
+
+
+async def test_send_streaming_message_resumed_after_the_end_is_unsupported(rt_client, store):
+    message = create_message(create_part())
+    async with stream(rt_client, "SendStreamingMessage", message, realtime=True) as reader:
+        first = await reader.next_data()
+        assert first is not None
+    session_id = first.result["task"]["metadata"][REALTIME]["sessionId"]
+    await end(rt_client, session_id)
+    terminal = (await stream_ids(store, session_id))[-1]
+    async with stream(
+        rt_client, "SendStreamingMessage", message, realtime=True, last_event_id=terminal
+    ) as reader:
+        body = await json_error(reader)
+    assert body["error"]["code"] == -32004
