@@ -66,6 +66,8 @@ def _challenge(reason: str, message: str, scope: str | None) -> str:
     base = f'Bearer realm="{REALM}"'
     if reason == "invalid_token":
         return f'{base}, error="invalid_token", error_description="{_header_safe(message)}"'
+    if reason == "invalid_request":
+        return f'{base}, error="invalid_request", error_description="{_header_safe(message)}"'
     if reason == "insufficient_scope":
         return f'{base}, error="insufficient_scope", scope="{_header_safe(scope or "")}"'
     return base  # no credentials: RFC 6750 §3.1 says no error attribute
@@ -194,6 +196,12 @@ def _bearer_token(authorization: str | None) -> str:
     # a blank header carries no credentials at all, so it is answered like an absent one
     if authorization is None or not authorization.strip():
         raise _missing("send an 'Authorization: Bearer <token>' header")
+    if "," in authorization:
+        # no token68 holds a comma: this is two header lines joined (RFC 9110 §5.3), or two
+        # credentials in one, and a proxy may have checked the other one (profile §16)
+        raise AuthError(
+            401, "invalid_request", "send exactly one Authorization header with one Bearer token"
+        )
     parts = authorization.split(None, 1)
     if parts[0].lower() != "bearer":
         # RFC 6750 §3.1: an unsupported scheme counts as no credentials (no error attribute)

@@ -16,6 +16,7 @@ from realtime.effects.webhooks import verify as verify_webhook
 from realtime.errors import RpcError
 from realtime.methods import webhooks
 from realtime.rpc.dispatch import Dispatcher, SseEvent
+from realtime.rpc.envelope import body_error
 from realtime.rpc.provider import ProviderDispatcher
 
 JSON: Final = "application/json"
@@ -38,6 +39,17 @@ async def read_limited(request: Request[Any, Any, Any], limit: int) -> tuple[byt
             return b"", True
         chunks.append(chunk)
     return b"".join(chunks), False
+
+
+def header_fields(request: Request[Any, Any, Any]) -> dict[str, str]:
+    """The request's header fields by lower-case name, repeated lines joined with ", " as
+    RFC 9110 §5.3 combines them: a repeated Authorization or A2A-Version then reads as one
+    malformed value instead of letting the first line win (profile §16)."""
+    fields: dict[str, str] = {}
+    for raw_name, raw_value in request.scope["headers"]:
+        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+        fields[name] = f"{fields[name]}, {value}" if name in fields else value
+    return fields
 
 
 # characters JSON may carry raw inside strings that many line readers (Python's splitlines,
@@ -73,7 +85,7 @@ async def sse(events: AsyncIterator[SseEvent]) -> AsyncIterator[bytes]:
 async def a2a(request: Request[Any, Any, Any], state: State) -> Response[Any]:
     dispatcher: Dispatcher = state.dispatcher
     body, too_large = await read_limited(request, dispatcher.services.settings.max_body_bytes)
-    reply = await dispatcher.handle(body, request.headers, too_large=too_large)
+    reply = await dispatcher.handle(body, header_fields(request), too_large=too_large)
     if reply.stream is not None:
         return Stream(
             sse(reply.stream),
@@ -89,7 +101,7 @@ async def provider(request: Request[Any, Any, Any], state: State) -> Response[by
     """The agent's JSON-RPC (profile §10), authorized by its session's provider token."""
     dispatcher: ProviderDispatcher = state.provider
     body, too_large = await read_limited(request, dispatcher.services.settings.max_body_bytes)
-    reply = await dispatcher.handle(body, request.headers, too_large=too_large)
+    reply = await dispatcher.handle(body, header_fields(request), too_large=too_large)
     return Response(reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers)
 
 
@@ -101,8 +113,14 @@ async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Resp
     body, too_large = await read_limited(request, services.settings.max_body_bytes)
     if too_large:
         return Response(b'{"error":"body too large"}', status_code=413, media_type=JSON)
+    unreadable = body_error(body)
+    if unreadable is not None:
+        services.metrics.webhook("malformed")
+        error = {"code": unreadable.code, "message": unreadable.message}
+        return Response(msgspec.json.encode({"error": error}), status_code=400, media_type=JSON)
+    authorization = header_fields(request).get("authorization", "")
     try:
-        notice = verify_webhook(services.settings, body, request.headers.get("authorization", ""))
+        notice = verify_webhook(services.settings, body, authorization)
     except WebhookRejected as exc:
         services.metrics.webhook("rejected")
         return Response(

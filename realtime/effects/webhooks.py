@@ -16,6 +16,9 @@ from livekit import api
 from realtime.settings import Settings
 
 LEEWAY: Final = timedelta(seconds=60)  # LiveKit's own skew allowance on exp/nbf
+# the largest epoch a webhook may name (room name or token metadata); a session that rebinds
+# once a second would need 30 years to reach it, and it stays far inside every integer type
+MAX_EPOCH: Final = 999_999_999
 
 
 class WebhookRejected(Exception):  # noqa: N818 - reads as a condition
@@ -39,7 +42,7 @@ class Notice:
 def verify(settings: Settings, body: bytes, authorization: str) -> Notice:
     """The verified notice, or WebhookRejected."""
     if not authorization or not settings.livekit_webhook_keys:
-        raise WebhookRejected("missing signature" if authorization else "no webhook keys set")
+        raise WebhookRejected("no webhook keys set" if authorization else "missing signature")
     try:
         text = body.decode()
     except UnicodeDecodeError:
@@ -63,13 +66,23 @@ def verify(settings: Settings, body: bytes, authorization: str) -> Notice:
         identity=participant.identity,
         is_agent=participant.kind == api.ParticipantInfo.Kind.AGENT,
         participant_epoch=_epoch_from_metadata(participant.metadata),
-        track_source=api.TrackSource.Name(event.track.source).lower() if event.track.sid else "",
+        track_source=_source_name(event.track.source) if event.track.sid else "",
     )
 
 
+def _source_name(source: int) -> str:
+    """`camera`, `microphone`, …; "" for a source newer than this livekit-api knows."""
+    try:
+        return api.TrackSource.Name(source).lower()
+    except ValueError:
+        return ""
+
+
 def _epoch_from_metadata(metadata: str) -> int | None:
+    """The token's `sessionEpoch` when it is one the service can have issued, else None."""
     try:
         value = json.loads(metadata).get("sessionEpoch") if metadata else None
-    except (ValueError, AttributeError):
-        return None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    except (ValueError, AttributeError, RecursionError):
+        return None  # not JSON, not an object, an integer past Python's digit limit, too deep
+    valid = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_EPOCH
+    return value if valid else None

@@ -11,7 +11,7 @@ import logging
 import re
 from typing import Final
 
-from realtime.effects.webhooks import Notice
+from realtime.effects.webhooks import MAX_EPOCH, Notice
 from realtime.engine.core import Command, params_digest
 from realtime.errors import RpcError
 from realtime.methods.context import Services
@@ -21,7 +21,8 @@ from state_machines.interactions import InteractionEvent, TrackChanged
 log = logging.getLogger(__name__)
 
 ROOM_NAME: Final = re.compile(
-    r"^aim-(?P<sid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-e(?P<epoch>\d+)$"
+    r"^aim-(?P<sid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+    rf"-e(?P<epoch>[1-9][0-9]{{0,{len(str(MAX_EPOCH)) - 1}}})\Z"  # an epoch up to MAX_EPOCH
 )
 WEBHOOK_METHOD: Final = "livekit.webhook"
 LEFT_EVENTS: Final = frozenset({"participant_left", "participant_connection_aborted"})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from itertools import accumulate
 from typing import Final
 
 import msgspec
@@ -17,6 +19,12 @@ _ID: Final = msgspec.json.Decoder(RequestId)
 _STR: Final = msgspec.json.Decoder(str)
 _FLOAT: Final = msgspec.json.Decoder(float)
 
+MAX_DEPTH: Final = 64  # profile §16: arrays and objects, the outermost one included
+# a JSON string, escapes included; possessive, so a long string costs one linear pass
+_STRING: Final = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_STEP: Final = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
 
 class Envelope(msgspec.Struct, frozen=True):
     id: RequestId
@@ -24,8 +32,37 @@ class Envelope(msgspec.Struct, frozen=True):
     params: msgspec.Raw
 
 
+def body_error(body: bytes) -> RpcError | None:
+    """What makes `body` unreadable as JSON before any decoder runs (profile §16), or None.
+
+    RFC 8259 JSON is UTF-8 throughout, string values included (decoders that keep values raw
+    never look inside them); nesting is bounded so that no decoder recurses into Python's stack.
+    """
+    try:
+        body.decode()
+    except UnicodeDecodeError:
+        return _parse_error()
+    if _nesting_depth(body) > MAX_DEPTH:
+        return invalid_request(
+            f"the JSON nests arrays and objects deeper than {MAX_DEPTH} levels; "
+            f"at most {MAX_DEPTH} are accepted"
+        )
+    return None
+
+
+def _nesting_depth(body: bytes) -> int:
+    """The deepest nesting of arrays and objects, brackets inside strings not counted."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return 0  # too few brackets to go deeper: the common case, two scans in C
+    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
 def decode_envelope(body: bytes) -> tuple[Envelope | None, RpcError | None, RequestId | None]:
     """(envelope, None, id) for a valid request, or (None, error, id-if-readable)."""
+    unreadable = body_error(body)
+    if unreadable is not None:
+        return None, unreadable, None
     try:
         members = _OBJECT.decode(body)
     except msgspec.ValidationError:
