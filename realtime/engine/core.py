@@ -20,6 +20,7 @@ import msgspec
 
 from realtime.a2a import types as wire
 from realtime.effects.livekit import join_token_claims, sign_join_token
+from realtime.engine.rejections import reject, session_not_found
 from realtime.engine.schedule import armed_by
 from realtime.errors import RpcError
 from realtime.settings import Settings
@@ -31,7 +32,6 @@ from state_machines import (
     Effect,
     MintJoinToken,
     Rejected,
-    RejectReason,
     Session,
     SessionEvent,
     interactions,
@@ -145,75 +145,6 @@ def _pending(version: int, epoch: int, effects: list[Effect]) -> list[tuple[str,
         (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=epoch))
         for index, effect in enumerate(effects)
     ]
-
-
-def reject(rejection: Rejected, session: Session) -> RpcError:
-    """The one translation from a core rejection to a JSON-RPC error."""
-    reason = rejection.reason
-    if reason is RejectReason.STALE_EPOCH:
-        return RpcError(
-            "StaleEpoch",
-            f"sessionEpoch is not current (the session is at epoch {rejection.current_epoch}, "
-            f"reason: {rejection.epoch_reason}). Reload the session with GetSession.",
-            metadata={
-                "currentEpoch": rejection.current_epoch,
-                "state": rejection.state,
-                "reason": rejection.epoch_reason,
-            },
-        )
-    if reason is RejectReason.ENDPOINT_NOT_FOUND:
-        return RpcError(
-            "EndpointNotFound",
-            "No such endpoint in this session; register the device with RegisterEndpoint.",
-        )
-    if reason is RejectReason.LIMIT_EXCEEDED:
-        return RpcError(
-            "LimitExceeded",
-            f"Limit reached: {rejection.limit}. {rejection.detail}".strip(),
-            metadata={"limit": rejection.limit},
-        )
-    if reason is RejectReason.OPERATION_NOT_FOUND:
-        return RpcError(
-            "OperationNotFound",
-            f"No such operation in this session ({rejection.detail}). Check the operationId "
-            "with GetSession's pendingOperationIds.",
-        )
-    if reason is RejectReason.REQUIREMENT_MISMATCH:
-        metadata = {"requirementId": rejection.missing[0]} if rejection.missing else {}
-        return RpcError(
-            "RequirementMismatch",
-            f"The answer does not match the open requirement: {rejection.detail}. Read the "
-            "task's status message (or GetOperation) for the open requirementId and actionDigest.",
-            metadata=metadata,
-        )
-    if reason is RejectReason.VERSION_MISMATCH:
-        return RpcError(
-            "VersionMismatch",
-            f"expectedVersion is stale: {rejection.detail}. Fetch the task again and answer the "
-            "requirement it shows now.",
-            metadata={"currentVersion": rejection.current_version},
-        )
-    if reason is RejectReason.CAPABILITY_UNAVAILABLE:
-        return RpcError(
-            "CapabilityUnavailable",
-            f"Not available: {', '.join(rejection.missing)}.",
-            metadata={"missing": rejection.missing},
-        )
-    return RpcError(
-        "InvalidState",
-        f"Not allowed while {rejection.state}: {rejection.detail}. "
-        f"Allowed now: {', '.join(rejection.allowed) or 'nothing'}.",
-        metadata={"state": rejection.state, "allowed": rejection.allowed},
-    )
-
-
-def session_not_found(session_id: str) -> RpcError:
-    return RpcError(
-        "SessionNotFound",
-        f"Session {session_id} was not found. Check the id; sessions are visible only to "
-        "their owner.",
-        metadata={"sessionId": session_id},
-    )
 
 
 def task_metadata(session: Session) -> dict[str, Any]:
