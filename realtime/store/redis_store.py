@@ -410,6 +410,17 @@ class SessionStore:
             )
         return [_text(member) for member in members]
 
+    async def timer_members(self, limit: int) -> list[str]:
+        """Up to `limit` armed timers, in no order (ZSCAN: a timer armed for the whole scan is
+        seen, whatever the others do meanwhile)."""
+        found: list[str] = []
+        async with translated_errors():
+            async for member, _ in self.client.zscan_iter(keys.timers_due_key(), count=500):
+                found.append(_text(member))
+                if len(found) >= limit:
+                    break
+        return found
+
     async def timer_done(self, member: str) -> None:
         async with translated_errors():
             await self.client.zrem(keys.timers_due_key(), member)
@@ -420,6 +431,27 @@ class SessionStore:
                 keys.outbox_due_key(), "-inf", now_ms, start=0, num=limit
             )
         return [_text(member) for member in members]
+
+
+class DutyLease:
+    """A lease on one duty that a single worker of all replicas carries out (the reconciler):
+    SET NX PX with the holder's token; renewed and released only while the token is ours, like
+    the runner's per-session lease."""
+
+    def __init__(self, sessions: SessionStore, key: str) -> None:
+        self.client, self.key = sessions.client, key
+        self._renew, self._release = sessions._renew, sessions._release
+
+    async def hold(self, token: str, ttl_ms: int) -> bool:
+        """Renew the lease if `token` holds it, else take it if nobody does."""
+        async with translated_errors():
+            if await self._renew(keys=[self.key], args=[token, ttl_ms]):
+                return True
+            return bool(await self.client.set(self.key, token, nx=True, px=ttl_ms))
+
+    async def release(self, token: str) -> None:
+        async with translated_errors():
+            await self._release(keys=[self.key], args=[token])
 
 
 Entry = tuple[str, bytes]  # (stream entry id, the entry's `e` field: the event JSON)
