@@ -21,6 +21,7 @@ from realtime.auth import Authenticator
 from realtime.effects.livekit import LiveKitGateway
 from realtime.engine.core import Engine
 from realtime.engine.hub import EventHub
+from realtime.engine.reconciler import Reconciler
 from realtime.engine.runner import Runner
 from realtime.engine.timers import Timers
 from realtime.methods.context import Services
@@ -46,7 +47,8 @@ async def running(
     telemetry: Telemetry | None = None,
 ) -> AsyncIterator[Services]:
     """Everything but HTTP: the store, the engine, the outbox runner and (with `run_worker`) the
-    worker loops that retry effects and fire timers. `serve` and `worker` both start here."""
+    worker loops that retry effects, fire timers and reconcile LiveKit with the sessions.
+    `serve` and `worker` both start here."""
     release: Callable[[], None] | None = None
     active_store = store
     if active_store is None:
@@ -81,6 +83,19 @@ async def running(
         if run_worker
         else []
     )
+    if run_worker and settings.reconcile_interval_s and gateway.configured:
+        reconciler = Reconciler(engine, gateway, metrics=metrics)
+        loops.append(asyncio.create_task(reconciler.loop(stop)))
+        log.info(
+            "reconciler on: every %d s while this worker holds the lease; grace %d s",
+            settings.reconcile_interval_s,
+            settings.reconcile_grace_s,
+        )
+    elif run_worker:
+        log.info(
+            "reconciler off: %s",
+            "LiveKit is not configured" if settings.reconcile_interval_s else "interval 0",
+        )
     try:
         yield services
     finally:

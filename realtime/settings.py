@@ -67,6 +67,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     rate_limit_rps: float = 100.0
 
     worker_lease_s: int = 30
+    reconcile_interval_s: int = 60  # 0: no reconciler
+    reconcile_grace_s: int = 120
     task_ttl_s: int = 7 * 24 * 3600
     max_body_bytes: int = 1024 * 1024
 
@@ -153,6 +155,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             rate_limit_rps=reader.number("AIM_RATE_LIMIT_RPS", 100.0, low=0.0, high=1e6),
             worker_lease_s=reader.integer("AIM_WORKER_LEASE_S", 30, low=1, high=3600),
+            reconcile_interval_s=reader.integer("AIM_RECONCILE_INTERVAL_S", 60, low=0, high=86400),
+            # at least 10 s: LiveKit's clock and ours may differ by a little
+            reconcile_grace_s=reader.integer("AIM_RECONCILE_GRACE_S", 120, low=10, high=86400),
             task_ttl_s=reader.integer("AIM_TASK_TTL_S", 7 * 24 * 3600, low=60, high=365 * 86400),
             sse_heartbeat_s=reader.number("AIM_SSE_HEARTBEAT_S", 15.0, low=0.01, high=3600.0),
             sse_buffer_events=reader.integer("AIM_SSE_BUFFER_EVENTS", 256, low=1, high=100_000),

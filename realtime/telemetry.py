@@ -143,6 +143,11 @@ class Metrics:
         self._webhooks = meter.create_counter(
             "aim.webhooks", description="LiveKit webhooks by outcome"
         )
+        # Prometheus: aim_reconciler_corrections_total{kind="..."}
+        self._corrections = meter.create_counter(
+            "aim.reconciler.corrections",
+            description="drift between LiveKit and the sessions that the reconciler corrected",
+        )
 
     def rpc_call(self, method: str, code: int, seconds: float) -> None:
         attributes: dict[str, str | int] = {"rpc.method": method, "rpc.jsonrpc.error_code": code}
@@ -157,6 +162,9 @@ class Metrics:
 
     def webhook(self, outcome: str) -> None:
         self._webhooks.add(1, {"aim.webhook.outcome": outcome})
+
+    def correction(self, kind: str) -> None:
+        self._corrections.add(1, {"kind": kind})
 
     def shutdown(self) -> None:
         if self.provider is not None:

@@ -58,6 +58,7 @@ from state_machines.session_model import (
     TERMINAL_STATES,
     EpochBump,
     Requested,
+    RoomName,
     Session,
     SessionState,
     Step,
@@ -73,6 +74,7 @@ from state_machines.session_model import (
     is_idle,
     join_token,
     moved,
+    parse_room_name,
     put,
     rebind,
     replace,
@@ -105,6 +107,7 @@ __all__ = [
     "Requested",
     "RoomDeleted",
     "RoomLost",
+    "RoomName",
     "Session",
     "SessionEvent",
     "SessionEventName",
@@ -114,6 +117,7 @@ __all__ = [
     "derive_task_state",
     "event_name",
     "new_session",
+    "parse_room_name",
     "room_name",
 ]
 

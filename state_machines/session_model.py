@@ -7,7 +7,8 @@ guard has let an event through, so none of them returns a rejection. Import the 
 
 from __future__ import annotations
 
-from typing import Final, Literal
+import re
+from typing import Final, Literal, NamedTuple
 
 import msgspec
 
@@ -112,6 +113,32 @@ replace = msgspec.structs.replace
 def room_name(session_id: str, epoch: int) -> str:
     """The LiveKit room of `session_id` provisioned at `epoch`."""
     return f"aim-{session_id}-e{epoch}"
+
+
+# the largest epoch a room name or a token may carry: a session that rebinds once a second
+# would need 30 years to reach it, and it is safe to convert and to store in any integer type
+MAX_EPOCH: Final = 999_999_999
+# exactly what `room_name` writes for a session id (a lower-case UUID) and an epoch (no leading
+# zero; MAX_EPOCH's nine digits at most)
+_ROOM_NAME: Final = re.compile(
+    r"aim-(?P<sid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+    rf"-e(?P<epoch>[1-9][0-9]{{0,{len(str(MAX_EPOCH)) - 1}}})",
+    re.ASCII,
+)
+
+
+class RoomName(NamedTuple):
+    """A room name of this service, taken apart."""
+
+    session_id: str
+    epoch: int
+
+
+def parse_room_name(name: str) -> RoomName | None:
+    """The session and epoch a room of this service is named after, or None for any other name
+    (`parse_room_name(room_name(sid, epoch))` gives them back)."""
+    match = _ROOM_NAME.fullmatch(name)
+    return None if match is None else RoomName(match["sid"], int(match["epoch"]))
 
 
 def open_requirement(session: Session) -> Operation | None:

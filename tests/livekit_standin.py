@@ -12,6 +12,8 @@ calls the way the Go server does (livekit/livekit ``pkg/service``):
   ``bad_route`` 404; undecodable body -> ``malformed`` 400.
 * Grants: ``roomCreate`` (CreateRoom, DeleteRoom), ``roomList`` (ListRooms), else ``roomAdmin``
   with ``room`` == the request's room; missing -> ``unauthenticated`` 401 "permissions denied".
+* ListRooms lists every room (no paging; ``names`` filters), each with ``creation_time`` in
+  seconds and ``creation_time_ms``; ListParticipants of a room that does not exist lists nobody.
 * CreateRoom upserts; a new room gets one dispatch per ``agents`` entry, or an empty-name one if
   there are none (``createAgentDispatchesFromRoomAgent``). Dispatches are never de-duplicated.
 * Missing things answer as on the server: DeleteRoom/UpdateRoomMetadata -> not_found "requested
@@ -117,10 +119,15 @@ class _Rule:
     remaining: int | None  # None: until clear_faults()
     method: str | None
     delay: float = 0.0
-    status: int = 0  # 0 for a delay rule
+    status: int = 0  # 0 for a delay or lose rule
     code: str = ""
     msg: str = ""
     effect_first: bool = False
+    lose: bool = False  # answer success without carrying the call out
+
+    @property
+    def kind(self) -> str:
+        return "fail" if self.status else "lose" if self.lose else "delay"
 
 
 def sign_webhook(event: api.WebhookEvent, api_key: str, api_secret: str) -> tuple[str, str]:
@@ -257,12 +264,18 @@ class LiveKitStandin:
         timeout hides a success."""
         self._rules.append(_Rule(n, method, delay=seconds, effect_first=effect_first))
 
+    def lose_next(self, n: int = 1, *, method: str) -> None:
+        """Answer the next ``n`` calls to ``method`` as if they were carried out, without
+        carrying them out: a write LiveKit acknowledged and then lost (the node that hosts the
+        room missed it, or restarted from an older state). Auth and grants are still checked."""
+        self._rules.append(_Rule(n, method, lose=True))
+
     def clear_faults(self) -> None:
         self._rules.clear()
 
-    def _take_rule(self, method: str, failure: bool) -> _Rule | None:
+    def _take_rule(self, method: str, kind: str) -> _Rule | None:
         for rule in self._rules:
-            if bool(rule.status) == failure and rule.method in (None, method):
+            if rule.kind == kind and rule.method in (None, method):
                 if rule.remaining is not None:
                     rule.remaining -= 1
                     if rule.remaining <= 0:
@@ -351,10 +364,30 @@ class LiveKitStandin:
         self._count(room)
 
     def close_room(self, name: str) -> None:
-        """Simulate the room closing (e.g. empty timeout): its participants and dispatches go."""
+        """Simulate the room closing (e.g. empty timeout): its participants and dispatches go.
+        The stand-in sends no webhooks, so this is also a room lost silently: a test that wants
+        the service to hear of it posts ``room_finished`` itself."""
         self.rooms.pop(name, None)
         self.participants.pop(name, None)
         self.dispatches.pop(name, None)
+
+    def add_room(self, name: str, *, age_s: float = 0.0, metadata: str = "") -> api.Room:
+        """Create a room by hand, as someone with an admin key (or a join with ``auto_create``)
+        would, outside the service; ``age_s`` makes it that old at once. An existing room is
+        returned as it is."""
+        room = self._ensure_room(name)
+        room.metadata = metadata or room.metadata
+        if age_s:
+            self.age_room(name, age_s)
+        return room
+
+    def age_room(self, name: str, seconds: float) -> api.Room:
+        """Make the room ``seconds`` old: its ``creation_time`` (s) and ``creation_time_ms``
+        (newer servers send both) move to that long before now."""
+        created = time.time() - seconds
+        room = self.rooms[name]
+        room.creation_time, room.creation_time_ms = int(created), int(created * 1000)
+        return room
 
     def sign_webhook(self, event: api.WebhookEvent) -> tuple[str, str]:
         return sign_webhook(event, self.api_key, self.api_secret)
@@ -366,7 +399,7 @@ class LiveKitStandin:
         call.request_id = headers.get("X-Livekit-Request-Id", "")
         self.calls.append(call)
         body = await request.read()
-        fault, pause = self._take_rule(call.method, True), self._take_rule(call.method, False)
+        fault, pause = self._take_rule(call.method, "fail"), self._take_rule(call.method, "delay")
         if pause and not pause.effect_first:
             await asyncio.sleep(pause.delay)
         if fault and not fault.effect_first:
@@ -395,7 +428,8 @@ class LiveKitStandin:
             handler = getattr(self, _handler_name(call.method))
             self._authorize(call, req)
             try:
-                reply = handler(req)
+                lost = self._take_rule(call.method, "lose")
+                reply = self._output_of(call)() if lost else handler(req)
             except _NoResponseError:
                 await asyncio.sleep(self.no_response_wait)
                 raise
@@ -433,6 +467,11 @@ class LiveKitStandin:
             what = "json" if kind == "application/json" else "protobuf"
             raise TwirpError("malformed", f"the {what} request could not be decoded") from exc
         return call.request
+
+    @staticmethod
+    def _output_of(call: Call) -> type[Message]:
+        method = SERVICES[call.service].methods_by_name[call.method]
+        return message_factory.GetMessageClass(method.output_type)
 
     @staticmethod
     def _twirp_error(call: Call, err: TwirpError, status: int | None = None) -> web.Response:

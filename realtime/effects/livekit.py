@@ -13,7 +13,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import aiohttp
 import jwt
@@ -53,6 +53,20 @@ class LiveKitRejected(Exception):  # noqa: N818
 
 class LiveKitNotConfigured(LiveKitUnavailable):
     """AIM_LIVEKIT_URL or the API credentials are missing."""
+
+
+class LiveRoom(NamedTuple):
+    """A room as LiveKit lists it."""
+
+    name: str
+    created_ms: int  # LiveKit's clock; servers before creation_time_ms send whole seconds
+
+
+class LiveParticipant(NamedTuple):
+    """A participant as LiveKit lists it."""
+
+    identity: str
+    is_agent: bool  # kind AGENT: joined with the token LiveKit minted for a dispatched agent
 
 
 class LiveKitGateway:
@@ -130,13 +144,31 @@ class LiveKitGateway:
         created = await self._call(lambda c: c.agent_dispatch.create_dispatch(request))
         return str(created.id)
 
-    async def remove_participant(self, room: str, identity: str) -> None:
-        request = api.RoomParticipantIdentity(room=room, identity=identity)
-        await self._tolerate_missing(lambda c: c.room.remove_participant(request))
+    async def list_rooms(self, names: Sequence[str] = ()) -> list[LiveRoom]:
+        """Every room (ListRooms does not page), or those of `names` that exist."""
+        request = api.ListRoomsRequest(names=list(names))
+        reply = await self._call(lambda c: c.room.list_rooms(request))
+        return [
+            LiveRoom(room.name, room.creation_time_ms or room.creation_time * 1000)
+            for room in reply.rooms
+        ]
 
-    async def delete_room(self, room: str) -> None:
+    async def list_participants(self, room: str) -> list[LiveParticipant]:
+        """Who is in `room` (nobody, if it does not exist)."""
+        request = api.ListParticipantsRequest(room=room)
+        reply = await self._call(lambda c: c.room.list_participants(request))
+        agent = api.ParticipantInfo.Kind.AGENT
+        return [LiveParticipant(p.identity, p.kind == agent) for p in reply.participants]
+
+    async def remove_participant(self, room: str, identity: str) -> bool:
+        """False when the participant (or its room) was not there: nothing to do."""
+        request = api.RoomParticipantIdentity(room=room, identity=identity)
+        return await self._tolerate_missing(lambda c: c.room.remove_participant(request))
+
+    async def delete_room(self, room: str) -> bool:
+        """False when the room was already gone."""
         request = api.DeleteRoomRequest(room=room)
-        await self._tolerate_missing(lambda c: c.room.delete_room(request))
+        return await self._tolerate_missing(lambda c: c.room.delete_room(request))
 
     async def update_permissions(
         self, room: str, identity: str, *, can_subscribe: bool, publish_sources: Sequence[str]
@@ -163,12 +195,16 @@ class LiveKitGateway:
         )
         await self._tolerate_missing(lambda c: c.room.send_data(request))
 
-    async def _tolerate_missing(self, call: Callable[[api.LiveKitAPI], Awaitable[Any]]) -> None:
+    async def _tolerate_missing(self, call: Callable[[api.LiveKitAPI], Awaitable[Any]]) -> bool:
+        """True when the call was carried out, False when its room or participant was missing
+        (which counts as done)."""
         try:
             await self._call(call)
         except LiveKitRejected as exc:
-            if exc.status != 404:  # a missing room or participant counts as done
+            if exc.status != 404:
                 raise
+            return False
+        return True
 
 
 def join_token_claims(

@@ -14,11 +14,9 @@ from typing import Final
 from livekit import api
 
 from realtime.settings import Settings
+from state_machines.session_model import MAX_EPOCH
 
 LEEWAY: Final = timedelta(seconds=60)  # LiveKit's own skew allowance on exp/nbf
-# the largest epoch a webhook may name (room name or token metadata); a session that rebinds
-# once a second would need 30 years to reach it, and it stays far inside every integer type
-MAX_EPOCH: Final = 999_999_999
 
 
 class WebhookRejected(Exception):  # noqa: N818 - reads as a condition

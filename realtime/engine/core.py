@@ -12,14 +12,16 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Final, cast
 
 import msgspec
 
 from realtime.a2a import types as wire
 from realtime.effects.livekit import join_token_claims, sign_join_token
+from realtime.engine.rejections import reject, session_not_found
 from realtime.engine.schedule import armed_by
 from realtime.errors import RpcError
 from realtime.settings import Settings
@@ -31,7 +33,6 @@ from state_machines import (
     Effect,
     MintJoinToken,
     Rejected,
-    RejectReason,
     Session,
     SessionEvent,
     interactions,
@@ -82,6 +83,22 @@ class Command:
     digest: str
 
 
+class Cause(StrEnum):
+    """Who made a change that no client command, webhook or timer asked for (an event entry's
+    `cause`; profile §17)."""
+
+    RECONCILER = "reconciler"
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """What an event entry says about a change the service made on its own: why, and what it
+    corrected (`kind`, the `room`, an `identity` ...)."""
+
+    cause: Cause
+    correction: Mapping[str, str]
+
+
 # builds a command's stored result from the committed session, its version, the (token-free)
 # join media and the task as committed
 Render = Callable[[Session, int, dict[str, Any] | None, wire.Task], dict[str, Any]]
@@ -122,6 +139,7 @@ def _event(
     now_ms: int,
     command_id: str | None,
     status: wire.TaskStatus,
+    note: Note | None = None,
 ) -> bytes:
     """One entry of the session's event stream; `status` is the task's status as committed, so
     a subscriber renders the statusUpdate of any past event from the entry alone."""
@@ -136,6 +154,9 @@ def _event(
     }
     if command_id:
         entry["commandId"] = command_id
+    if note is not None:
+        entry["cause"] = note.cause
+        entry["correction"] = dict(note.correction)
     return _EVENT_ENCODER.encode(entry)
 
 
@@ -145,75 +166,6 @@ def _pending(version: int, epoch: int, effects: list[Effect]) -> list[tuple[str,
         (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=epoch))
         for index, effect in enumerate(effects)
     ]
-
-
-def reject(rejection: Rejected, session: Session) -> RpcError:
-    """The one translation from a core rejection to a JSON-RPC error."""
-    reason = rejection.reason
-    if reason is RejectReason.STALE_EPOCH:
-        return RpcError(
-            "StaleEpoch",
-            f"sessionEpoch is not current (the session is at epoch {rejection.current_epoch}, "
-            f"reason: {rejection.epoch_reason}). Reload the session with GetSession.",
-            metadata={
-                "currentEpoch": rejection.current_epoch,
-                "state": rejection.state,
-                "reason": rejection.epoch_reason,
-            },
-        )
-    if reason is RejectReason.ENDPOINT_NOT_FOUND:
-        return RpcError(
-            "EndpointNotFound",
-            "No such endpoint in this session; register the device with RegisterEndpoint.",
-        )
-    if reason is RejectReason.LIMIT_EXCEEDED:
-        return RpcError(
-            "LimitExceeded",
-            f"Limit reached: {rejection.limit}. {rejection.detail}".strip(),
-            metadata={"limit": rejection.limit},
-        )
-    if reason is RejectReason.OPERATION_NOT_FOUND:
-        return RpcError(
-            "OperationNotFound",
-            f"No such operation in this session ({rejection.detail}). Check the operationId "
-            "with GetSession's pendingOperationIds.",
-        )
-    if reason is RejectReason.REQUIREMENT_MISMATCH:
-        metadata = {"requirementId": rejection.missing[0]} if rejection.missing else {}
-        return RpcError(
-            "RequirementMismatch",
-            f"The answer does not match the open requirement: {rejection.detail}. Read the "
-            "task's status message (or GetOperation) for the open requirementId and actionDigest.",
-            metadata=metadata,
-        )
-    if reason is RejectReason.VERSION_MISMATCH:
-        return RpcError(
-            "VersionMismatch",
-            f"expectedVersion is stale: {rejection.detail}. Fetch the task again and answer the "
-            "requirement it shows now.",
-            metadata={"currentVersion": rejection.current_version},
-        )
-    if reason is RejectReason.CAPABILITY_UNAVAILABLE:
-        return RpcError(
-            "CapabilityUnavailable",
-            f"Not available: {', '.join(rejection.missing)}.",
-            metadata={"missing": rejection.missing},
-        )
-    return RpcError(
-        "InvalidState",
-        f"Not allowed while {rejection.state}: {rejection.detail}. "
-        f"Allowed now: {', '.join(rejection.allowed) or 'nothing'}.",
-        metadata={"state": rejection.state, "allowed": rejection.allowed},
-    )
-
-
-def session_not_found(session_id: str) -> RpcError:
-    return RpcError(
-        "SessionNotFound",
-        f"Session {session_id} was not found. Check the id; sessions are visible only to "
-        "their owner.",
-        metadata={"sessionId": session_id},
-    )
 
 
 def task_metadata(session: Session) -> dict[str, Any]:
@@ -390,10 +342,12 @@ class Engine:
         command: Command | None = None,
         render: Render | None = None,
         only_at_version: int | None = None,
+        note: Note | None = None,
     ) -> Applied:
         """Apply the event built by `event_for` (from the current snapshot) and commit it.
 
-        `owner` None means a server event (webhook, timer, effect follow-up): no ownership check.
+        `owner` None means a server event (webhook, timer, effect follow-up, the reconciler): no
+        ownership check. `note` goes into the event entry of the transition.
         """
         command_id = command.command_id if command else None
         for _ in range(MAX_ATTEMPTS):
@@ -424,7 +378,13 @@ class Engine:
                     return kept
                 continue
             applied = await self._commit(
-                session_id, loaded, decision, now_ms=now_ms, command=command, render=render
+                session_id,
+                loaded,
+                decision,
+                now_ms=now_ms,
+                command=command,
+                render=render,
+                note=note,
             )
             if applied is not None:
                 return applied
@@ -467,6 +427,7 @@ class Engine:
         now_ms: int,
         command: Command | None,
         render: Render | None,
+        note: Note | None = None,
     ) -> Applied | None:
         assert loaded.record is not None  # noqa: S101 - checked by the caller
         old = loaded.record.session
@@ -515,6 +476,7 @@ class Engine:
             now_ms,
             command.command_id if command else None,
             task.task.status,
+            note,
         )
         pending = _pending(version, new.epoch, effects)
         with self.telemetry.redis_span("commit", session_id):
@@ -550,6 +512,40 @@ class Engine:
             self.on_effects(session_id)
         response = self.render_outcome(outcome) if outcome is not None else None
         return Applied(new, version, response, task)
+
+    async def record(self, session_id: str, note: Note) -> bool:
+        """An event entry for something done to the session that changes none of its state (a
+        room deleted or a participant removed by the reconciler): one commit of the unchanged
+        snapshot at the next version. False when there is no such session."""
+        for _ in range(MAX_ATTEMPTS):
+            loaded = await self.sessions.load(session_id)
+            if loaded.record is None:
+                return False
+            session, now_ms = loaded.record.session, self.now_ms()
+            task = self._task_for(loaded, session, now_ms)
+            event = _event(
+                session.state, session, loaded.version + 1, now_ms, None, task.task.status, note
+            )
+            with self.telemetry.redis_span("commit", session_id):
+                committed = await self.sessions.commit(
+                    session_id,
+                    expected_version=loaded.version,
+                    record=loaded.record,
+                    task=task,
+                    command_id=None,
+                    outcome=b"",
+                    events=[event],
+                    effects=[],
+                    ttl_s=self.settings.task_ttl_s,
+                    due_ms=now_ms,
+                )
+            if committed.status == "ok":
+                return True
+        raise RpcError(
+            "UpstreamUnavailable",
+            "The session is changing too fast to record this; retry it.",
+            metadata={"service": "redis", "retryable": True},
+        )
 
     async def _remember(
         self, session_id: str, loaded: Loaded, command: Command, render: Render, now_ms: int

@@ -8,22 +8,18 @@ recorded and ignored. Only a failure to record (Redis down) answers 503, so Live
 from __future__ import annotations
 
 import logging
-import re
 from typing import Final
 
-from realtime.effects.webhooks import MAX_EPOCH, Notice
+from realtime.effects.webhooks import Notice
 from realtime.engine.core import Command, params_digest
 from realtime.errors import RpcError
 from realtime.methods.context import Services
 from state_machines import ParticipantJoined, ParticipantLeft, RoomLost, SessionEvent
 from state_machines.interactions import InteractionEvent, TrackChanged
+from state_machines.session import parse_room_name
 
 log = logging.getLogger(__name__)
 
-ROOM_NAME: Final = re.compile(
-    r"^aim-(?P<sid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
-    rf"-e(?P<epoch>[1-9][0-9]{{0,{len(str(MAX_EPOCH)) - 1}}})\Z"  # an epoch up to MAX_EPOCH
-)
 WEBHOOK_METHOD: Final = "livekit.webhook"
 LEFT_EVENTS: Final = frozenset({"participant_left", "participant_connection_aborted"})
 
@@ -56,10 +52,10 @@ async def handle(services: Services, notice: Notice) -> str:
     commandId of a server command), so a duplicate is recognised exactly when its first
     delivery changed something, and a delivery that failed (Redis down) is not recorded at all.
     """
-    match = ROOM_NAME.match(notice.room)
-    if match is None:
+    named = parse_room_name(notice.room)
+    if named is None:
         return "ignored"  # not a room of this service
-    session_id, room_epoch = match["sid"], int(match["epoch"])
+    session_id, room_epoch = named
     event = session_event(notice, room_epoch)
     if event is None:
         return "ignored"

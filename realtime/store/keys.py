@@ -101,3 +101,9 @@ def timers_due_key() -> str:
     """Sorted set: armed timers (`<sessionId>|<kind>|<version>|<epoch>|<endpointId>`) scored by
     when they are due (ms); a worker claims one by moving its score past a lease."""
     return f"{PREFIX}:timers:due"
+
+
+def reconciler_lease_key() -> str:
+    """String: the token of the worker that runs the reconciler (PX lease; one across replicas).
+    Its own hash tag, so the key has a slot of its own on Redis Cluster."""
+    return f"{PREFIX}:{{reconciler}}:lease"

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 import redis.asyncio as aioredis
@@ -22,7 +21,7 @@ from redis.crc import key_slot
 from redis.maint_notifications import MaintNotificationsConfig
 
 from realtime.errors import RpcError
-from realtime.store import keys
+from realtime.store import keys, scripts
 from realtime.store.records import (
     EFFECT_DECODER,
     OUTCOME_DECODER,
@@ -37,81 +36,6 @@ from realtime.store.records import (
 )
 
 log = logging.getLogger(__name__)
-
-# claim a message id for a task and index the task, once; returns the earlier task id if any
-_CLAIM_MESSAGE: Final = """
-local existing = redis.call('GET', KEYS[1])
-if existing then return existing end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-return false
-"""
-
-# claim a create for a session, once per messageId and per clientSessionId, within the limit of
-# live sessions; returns {'message', taskId} | {'client', 'taskId digest'} | {'limit'} | {'ok'}
-_CLAIM_CREATE: Final = """
-local by_message = redis.call('GET', KEYS[1])
-if by_message then return {'message', by_message} end
-local by_client = redis.call('GET', KEYS[2])
-if by_client then return {'client', by_client} end
-if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[6]) then return {'limit'} end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[4])
-redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[3], 'EX', ARGV[4])
-redis.call('ZADD', KEYS[3], ARGV[5], ARGV[2])
-redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
-redis.call('EXPIRE', KEYS[3], ARGV[4])
-redis.call('EXPIRE', KEYS[4], ARGV[4])
-return {'ok'}
-"""
-
-# release a lease only if we still hold it (a lease that expired may belong to another runner)
-_RELEASE: Final = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-# store the outcome of a command that applied without changing the session (e.g. registering a
-# device again with the same capabilities), at the version it was decided on; nothing else changes
-# KEYS: 1 session hash, 2 command outcomes; ARGV: 1 commandId, 2 expected version, 3 outcome, 4 ttl
-# Returns {'replay', outcome} | {'conflict', current version} | {'ok', version}
-_REMEMBER: Final = """
-local prior = redis.call('HGET', KEYS[2], ARGV[1])
-if prior then return {'replay', prior} end
-local current = redis.call('HGET', KEYS[1], 'v') or '0'
-if current ~= ARGV[2] then return {'conflict', current} end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-return {'ok', current}
-"""
-
-# claim due timers atomically: each returned member's score moves past a lease, so another worker
-# does not take it until the lease runs out (a crashed worker's timers come back then)
-_CLAIM_TIMERS: Final = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
-for _, member in ipairs(due) do redis.call('ZADD', KEYS[1], 'XX', ARGV[2], member) end
-return due
-"""
-
-# extend a lease only if we still hold it
-_RENEW: Final = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-
-_COMMIT: Final = (Path(__file__).parent / "commit.lua").read_text()
-
-# a task and the bounds of its session's event stream, read at one instant (one slot): a
-# subscriber that sends this task and then follows the stream after `newest` misses nothing
-# KEYS: 1 task record, 2 event stream
-# Returns {task | false, newest id | false, oldest id | false, oldest entry's event | false}
-_SNAPSHOT: Final = """
-local task = redis.call('GET', KEYS[1])
-local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
-if not oldest then return {task, false, false, false} end
-return {task, newest[1], oldest[1], oldest[2][2]}
-"""
 
 CONNECTION_ERRORS: Final = (
     redis.exceptions.ConnectionError,
@@ -149,14 +73,14 @@ class RedisStore:
         self.client = client
         self.embedded = embedded
         self.cluster = isinstance(client, RedisCluster)
-        self._claim = client.register_script(_CLAIM_MESSAGE)
-        self._claim_create = client.register_script(_CLAIM_CREATE)
-        self._commit = client.register_script(_COMMIT)
-        self._remember = client.register_script(_REMEMBER)
-        self._release = client.register_script(_RELEASE)
-        self._renew = client.register_script(_RENEW)
-        self._claim_timers = client.register_script(_CLAIM_TIMERS)
-        self._snapshot = client.register_script(_SNAPSHOT)
+        self._claim = client.register_script(scripts.CLAIM_MESSAGE)
+        self._claim_create = client.register_script(scripts.CLAIM_CREATE)
+        self._commit = client.register_script(scripts.COMMIT)
+        self._remember = client.register_script(scripts.REMEMBER)
+        self._release = client.register_script(scripts.RELEASE)
+        self._renew = client.register_script(scripts.RENEW)
+        self._claim_timers = client.register_script(scripts.CLAIM_TIMERS)
+        self._snapshot = client.register_script(scripts.SNAPSHOT)
 
     @property
     def can_block(self) -> bool:
@@ -486,6 +410,17 @@ class SessionStore:
             )
         return [_text(member) for member in members]
 
+    async def timer_members(self, limit: int) -> list[str]:
+        """Up to `limit` armed timers, in no order (ZSCAN: a timer armed for the whole scan is
+        seen, whatever the others do meanwhile)."""
+        found: list[str] = []
+        async with translated_errors():
+            async for member, _ in self.client.zscan_iter(keys.timers_due_key(), count=500):
+                found.append(_text(member))
+                if len(found) >= limit:
+                    break
+        return found
+
     async def timer_done(self, member: str) -> None:
         async with translated_errors():
             await self.client.zrem(keys.timers_due_key(), member)
@@ -496,6 +431,27 @@ class SessionStore:
                 keys.outbox_due_key(), "-inf", now_ms, start=0, num=limit
             )
         return [_text(member) for member in members]
+
+
+class DutyLease:
+    """A lease on one duty that a single worker of all replicas carries out (the reconciler):
+    SET NX PX with the holder's token; renewed and released only while the token is ours, like
+    the runner's per-session lease."""
+
+    def __init__(self, sessions: SessionStore, key: str) -> None:
+        self.client, self.key = sessions.client, key
+        self._renew, self._release = sessions._renew, sessions._release
+
+    async def hold(self, token: str, ttl_ms: int) -> bool:
+        """Renew the lease if `token` holds it, else take it if nobody does."""
+        async with translated_errors():
+            if await self._renew(keys=[self.key], args=[token, ttl_ms]):
+                return True
+            return bool(await self.client.set(self.key, token, nx=True, px=ttl_ms))
+
+    async def release(self, token: str) -> None:
+        async with translated_errors():
+            await self._release(keys=[self.key], args=[token])
 
 
 Entry = tuple[str, bytes]  # (stream entry id, the entry's `e` field: the event JSON)

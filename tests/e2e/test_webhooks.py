@@ -267,6 +267,8 @@ async def test_events_for_rooms_that_are_not_ours_are_ignored(rt_client):
         webhook("participant_left", "somebody-elses-room", identity=endpoint, epoch=1),
         webhook("room_finished", "aim-not-a-session-e1"),
         webhook("room_finished", room(new_id())),  # well-formed, but no such session
+        webhook("room_finished", f"aim-{session_id}-e01"),  # not a name this service writes
+        webhook("room_finished", f"aim-{session_id}-e{'9' * 5000}"),  # not a small integer
         webhook("participant_left", room(new_id()), identity=endpoint, epoch=1),
         webhook("egress_ended", ""),  # egress events may carry no room at all
     ]

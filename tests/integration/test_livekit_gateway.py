@@ -49,6 +49,35 @@ async def test_missing_room_and_participant_count_as_done(gateway, livekit):
     assert [call.code for call in livekit.calls_to("DeleteRoom")] == ["not_found"]
 
 
+async def test_rooms_and_participants_are_listed_as_plain_values(gateway, livekit):
+    await gateway.create_room(ROOM, metadata={})
+    made = livekit.add_room("aim-other-e2", age_s=30)
+    livekit.add_participant(ROOM, "device-1")
+    livekit.add_participant(ROOM, "agent-AJ_1", kind="agent")
+    rooms = {room.name: room for room in await gateway.list_rooms()}
+    assert set(rooms) == {ROOM, "aim-other-e2"}
+    assert rooms["aim-other-e2"].created_ms == made.creation_time_ms
+    made.creation_time_ms = 0  # a server older than creation_time_ms sends seconds only
+    assert [r.created_ms for r in await gateway.list_rooms(["aim-other-e2"])] == [
+        made.creation_time * 1000
+    ]
+    assert await gateway.list_rooms(["aim-missing-e1"]) == []
+    assert sorted(await gateway.list_participants(ROOM)) == [
+        ("agent-AJ_1", True),
+        ("device-1", False),
+    ]
+    assert await gateway.list_participants("aim-missing-e1") == []
+
+
+async def test_removals_and_deletions_say_whether_there_was_anything_to_do(gateway, livekit):
+    await gateway.create_room(ROOM, metadata={})
+    livekit.add_participant(ROOM, "device-1")
+    assert await gateway.remove_participant(ROOM, "device-1") is True
+    assert await gateway.remove_participant(ROOM, "device-1") is False
+    assert await gateway.delete_room(ROOM) is True
+    assert await gateway.delete_room(ROOM) is False
+
+
 async def test_permissions_are_sent_as_a_full_set(gateway, livekit):
     await gateway.create_room(ROOM, metadata={})
     livekit.add_participant(ROOM, "device-1")

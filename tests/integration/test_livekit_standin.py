@@ -105,6 +105,109 @@ async def test_update_room_metadata(standin: LiveKitStandin, lkapi: api.LiveKitA
     assert room.metadata == standin.rooms[ROOM].metadata == "x"
 
 
+async def test_list_rooms_lists_every_room_or_the_named_ones(
+    standin: LiveKitStandin, lkapi: api.LiveKitAPI
+) -> None:
+    before = datetime.datetime.now(datetime.UTC).timestamp()
+    for name in ("a", "b", ROOM):
+        await lkapi.room.create_room(api.CreateRoomRequest(name=name))
+    listed = await lkapi.room.list_rooms(api.ListRoomsRequest())
+    assert sorted(r.name for r in listed.rooms) == sorted(["a", "b", ROOM])
+    named = await lkapi.room.list_rooms(api.ListRoomsRequest(names=[ROOM, "missing", "a"]))
+    assert sorted(r.name for r in named.rooms) == ["a", ROOM]  # unknown names are left out
+    [room] = (await lkapi.room.list_rooms(api.ListRoomsRequest(names=[ROOM]))).rooms
+    # seconds, and (newer servers) milliseconds
+    assert before - 1 <= room.creation_time <= before + 5
+    assert room.creation_time == room.creation_time_ms // 1000
+    assert [c.code for c in standin.calls_to("ListRooms")] == ["ok"] * 3
+    assert standin.calls_to("ListRooms")[1].request.names == [ROOM, "missing", "a"]
+
+
+async def test_list_rooms_needs_the_room_list_grant(standin: LiveKitStandin) -> None:
+    standin.add_room(ROOM)
+    for grants in ({"room_admin": True}, {"room_create": True}, {}):
+        client = api.LiveKitAPI(standin.url, token=admin_token(ROOM, **grants))
+        try:
+            with pytest.raises(api.ServerError) as err:
+                await client.room.list_rooms(api.ListRoomsRequest())
+        finally:
+            await client.aclose()
+        assert (err.value.code, err.value.status) == ("unauthenticated", 401)
+        assert err.value.message == "permissions denied"
+    client = api.LiveKitAPI(standin.url, token=admin_token("", room_list=True))
+    try:
+        listed = await client.room.list_rooms(api.ListRoomsRequest())
+    finally:
+        await client.aclose()
+    assert [r.name for r in listed.rooms] == [ROOM]
+
+
+async def test_list_participants_needs_room_admin_for_that_room(standin: LiveKitStandin) -> None:
+    standin.add_room(ROOM)
+    standin.add_participant(ROOM, "user-1")
+    request = api.ListParticipantsRequest(room=ROOM)
+    for token in (
+        admin_token("other-room", room_admin=True),
+        admin_token(ROOM, room_list=True),
+        admin_token(ROOM, room_create=True),
+    ):
+        client = api.LiveKitAPI(standin.url, token=token)
+        try:
+            with pytest.raises(api.ServerError) as err:
+                await client.room.list_participants(request)
+        finally:
+            await client.aclose()
+        assert (err.value.code, err.value.status) == ("unauthenticated", 401)
+    client = api.LiveKitAPI(standin.url, token=admin_token(ROOM, room_admin=True))
+    try:
+        listed = await client.room.list_participants(request)
+    finally:
+        await client.aclose()
+    assert [p.identity for p in listed.participants] == ["user-1"]
+    assert listed.participants[0].state == api.ParticipantInfo.ACTIVE
+
+
+async def test_rooms_made_by_hand_can_be_aged_and_dropped(
+    standin: LiveKitStandin, lkapi: api.LiveKitAPI
+) -> None:
+    made = standin.add_room(ROOM, age_s=600, metadata="by hand")
+    assert standin.add_room(ROOM) is made  # an existing room stays as it is
+    [listed] = (await lkapi.room.list_rooms(api.ListRoomsRequest())).rooms
+    now = datetime.datetime.now(datetime.UTC).timestamp()
+    assert now - 602 <= listed.creation_time <= now - 598
+    assert abs(listed.creation_time_ms / 1000 - (now - 600)) < 2
+    assert (listed.metadata, listed.sid) == ("by hand", made.sid)
+    standin.age_room(ROOM, 5)
+    [listed] = (await lkapi.room.list_rooms(api.ListRoomsRequest())).rooms
+    assert now - 7 <= listed.creation_time <= now - 3
+    standin.add_participant(ROOM, "user-1")
+    standin.close_room(ROOM)  # silently: the stand-in sends no webhook
+    assert (await lkapi.room.list_rooms(api.ListRoomsRequest())).rooms == []
+    empty = await lkapi.room.list_participants(api.ListParticipantsRequest(room=ROOM))
+    assert list(empty.participants) == []
+
+
+async def test_a_lost_call_is_acknowledged_and_not_carried_out(
+    standin: LiveKitStandin, lkapi: api.LiveKitAPI
+) -> None:
+    standin.add_room(ROOM)
+    standin.lose_next(method="DeleteRoom")
+    await lkapi.room.create_room(api.CreateRoomRequest(name="other"))  # other methods work
+    await lkapi.room.delete_room(api.DeleteRoomRequest(room=ROOM))
+    assert ROOM in standin.rooms  # acknowledged, but the room is still there
+    assert [c.code for c in standin.calls_to("DeleteRoom")] == ["ok"]
+    await lkapi.room.delete_room(api.DeleteRoomRequest(room=ROOM))  # only the next one
+    assert ROOM not in standin.rooms
+    standin.lose_next(method="DeleteRoom")
+    client = api.LiveKitAPI(standin.url, token=admin_token(ROOM, room_admin=True))
+    try:  # grants are still checked
+        with pytest.raises(api.ServerError) as err:
+            await client.room.delete_room(api.DeleteRoomRequest(room="other"))
+    finally:
+        await client.aclose()
+    assert err.value.code == "unauthenticated"
+
+
 # ---- participants ---------------------------------------------------------------------------
 async def test_participants(standin: LiveKitStandin, lkapi: api.LiveKitAPI) -> None:
     # a missing room lists nobody (the server's store has no entry)

@@ -53,6 +53,7 @@ from state_machines.session import (
     derive_task_state,
     event_name,
     new_session,
+    parse_room_name,
     room_name,
 )
 
@@ -272,6 +273,35 @@ def test_a_new_session_provisions_a_room_of_epoch_one_and_dispatches_the_agent()
 
 def test_room_names_carry_the_epoch() -> None:
     assert room_name("abc", 7) == "aim-abc-e7"
+
+
+SID = "0f8e2c4a-1b3d-4e5f-8a7b-9c0d1e2f3a4b"
+
+
+@pytest.mark.parametrize("epoch", [1, 7, 123_456_789])
+def test_a_room_name_gives_back_its_session_and_epoch(epoch: int) -> None:
+    assert parse_room_name(room_name(SID, epoch)) == (SID, epoch)
+    assert parse_room_name(room_name(SID, epoch)).session_id == SID
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "aim-abc-e1",  # not a session id
+        f"aim-{SID.upper()}-e1",  # session ids are written in lower case
+        f"aim-{SID}-e0",  # epochs start at 1
+        f"aim-{SID}-e01",  # never written with a leading zero
+        f"aim-{SID}-e1234567890",  # not a small integer
+        f"aim-{SID}-e{'9' * 5000}",
+        f"aim-{SID}-e1\n",
+        f"xaim-{SID}-e1",
+        f"aim-{SID}-e1-copy",
+        f"aim-{SID}-e١",  # a digit, but not an ASCII one
+    ],
+)
+def test_other_names_are_not_rooms_of_this_service(name: str) -> None:
+    assert parse_room_name(name) is None
 
 
 def test_provisioned_makes_the_session_ready_with_the_agent_dispatched() -> None:

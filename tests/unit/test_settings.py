@@ -168,6 +168,17 @@ def test_sse_settings_default_and_refuse_out_of_range_values() -> None:
     assert "AIM_SSE_BUFFER_EVENTS" in only_problem({"AIM_SSE_BUFFER_EVENTS": "0"})
 
 
+def test_reconciler_settings_default_and_refuse_out_of_range_values() -> None:
+    settings = Settings.from_env({})
+    assert (settings.reconcile_interval_s, settings.reconcile_grace_s) == (60, 120)
+    off = Settings.from_env({"AIM_RECONCILE_INTERVAL_S": "0", "AIM_RECONCILE_GRACE_S": "10"})
+    assert (off.reconcile_interval_s, off.reconcile_grace_s) == (0, 10)
+    assert "AIM_RECONCILE_INTERVAL_S" in only_problem({"AIM_RECONCILE_INTERVAL_S": "-1"})
+    assert "AIM_RECONCILE_INTERVAL_S" in only_problem({"AIM_RECONCILE_INTERVAL_S": "1m"})
+    assert "AIM_RECONCILE_GRACE_S" in only_problem({"AIM_RECONCILE_GRACE_S": "9"})
+    assert "AIM_RECONCILE_GRACE_S" in only_problem({"AIM_RECONCILE_GRACE_S": "86401"})
+
+
 @pytest.mark.parametrize("url", ["redis://localhost:6379/0", "unix:///tmp/redis.sock"])
 def test_redis_urls_of_every_documented_scheme_are_accepted(url: str) -> None:
     assert Settings.from_env({"AIM_REDIS_URL": url}).redis_url == url

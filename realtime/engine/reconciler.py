@@ -1,0 +1,357 @@
+"""The reconciler (profile §18): compares LiveKit's rooms and participants with the sessions and
+corrects the drift that lost, late or out-of-order webhooks leave behind.
+
+One worker of all replicas runs it at a time, holding `aim:{reconciler}:lease` (SET NX PX with
+its token, renewed while it works). Each sweep:
+
+- rooms of this service (`aim-<sessionId>-e<epoch>`) whose session is over (ended, failed), gone,
+  or rebound to a newer room → DeleteRoom, once the room is older than the grace period (a room
+  being created is never raced);
+- a live session past provisioning whose current room LiveKit no longer has (its room_finished
+  never came) → `RoomLost` through the commit path, like the webhook: rebind, epoch + 1. Its
+  commandId is derived from the room, so two workers, or a sweep and a late webhook, apply it
+  once. Sessions are found through the timers index: every live session has its max-duration
+  timer armed there (decision 60);
+- participants of a live session's room whose identity is a superseded or removed endpoint, or
+  no endpoint at all (agents excepted) → RemoveParticipant.
+
+Every correction is counted (`aim.reconciler.corrections{kind}`) and, where a session exists,
+written to its event stream with `cause: reconciler`. LiveKit is asked before Redis is changed,
+and the first failure of either ends the sweep (one log line): the next sweep starts over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+from realtime.effects.livekit import (
+    LiveKitGateway,
+    LiveKitRejected,
+    LiveKitUnavailable,
+    LiveParticipant,
+    LiveRoom,
+)
+from realtime.engine.core import Cause, Command, Engine, Note, params_digest
+from realtime.engine.schedule import Timer
+from realtime.errors import RpcError
+from realtime.store import keys
+from realtime.store.redis_store import DutyLease
+from realtime.telemetry import Metrics
+from state_machines import RoomLost, Session
+from state_machines import endpoint as endpoints
+from state_machines import session as machine
+from state_machines.session import RoomName, SessionState, parse_room_name
+
+log = logging.getLogger(__name__)
+
+METHOD: Final = "reconciler"
+# at most this many sessions are considered for lost rooms per sweep (a bound on one sweep's
+# memory and Redis round trips); the timers index holds a few entries per recent session
+MAX_SESSIONS: Final = 10_000
+LOAD_BATCH: Final = 50  # sessions loaded concurrently
+# a session in these states has a room LiveKit must have; provisioning creates it, ending
+# deletes it
+HAS_ROOM: Final[tuple[SessionState, ...]] = tuple(
+    state for state in machine.LIVE_STATES if state != "provisioning"
+)
+
+
+class Correction(StrEnum):
+    """The kinds of drift the reconciler corrects (the metric's `kind`)."""
+
+    ROOM_DELETED = "room_deleted"
+    ROOM_MISSING = "room_missing"
+    PARTICIPANT_REMOVED = "participant_removed"
+
+
+class Reason(StrEnum):
+    """Why something in LiveKit does not match the sessions (an event's `correction.reason`)."""
+
+    NO_SESSION = "no_session"  # the room names a session that does not exist (any more)
+    SESSION_OVER = "session_over"  # ended or failed: its room should be gone
+    REBOUND = "rebound"  # the session has a newer room since
+    ROOM_GONE = "room_gone"  # LiveKit lost the session's room and room_finished never came
+    SUPERSEDED = "superseded"  # a handoff moved the session to another device
+    REMOVED = "removed"  # the endpoint's session is over
+    UNKNOWN = "unknown"  # an identity the service never issued a token for
+
+
+class LeaseLost(Exception):  # noqa: N818 - reads as a condition
+    """Another worker holds the reconciler's lease now: this sweep stops where it is."""
+
+
+@dataclass
+class Report:
+    """What one sweep corrected, by kind."""
+
+    corrections: dict[Correction, int] = field(default_factory=dict)
+
+    def add(self, kind: Correction) -> None:
+        self.corrections[kind] = self.corrections.get(kind, 0) + 1
+
+
+def room_missing_command(room: str) -> Command:
+    """The server command of a lost room: the same for every worker and every sweep."""
+    digest = params_digest(METHOD, {"correction": Correction.ROOM_MISSING, "room": room})
+    return Command(METHOD, f"reconciler:room-missing:{room}", digest)
+
+
+def stale(session: Session, participant: LiveParticipant) -> Reason | None:
+    """Why `participant` must leave the session's room, or None when it belongs there."""
+    if participant.is_agent:
+        return None  # LiveKit minted its token for our dispatch
+    endpoint = next((e for e in session.endpoints if e.endpoint_id == participant.identity), None)
+    if endpoint is None:
+        return Reason.UNKNOWN
+    if endpoint.state == endpoints.SUPERSEDED:
+        return Reason.SUPERSEDED
+    if endpoint.state == endpoints.REMOVED:
+        return Reason.REMOVED
+    return None
+
+
+def outlived(session: Session | None, name: RoomName) -> Reason | None:
+    """Why the room belongs to no session that still needs it (none, one that is over, one
+    rebound to a newer room since), or None while it is the room of a session."""
+    if session is None:
+        return Reason.NO_SESSION
+    if session.state in machine.TERMINAL_STATES:
+        return Reason.SESSION_OVER
+    if name.epoch < session.room_epoch:
+        return Reason.REBOUND
+    return None
+
+
+def _live(session: Session) -> bool:
+    """Live and not ending (an ending session's room is on its way out)."""
+    return session.state in machine.LIVE_STATES
+
+
+class Reconciler:
+    """`loop(stop)` in the worker; `run_once()` is one lease-guarded sweep, `sweep()` the work."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        gateway: LiveKitGateway,
+        *,
+        metrics: Metrics | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.sessions = engine.sessions
+        self.gateway = gateway
+        self.metrics = metrics or Metrics(None)
+        settings = engine.settings
+        self.interval_s = settings.reconcile_interval_s
+        self.grace_ms = settings.reconcile_grace_s * 1000
+        # held from one sweep to the next: a worker that dies hands over within this
+        self.lease_ms = (settings.reconcile_interval_s + settings.worker_lease_s) * 1000
+        self.lease = DutyLease(engine.sessions, keys.reconciler_lease_key())
+        self.token = token or uuid.uuid4().hex
+        self.held = False
+        self.stop = asyncio.Event()
+
+    async def loop(self, stop: asyncio.Event) -> None:
+        """Sweep every `AIM_RECONCILE_INTERVAL_S` (the first one an interval after start-up)
+        while this worker holds the lease, until `stop` is set."""
+        self.stop = stop
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.interval_s)
+                if not stop.is_set():
+                    await self.run_once()
+        finally:
+            if self.held:  # hand the duty over at once rather than when the lease runs out
+                with contextlib.suppress(RpcError):
+                    await self.lease.release(self.token)
+
+    async def run_once(self) -> Report | None:
+        """One sweep if this worker holds (or can take) the lease; None when another worker
+        holds it or the sweep stopped early. Never raises: a failure is logged once."""
+        try:
+            self.held = await self.lease.hold(self.token, self.lease_ms)
+            if not self.held:
+                return None
+            return await self.sweep()
+        except LeaseLost:
+            log.info("reconciler sweep stopped: another worker holds the lease now")
+        except LiveKitRejected as exc:
+            log.error("reconciler sweep stopped, nothing more corrected: %s", exc)
+        except LiveKitUnavailable as exc:
+            log.warning("reconciler sweep stopped, nothing more corrected: %s", exc)
+        except RpcError as exc:
+            log.warning("reconciler sweep stopped, nothing more corrected: %s", exc.message)
+        except Exception:  # a bug must not stop the worker's other loops
+            log.exception("reconciler sweep failed")
+        return None
+
+    async def sweep(self) -> Report:
+        """Compare and correct once. Raises what stops it (LiveKit or Redis failing, the lease
+        lost); what it corrected before stays corrected."""
+        report = Report()
+        # sessions before rooms: a session that had its room then and lacks it in the listing
+        # lost it (a session provisioned meanwhile is still in `provisioning` here)
+        live = await self._live_sessions()
+        with self.engine.telemetry.livekit_span("ListRooms", "", ""):
+            rooms = await self.gateway.list_rooms()
+        now_ms = self.engine.now_ms()
+        ours = {room.name: (name, room) for room in rooms if (name := parse_room_name(room.name))}
+        for name, room in ours.values():
+            if self.stop.is_set():
+                return report
+            await self._check_room(name, room, now_ms, report)
+        for session in live:
+            if self.stop.is_set():
+                return report
+            if session.room not in ours:
+                await self._room_missing(session, report)
+        return report
+
+    async def _live_sessions(self) -> list[Session]:
+        """The sessions that should have a room in LiveKit now, found through the timers index
+        (every live session has its max-duration timer armed there)."""
+        members = await self.sessions.timer_members(MAX_SESSIONS * 4)
+        ids: dict[str, None] = {}
+        for member in members:
+            with contextlib.suppress(ValueError):  # a malformed timer is the timer loop's
+                ids[Timer.parse(member).session_id] = None
+        loaded = await self._load(list(ids)[:MAX_SESSIONS])
+        return [s for s in loaded if s is not None and s.state in HAS_ROOM]
+
+    async def _load(self, session_ids: Iterable[str]) -> list[Session | None]:
+        ids = list(session_ids)
+        loaded: list[Session | None] = []
+        for start in range(0, len(ids), LOAD_BATCH):
+            batch = ids[start : start + LOAD_BATCH]
+            replies = await asyncio.gather(*(self.sessions.load(sid) for sid in batch))
+            loaded += [reply.record.session if reply.record else None for reply in replies]
+        return loaded
+
+    async def _check_room(
+        self, name: RoomName, room: LiveRoom, now_ms: int, report: Report
+    ) -> None:
+        [session] = await self._load([name.session_id])  # read after the listing: current
+        why = outlived(session, name)
+        if why is not None:
+            if now_ms - room.created_ms >= self.grace_ms:  # else it may be being created
+                await self._delete_room(name.session_id, room.name, session, why, report)
+        elif session is not None and room.name == session.room and _live(session):
+            await self._check_participants(name.session_id, room.name, report)
+
+    async def _delete_room(
+        self, session_id: str, room: str, session: Session | None, why: Reason, report: Report
+    ) -> None:
+        await self._keep_lease()
+        with self.engine.telemetry.livekit_span("DeleteRoom", session_id, room):
+            if not await self.gateway.delete_room(room):
+                return  # gone meanwhile: nothing was corrected
+        await self._corrected(
+            Correction.ROOM_DELETED, session_id, room, report, reason=why, stream=session
+        )
+
+    async def _check_participants(self, session_id: str, room: str, report: Report) -> None:
+        with self.engine.telemetry.livekit_span("ListParticipants", session_id, room):
+            participants = await self.gateway.list_participants(room)
+        if not participants:
+            return
+        # read after the listing, so a device that joined meanwhile is known
+        [session] = await self._load([session_id])
+        if session is None or session.room != room or not _live(session):
+            return
+        for participant in participants:
+            why = stale(session, participant)
+            if why is None:
+                continue
+            await self._keep_lease()
+            with self.engine.telemetry.livekit_span("RemoveParticipant", session_id, room):
+                if not await self.gateway.remove_participant(room, participant.identity):
+                    continue  # it left meanwhile
+            await self._corrected(
+                Correction.PARTICIPANT_REMOVED,
+                session_id,
+                room,
+                report,
+                reason=why,
+                stream=session,
+                identity=participant.identity,
+            )
+
+    async def _room_missing(self, session: Session, report: Report) -> None:
+        room = session.room
+        with self.engine.telemetry.livekit_span("ListRooms", session.session_id, room):
+            if await self.gateway.list_rooms([room]):
+                return  # there after all (created after the listing)
+        await self._keep_lease()
+        correction = {"kind": Correction.ROOM_MISSING, "room": room, "reason": Reason.ROOM_GONE}
+        try:
+            applied = await self.engine.execute(
+                session.session_id,
+                lambda _: RoomLost(room),
+                owner=None,
+                command=room_missing_command(room),
+                render=lambda *_: {"correction": Correction.ROOM_MISSING, "room": room},
+                note=Note(Cause.RECONCILER, correction),
+            )
+        except RpcError as exc:
+            if exc.name == "UpstreamUnavailable":
+                raise
+            # the session moved on (ended, or a late room_finished rebound it): nothing to do
+            log.debug("room %s of session %s: %s", room, session.session_id, exc.message)
+            return
+        if applied.task is None:
+            return  # another worker applied it first
+        self._count(Correction.ROOM_MISSING, session.session_id, room, report, Reason.ROOM_GONE)
+
+    async def _corrected(
+        self,
+        kind: Correction,
+        session_id: str,
+        room: str,
+        report: Report,
+        *,
+        reason: Reason,
+        stream: Session | None,
+        identity: str = "",
+    ) -> None:
+        """Count the correction and write it to the session's stream (when there is one)."""
+        self._count(kind, session_id, room, report, reason, identity)
+        if stream is not None:
+            correction: dict[str, str] = {"kind": kind, "room": room, "reason": reason}
+            if identity:
+                correction["identity"] = identity
+            await self.engine.record(session_id, Note(Cause.RECONCILER, correction))
+
+    def _count(
+        self,
+        kind: Correction,
+        session_id: str,
+        room: str,
+        report: Report,
+        reason: Reason,
+        identity: str = "",
+    ) -> None:
+        report.add(kind)
+        self.metrics.correction(kind.value)
+        log.info(
+            "reconciler: %s in room %s%s (%s)",
+            kind,
+            room,
+            f", participant {identity}" if identity else "",
+            reason,
+            extra={"session_id": session_id},
+        )
+
+    async def _keep_lease(self) -> None:
+        """Renew the lease before each correction; a worker that lost it stops correcting."""
+        if not await self.lease.hold(self.token, self.lease_ms):
+            self.held = False
+            raise LeaseLost()
