@@ -151,8 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="aim-realtime")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the HTTP service")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=8080, help="port to listen on (default: %(default)s)"
+    )
     serve.add_argument(
         "--no-worker", action="store_true", help="leave effect retries and timers to workers"
     )
@@ -160,9 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = commands.add_parser("worker", help="retry effects and fire timers (no HTTP)")
     worker.set_defaults(run=_worker)
     token = commands.add_parser("token", help="print a development bearer token")
-    token.add_argument("--sub", required=True)
-    token.add_argument("--scope", default=ALL_SCOPES)
-    token.add_argument("--ttl", type=int, default=3600)
+    token.add_argument("--sub", required=True, help="the subject (principal) of the token")
+    token.add_argument(
+        "--scope", default=ALL_SCOPES, help="space-separated scopes (default: all three)"
+    )
+    token.add_argument(
+        "--ttl", type=int, default=3600, help="lifetime in seconds (default: %(default)s)"
+    )
     token.set_defaults(run=_token)
     check = commands.add_parser("check", help="validate configuration and reach dependencies")
     check.set_defaults(run=_check)
