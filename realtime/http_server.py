@@ -38,6 +38,7 @@ class GuardedProtocol(HttpToolsProtocol):
     request_timeout_s: ClassVar[float] = 30.0
     max_connections: ClassVar[int] = 2048
     _deadline: asyncio.TimerHandle | None = None
+    _pending = False  # bytes of a request that is not complete yet have arrived
     _over_limit = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -49,12 +50,16 @@ class GuardedProtocol(HttpToolsProtocol):
         )
 
     def data_received(self, data: bytes) -> None:
-        self._arm()  # bytes outside a request start the next one (a no-op inside a request)
+        self._pending = True  # any bytes begin a request or continue one
         super().data_received(data)
+        # a request that arrived whole needs no timer (the usual case); one that did not, has
+        # its deadline from its first bytes on, however slowly the rest comes
+        if self._pending and self._deadline is None and not self.transport.is_closing():
+            self._deadline = self.loop.call_later(self.request_timeout_s, self._timed_out)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._arm()  # the next request may begin in the chunk that completed the previous one
+        self._pending = True  # also when it begins in the chunk that completed the previous one
 
     def on_headers_complete(self) -> None:
         # the liveness probe is answered even over the connection limit: a 503 there would
@@ -66,16 +71,13 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        self._pending = False
         self._disarm()
         super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        if self._deadline is None:
-            self._deadline = self.loop.call_later(self.request_timeout_s, self._timed_out)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
