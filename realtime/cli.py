@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -14,6 +15,7 @@ from realtime.settings import Settings, SettingsError
 from realtime.telemetry import JsonLogFormatter
 
 ALL_SCOPES = "a2a.invoke a2a.tasks.read a2a.tasks.cancel"
+STARTUP_FAILURE = 3  # what uvicorn exits with when the server could not start
 
 
 def _load_dotenv(path: str = ".env") -> None:
@@ -36,14 +38,12 @@ def _settings() -> Settings:
         raise SystemExit(2) from None
 
 
-SHUTDOWN_GRACE_S = 10
-
-
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn  # only the serve command needs the server
 
     from realtime.app import create_app
     from realtime.auth import mint_dev_token
+    from realtime.http_server import server_config
 
     settings = _settings()
     if settings.auth_hs256_secret_generated and settings.auth_hs256_secret:
@@ -60,17 +60,11 @@ def _serve(args: argparse.Namespace) -> int:
             f"  {token}\nSet AIM_AUTH_HS256_SECRET to keep tokens valid across restarts.",
             file=sys.stderr,
         )
-    uvicorn.run(
-        create_app(settings, run_worker=not args.no_worker),
-        host=args.host,
-        port=args.port,
-        log_level="info",
-        access_log=False,
-        # open SSE streams never finish by themselves: on shutdown, give them this long, then
-        # close them (clients reconnect elsewhere with Last-Event-ID)
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-    )
-    return 0
+    app = create_app(settings, run_worker=not args.no_worker)
+    server = uvicorn.Server(server_config(app, settings, host=args.host, port=args.port))
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    return 0 if server.started else STARTUP_FAILURE
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -157,8 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="aim-realtime")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the HTTP service")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=8080, help="port to listen on (default: %(default)s)"
+    )
     serve.add_argument(
         "--no-worker", action="store_true", help="leave effect retries and timers to workers"
     )
@@ -166,9 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = commands.add_parser("worker", help="retry effects and fire timers (no HTTP)")
     worker.set_defaults(run=_worker)
     token = commands.add_parser("token", help="print a development bearer token")
-    token.add_argument("--sub", required=True)
-    token.add_argument("--scope", default=ALL_SCOPES)
-    token.add_argument("--ttl", type=int, default=3600)
+    token.add_argument("--sub", required=True, help="the subject (principal) of the token")
+    token.add_argument(
+        "--scope", default=ALL_SCOPES, help="space-separated scopes (default: all three)"
+    )
+    token.add_argument(
+        "--ttl", type=int, default=3600, help="lifetime in seconds (default: %(default)s)"
+    )
     token.set_defaults(run=_token)
     check = commands.add_parser("check", help="validate configuration and reach dependencies")
     check.set_defaults(run=_check)

@@ -75,6 +75,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     sse_heartbeat_s: float = 15.0
     sse_buffer_events: int = 256
 
+    # longer than common load balancers' 60 s, so that they close idle connections first
+    http_idle_timeout_s: int = 75
+    http_request_timeout_s: int = 30
+    http_max_connections: int = 2048
+
     @property
     def provider_secret(self) -> str:
         """The HS256 key of provider tokens: configured, else derived from the LiveKit API
@@ -161,6 +166,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             task_ttl_s=reader.integer("AIM_TASK_TTL_S", 7 * 24 * 3600, low=60, high=365 * 86400),
             sse_heartbeat_s=reader.number("AIM_SSE_HEARTBEAT_S", 15.0, low=0.01, high=3600.0),
             sse_buffer_events=reader.integer("AIM_SSE_BUFFER_EVENTS", 256, low=1, high=100_000),
+            http_idle_timeout_s=reader.integer("AIM_HTTP_IDLE_TIMEOUT_S", 75, low=1, high=3600),
+            http_request_timeout_s=reader.integer(
+                "AIM_HTTP_REQUEST_TIMEOUT_S", 30, low=1, high=3600
+            ),
+            http_max_connections=reader.integer(
+                "AIM_HTTP_MAX_CONNECTIONS", 2048, low=1, high=1_000_000
+            ),
         )
         if reader.problems:
             raise SettingsError(reader.problems)

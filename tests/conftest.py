@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from realtime.app import create_app
 from realtime.auth import mint_dev_token
+from realtime.http_server import server_config
 from realtime.settings import Settings
 from realtime.store.redis_store import RedisStore
 from realtime.store.server import PrivateRedis, redis_server_available
@@ -86,15 +87,14 @@ def tracer_provider(span_exporter: InMemorySpanExporter) -> Iterator[TracerProvi
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """Serve `app` with uvicorn on an ephemeral loopback port in this event loop."""
+async def serving(app: Any, settings: Settings | None = None) -> AsyncIterator[str]:
+    """Serve `app` on an ephemeral loopback port in this event loop, configured as `serve`
+    configures it (`settings` for the connection limits; the defaults when None)."""
     # IPPROTO_TCP makes asyncio set TCP_NODELAY on accepted connections (no 40 ms Nagle stalls)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False)
-    )
+    server = uvicorn.Server(server_config(app, settings or Settings(), log_level="warning"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         if task.done():

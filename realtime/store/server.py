@@ -1,59 +1,106 @@
-"""Which Redis the process uses, and a private `redis-server` when none is configured.
+"""`redis-server` processes that listen only on a unix socket, and asking one whether it answers.
 
-Selection (profile §14): `AIM_REDIS_URL`; else a private `redis-server` from PATH on a unix
-socket in the data directory with AOF on, stopped on exit; else the embedded store (fakeredis),
-announced loudly, unless a real Redis is required.
+`PrivateRedis` is a child process of its own in a fresh directory (tests and benchmarks);
+the service's first-run default is `realtime.store.shared`, one server per data directory.
+This module speaks just enough RESP to PING, so that only `redis_store` imports redis.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-START_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 30.0  # spawn, load the AOF, answer PING
+# unix socket paths are limited to 108 bytes on Linux, 104 on macOS (NUL included)
+MAX_SOCKET_PATH_BYTES = 100
 
 
 class RedisUnavailableError(RuntimeError):
     """A real Redis is required but none can be had."""
 
 
+def redis_server_binary() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RedisUnavailableError("no redis-server binary on PATH")
+    return binary
+
+
+def redis_server_args(
+    binary: str, data_dir: Path, sock: Path, *, appendonly: bool = True
+) -> list[str]:
+    """The command line of a server on `sock` only (mode 700), keeping its files in `data_dir`."""
+    return [
+        binary,
+        "--port", "0",
+        "--unixsocket", str(sock),
+        "--unixsocketperm", "700",
+        "--dir", str(data_dir.resolve()),
+        "--appendonly", "yes" if appendonly else "no",
+        "--save", "",
+        "--loglevel", "warning",
+    ]  # fmt: skip
+
+
+def ping(sock: Path, timeout_s: float = 1.0) -> str:
+    """`ok` when the server on `sock` answers PING, `loading` while it loads its data, else
+    `down` (no socket, refused, no answer within `timeout_s`)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout_s)
+            conn.connect(str(sock))
+            conn.sendall(b"PING\r\n")
+            reply = conn.recv(64)
+    except OSError:
+        return "down"
+    if reply.startswith(b"+PONG"):
+        return "ok"
+    return "loading" if reply.startswith(b"-LOADING") else "down"
+
+
+def wait_until_answering(
+    sock: Path, alive: Callable[[], bool], timeout_s: float = START_TIMEOUT_S
+) -> None:
+    """Return once the server on `sock` answers PING; raise RedisUnavailableError when
+    `alive()` says it died or `timeout_s` passed."""
+    deadline = time.monotonic() + timeout_s
+    while ping(sock) != "ok":
+        if not alive():
+            raise RedisUnavailableError("redis-server exited during start-up")
+        if time.monotonic() > deadline:
+            raise RedisUnavailableError(f"redis-server did not answer within {timeout_s:g} s")
+        time.sleep(0.02)
+
+
 class PrivateRedis:
-    """A `redis-server` child process listening only on a unix socket."""
+    """A `redis-server` child process listening only on a unix socket in a temp dir."""
 
     def __init__(self, data_dir: Path, *, appendonly: bool = True) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RedisUnavailableError("no redis-server binary on PATH")
+        binary = redis_server_binary()
         data_dir.mkdir(parents=True, exist_ok=True)
         # unix socket paths are limited to ~100 bytes: keep the socket in a short temp dir
         self._socket_dir = Path(tempfile.mkdtemp(prefix="aim-redis-"))
         self.socket = self._socket_dir / "redis.sock"
         self.data_dir = data_dir
-        args = [
-            binary,
-            "--port", "0",
-            "--unixsocket", str(self.socket),
-            "--unixsocketperm", "700",
-            "--dir", str(data_dir.resolve()),
-            "--appendonly", "yes" if appendonly else "no",
-            "--save", "",
-            "--daemonize", "no",
-            "--loglevel", "warning",
-        ]  # fmt: skip
+        args = redis_server_args(binary, data_dir, self.socket, appendonly=appendonly)
         self.process = subprocess.Popen(  # noqa: S603 - fixed argv, binary from PATH
             args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self.socket.exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                error = self.process.stderr.read().decode() if self.process.stderr else ""
-                self.stop()
-                raise RedisUnavailableError(f"redis-server did not start: {error.strip()}")
-            time.sleep(0.02)
+        try:
+            wait_until_answering(self.socket, lambda: self.process.poll() is None)
+        except RedisUnavailableError as exc:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            error = self.process.stderr.read().decode() if self.process.stderr else ""
+            self.stop()
+            raise RedisUnavailableError(f"{exc}: {error.strip()}") from None
 
     @property
     def url(self) -> str:

@@ -19,7 +19,12 @@ import pytest
 
 from realtime.auth import Authenticator
 from realtime.settings import Settings
-from realtime.store.server import redis_server_available
+from tests.redis_processes import (
+    kill_servers_under,
+    needs_redis_server,
+    redis_servers_over,
+    wait_for_no_server,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -82,14 +87,6 @@ def process_name(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
-
-
-def is_running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 class Service:
@@ -288,21 +285,19 @@ def test_serve_answers_health_and_readiness_then_stops_on_sigterm(
 
 @pytest.mark.slow
 def test_serve_without_a_redis_url_runs_its_own_redis_and_stops_it(tmp_path: Path) -> None:
-    if not redis_server_available():
-        if os.environ.get("AIM_REQUIRE_REDIS") == "1":
-            pytest.fail("AIM_REQUIRE_REDIS=1 but there is no redis-server on PATH")
-        pytest.skip("no redis-server on PATH")
-    with serving(tmp_path, AIM_AUTH_HS256_SECRET=SECRET) as svc:
-        svc.wait_until_ready()
-        servers = [
-            pid for pid in children_of(svc.process.pid) if process_name(pid).startswith("redis")
-        ]
-        assert len(servers) == 1, svc.output()
-        assert (tmp_path / "data" / "redis" / "appendonlydir").is_dir()  # AOF in AIM_DATA_DIR
-        assert httpx.get(f"{svc.base_url}/readyz", timeout=5.0).status_code == 200
+    needs_redis_server()
+    redis_dir = tmp_path / "data" / "redis"
+    try:
+        with serving(tmp_path, AIM_AUTH_HS256_SECRET=SECRET) as svc:
+            svc.wait_until_ready()
+            servers = redis_servers_over(redis_dir)
+            assert len(servers) == 1, svc.output()
+            assert (redis_dir / "appendonlydir").is_dir()  # AOF in AIM_DATA_DIR
+            assert f"private redis-server of {redis_dir}" in svc.output()
+            assert httpx.get(f"{svc.base_url}/readyz", timeout=5.0).status_code == 200
 
-        svc.terminate()
-    deadline = time.monotonic() + 5.0
-    while is_running(servers[0]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not is_running(servers[0]), "the private redis-server outlived the service"
+            svc.terminate()
+        # the last process over the data directory stops the server on its way out
+        assert wait_for_no_server(redis_dir) == [], "the private redis-server outlived serve"
+    finally:
+        kill_servers_under(tmp_path)

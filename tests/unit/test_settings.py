@@ -161,6 +161,28 @@ def test_valid_values_are_read() -> None:
     assert (settings.sse_heartbeat_s, settings.sse_buffer_events) == (0.5, 32)
 
 
+def test_http_connection_settings_default_to_the_profile_and_are_read() -> None:
+    defaults = Settings.from_env({})
+    assert (
+        defaults.http_idle_timeout_s,
+        defaults.http_request_timeout_s,
+        defaults.http_max_connections,
+    ) == (75, 30, 2048)
+
+    settings = Settings.from_env(
+        {
+            "AIM_HTTP_IDLE_TIMEOUT_S": "5",
+            "AIM_HTTP_REQUEST_TIMEOUT_S": "2",
+            "AIM_HTTP_MAX_CONNECTIONS": "10",
+        }
+    )
+    assert (
+        settings.http_idle_timeout_s,
+        settings.http_request_timeout_s,
+        settings.http_max_connections,
+    ) == (5, 2, 10)
+
+
 def test_sse_settings_default_and_refuse_out_of_range_values() -> None:
     settings = Settings.from_env({})
     assert (settings.sse_heartbeat_s, settings.sse_buffer_events) == (15.0, 256)
@@ -252,6 +274,9 @@ INTEGER_VARIABLES = [
     ("AIM_MAX_SESSIONS_PER_PRINCIPAL", 1, 10000),
     ("AIM_MAX_ENDPOINTS_PER_SESSION", 1, 64),
     ("AIM_TASK_TTL_S", 60, 365 * 86400),
+    ("AIM_HTTP_IDLE_TIMEOUT_S", 1, 3600),
+    ("AIM_HTTP_REQUEST_TIMEOUT_S", 1, 3600),
+    ("AIM_HTTP_MAX_CONNECTIONS", 1, 1_000_000),
 ]
 
 
