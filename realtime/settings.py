@@ -57,6 +57,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     provider_token_secret: str | None = None
 
     join_token_ttl_s: int = 300
+    provisioning_timeout_s: int = 15
     idle_timeout_s: int = 300
     reconnect_grace_s: int = 60
     max_session_s: int = 3600
@@ -148,6 +149,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             provider_capabilities=reader.capabilities("AIM_PROVIDER_CAPABILITIES"),
             provider_token_secret=reader.secret("AIM_PROVIDER_TOKEN_SECRET"),
             join_token_ttl_s=reader.integer("AIM_JOIN_TOKEN_TTL_S", 300, low=10, high=86400),
+            provisioning_timeout_s=reader.integer(
+                "AIM_PROVISIONING_TIMEOUT_S", 15, low=1, high=3600
+            ),
             idle_timeout_s=reader.integer("AIM_IDLE_TIMEOUT_S", 300, low=1, high=86400),
             reconnect_grace_s=reader.integer("AIM_RECONNECT_GRACE_S", 60, low=1, high=3600),
             max_session_s=reader.integer("AIM_MAX_SESSION_S", 3600, low=1, high=7 * 86400),

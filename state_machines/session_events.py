@@ -53,7 +53,8 @@ class ProvisioningFailed(msgspec.Struct, frozen=True, tag=True):
 
 
 class ProvisioningTimeout(msgspec.Struct, frozen=True, tag=True):
-    """Provisioning of `epoch` did not finish in time (15 s)."""
+    """Provisioning of `epoch` did not finish in time (the timer the shell arms: 15 s unless
+    configured otherwise)."""
 
     epoch: int
 

@@ -8,12 +8,10 @@ by the state machine (or, for idle, by the version it was armed at) and does not
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 from realtime.settings import Settings
 from state_machines import Session
-
-PROVISIONING_TIMEOUT_MS: Final = 15_000
 
 
 class Timer(NamedTuple):
@@ -45,7 +43,7 @@ def armed_by(
         old is None or old.state != "provisioning" or old.epoch != new.epoch
     ):
         timer = Timer(sid, "provisioning", version, new.epoch, "")
-        timers[timer.member] = now_ms + PROVISIONING_TIMEOUT_MS
+        timers[timer.member] = now_ms + settings.provisioning_timeout_s * 1000
     if new.state == "reconnecting" and (old is None or old.state != "reconnecting"):
         timer = Timer(
             sid, "grace", version, new.epoch, f"{new.active_endpoint_id}#{new.disconnects}"

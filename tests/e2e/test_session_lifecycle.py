@@ -1,7 +1,8 @@
 """Journeys of a realtime session through webhooks and durable timers (profile §5, §6, §11).
 
-Apps here run with short timers (grace, idle and max duration of seconds); the worker loop fires
-due timers every 0.25 s. Waits poll GetSession with a deadline instead of sleeping a fixed time.
+Apps here run with short timers (provisioning, grace, idle and max duration of seconds); the
+worker loop fires due timers every 0.25 s. Waits poll GetSession with a deadline instead of
+sleeping a fixed time.
 """
 
 from __future__ import annotations
@@ -246,35 +247,42 @@ async def test_a_session_ends_at_its_maximum_duration(livekit, store, tracer_pro
         ]  # fmt: skip
 
 
-@pytest.mark.slow
-async def test_provisioning_that_never_finishes_fails_after_15_s(livekit, rt_client, store):
-    await livekit.set_down(True)
-    started = time.monotonic()
-    created = await create_session(rt_client, returnImmediately=True)
-    task = created["result"]["task"]
-    assert task["status"]["state"] == "TASK_STATE_WORKING"
-    meta = session_of(task)
-    assert meta["sessionState"] == "provisioning"
-    session_id = meta["sessionId"]
-    failed = await wait_until(rt_client, session_id, in_state("failed"), within=25)
-    assert time.monotonic() - started >= 14.5, "the provisioning timeout fired early"
-    assert failed["endReason"] == "provisioning_timeout"
-    assert await task_state(rt_client, task["id"]) == "TASK_STATE_FAILED"
+PROVISIONING_TIMEOUT_S = 2  # AIM_PROVISIONING_TIMEOUT_S here (15 s by default)
 
-    # LiveKit comes back: the failed session's queued provisioning is dropped, not carried out
-    await livekit.set_down(False)
-    outbox = SessionStore(store)
-    deadline = time.monotonic() + 30  # the next retry may be one full backoff (16 s) away
-    while await outbox.pending(session_id):
-        assert time.monotonic() < deadline, "the failed session's outbox was never emptied"
-        await asyncio.sleep(0.2)
-    assert livekit.calls_to("CreateRoom", code="ok") == []
-    assert livekit.calls_to("CreateDispatch", code="ok") == []
-    assert room(session_id) not in livekit.rooms
+
+async def test_provisioning_that_never_finishes_fails_after_the_provisioning_timeout(
+    livekit, store, tracer_provider
+):
+    timeout_s = PROVISIONING_TIMEOUT_S
+    async with service(livekit, store, tracer_provider, provisioning_timeout_s=timeout_s) as client:
+        await livekit.set_down(True)
+        started = time.monotonic()
+        created = await create_session(client, returnImmediately=True)
+        task = created["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_WORKING"
+        meta = session_of(task)
+        assert meta["sessionState"] == "provisioning"
+        session_id = meta["sessionId"]
+        failed = await wait_until(client, session_id, in_state("failed"), within=timeout_s + 5)
+        assert time.monotonic() - started >= timeout_s - 0.5, "the provisioning timeout fired early"
+        assert failed["endReason"] == "provisioning_timeout"
+        assert await task_state(client, task["id"]) == "TASK_STATE_FAILED"
+
+        # LiveKit comes back: the failed session's queued provisioning is dropped, not carried out
+        await livekit.set_down(False)
+        outbox = SessionStore(store)
+        deadline = time.monotonic() + 30  # the next retry may be one full backoff away
+        while await outbox.pending(session_id):
+            assert time.monotonic() < deadline, "the failed session's outbox was never emptied"
+            await asyncio.sleep(0.2)
+        assert livekit.calls_to("CreateRoom", code="ok") == []
+        assert livekit.calls_to("CreateDispatch", code="ok") == []
+        assert room(session_id) not in livekit.rooms
 
 
 async def test_ending_a_provisioning_session_needs_no_timeout(livekit, rt_client):
-    """The companion of the slow test: EndSession during provisioning is immediate."""
+    """The companion of the provisioning timeout test: EndSession during provisioning is
+    immediate."""
     await livekit.set_down(True)
     created = await create_session(rt_client, returnImmediately=True)
     task = created["result"]["task"]

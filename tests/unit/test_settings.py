@@ -267,6 +267,7 @@ def test_an_explicit_livekit_public_url_wins() -> None:
 INTEGER_VARIABLES = [
     ("AIM_AUTH_LEEWAY_S", 0, 30),
     ("AIM_JOIN_TOKEN_TTL_S", 10, 86400),
+    ("AIM_PROVISIONING_TIMEOUT_S", 1, 3600),
     ("AIM_IDLE_TIMEOUT_S", 1, 86400),
     ("AIM_RECONNECT_GRACE_S", 1, 3600),
     ("AIM_MAX_SESSION_S", 1, 7 * 86400),
@@ -522,3 +523,9 @@ def test_an_empty_capability_list_is_reported() -> None:
     problem = only_problem({"AIM_PROVIDER_CAPABILITIES": ","})
 
     assert "AIM_PROVIDER_CAPABILITIES" in problem
+
+
+def test_the_provisioning_timeout_is_read_and_defaults_to_15_s() -> None:
+    assert Settings.from_env({}).provisioning_timeout_s == 15
+    assert Settings().provisioning_timeout_s == 15
+    assert Settings.from_env({"AIM_PROVISIONING_TIMEOUT_S": "2"}).provisioning_timeout_s == 2
