@@ -1,131 +1,215 @@
-"""Errors as values, translated to JSON-RPC in exactly one table.
+"""What goes wrong for a caller, as a tree of classes. The layer that knows a failure raises it;
+the rpc boundary translates it to JSON-RPC in exactly one table (`realtime/rpc/errors.py`).
 
 The tree::
 
-    RpcError                       anything the caller sees as a JSON-RPC error object
-      code/name/message            one row of ERRORS: code, ErrorInfo domain and reason
-      metadata                     string-valued details (ErrorInfo.metadata)
-      violations                   field path → description (google.rpc.BadRequest)
+    ServiceError                   message: a sentence the caller can act on; details: the
+     │                             data of the error (string-valued in ErrorInfo.metadata)
+     ├── BadRequest                the request cannot be served as it was sent
+     │    ├── ParseError               the body is not JSON (RFC 8259)
+     │    ├── InvalidRequest           not a JSON-RPC 2.0 request
+     │    │    └── BodyTooLarge        over the size limit (HTTP 413)
+     │    ├── MethodNotFound
+     │    ├── InvalidParams            violations: (field path, description) pairs
+     │    ├── VersionNotSupported      the A2A-Version header
+     │    ├── ExtensionSupportRequired the A2A-Extensions header
+     │    └── ContentTypeNotSupported
+     ├── NotFound                  nothing by that id for this caller
+     │    ├── TaskNotFound, SessionNotFound, EndpointNotFound, OperationNotFound,
+     │    └── CommandNotFound
+     ├── Refused                   the state does not allow it now
+     │    ├── InvalidState, StaleEpoch, VersionMismatch, RequirementMismatch,
+     │    ├── CapabilityUnavailable, TaskNotCancelable, UnsupportedOperation,
+     │    └── PushNotificationNotSupported
+     ├── CommandConflict           an id reused with other params
+     ├── LimitExceeded             retry_after: seconds, when waiting helps
+     ├── Unavailable               service: the upstream (redis | livekit) that failed; retry
+     └── InternalError             a bug: logged, never leaked
 
-Exceptions other than RpcError that escape a handler are bugs or infrastructure faults; the
-dispatcher answers them with -32603 (or -31012 for an unreachable upstream) and never leaks text.
+Authentication failures are `realtime.auth.AuthError` (they choose the HTTP status and the
+WWW-Authenticate challenge); the same table translates them. Any other exception that escapes a
+handler is a bug, answered as InternalError.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final, Literal
 
-A2A_DOMAIN: Final = "a2a-protocol.org"
-AIM_DOMAIN: Final = "urn:aim:a2a:realtime:v1"
-JSONRPC_DOMAIN: Final = "jsonrpc.org"
-
-ERROR_INFO_TYPE: Final = "type.googleapis.com/google.rpc.ErrorInfo"
-BAD_REQUEST_TYPE: Final = "type.googleapis.com/google.rpc.BadRequest"
-
-# name → (code, domain, reason)
-ERRORS: Final[Mapping[str, tuple[int, str, str]]] = {
-    "ParseError": (-32700, JSONRPC_DOMAIN, "PARSE_ERROR"),
-    "InvalidRequest": (-32600, JSONRPC_DOMAIN, "INVALID_REQUEST"),
-    "MethodNotFound": (-32601, JSONRPC_DOMAIN, "METHOD_NOT_FOUND"),
-    "InvalidParams": (-32602, JSONRPC_DOMAIN, "INVALID_PARAMS"),
-    "InternalError": (-32603, JSONRPC_DOMAIN, "INTERNAL_ERROR"),
-    "TaskNotFound": (-32001, A2A_DOMAIN, "TASK_NOT_FOUND"),
-    "TaskNotCancelable": (-32002, A2A_DOMAIN, "TASK_NOT_CANCELABLE"),
-    "PushNotificationNotSupported": (-32003, A2A_DOMAIN, "PUSH_NOTIFICATION_NOT_SUPPORTED"),
-    "UnsupportedOperation": (-32004, A2A_DOMAIN, "UNSUPPORTED_OPERATION"),
-    "ContentTypeNotSupported": (-32005, A2A_DOMAIN, "CONTENT_TYPE_NOT_SUPPORTED"),
-    "ExtensionSupportRequired": (-32008, A2A_DOMAIN, "EXTENSION_SUPPORT_REQUIRED"),
-    "VersionNotSupported": (-32009, A2A_DOMAIN, "VERSION_NOT_SUPPORTED"),
-    "SessionNotFound": (-31001, AIM_DOMAIN, "SESSION_NOT_FOUND"),
-    "StaleEpoch": (-31002, AIM_DOMAIN, "STALE_EPOCH"),
-    "InvalidState": (-31003, AIM_DOMAIN, "INVALID_STATE"),
-    "CommandConflict": (-31004, AIM_DOMAIN, "COMMAND_CONFLICT"),
-    "CommandNotFound": (-31005, AIM_DOMAIN, "COMMAND_NOT_FOUND"),
-    "OperationNotFound": (-31006, AIM_DOMAIN, "OPERATION_NOT_FOUND"),
-    "VersionMismatch": (-31007, AIM_DOMAIN, "VERSION_MISMATCH"),
-    "RequirementMismatch": (-31008, AIM_DOMAIN, "REQUIREMENT_MISMATCH"),
-    "CapabilityUnavailable": (-31009, AIM_DOMAIN, "CAPABILITY_UNAVAILABLE"),
-    "EndpointNotFound": (-31010, AIM_DOMAIN, "ENDPOINT_NOT_FOUND"),
-    "LimitExceeded": (-31011, AIM_DOMAIN, "LIMIT_EXCEEDED"),
-    "UpstreamUnavailable": (-31012, AIM_DOMAIN, "UPSTREAM_UNAVAILABLE"),
-    # A2A defines no JSON-RPC code for authentication (they travel as HTTP 401/403 with a
-    # JSON-RPC body); -32001..-32099 belong to A2A, so these live in the AIM range
-    "Unauthenticated": (-31401, AIM_DOMAIN, "UNAUTHENTICATED"),
-    "PermissionDenied": (-31403, AIM_DOMAIN, "PERMISSION_DENIED"),
-}
+Service = Literal["redis", "livekit"]
+SERVER_GOING_AWAY: Final = "The server is shutting down; reconnect."
 
 
-class RpcError(Exception):
-    """A JSON-RPC error the caller should see. Build it with the name of a row of ERRORS."""
+class ServiceError(Exception):
+    """An error the caller sees; `details` are the error's data, `violations` field paths."""
 
     def __init__(
         self,
-        name: str,
         message: str,
         *,
-        metadata: Mapping[str, object] | None = None,
+        details: Mapping[str, object] | None = None,
         violations: Sequence[tuple[str, str]] = (),
     ) -> None:
         super().__init__(message)
-        self.name = name
-        self.code, self.domain, self.reason = ERRORS[name]
         self.message = message
-        self.metadata = {k: _as_metadata_value(v) for k, v in (metadata or {}).items()}
+        self.details: Mapping[str, object] = details or {}
         self.violations = tuple(violations)
 
-    def to_object(self) -> dict[str, Any]:
-        """The JSON-RPC error object with A2A 1.0 `data` (ErrorInfo, then BadRequest)."""
-        data: list[dict[str, Any]] = [
-            {
-                "@type": ERROR_INFO_TYPE,
-                "reason": self.reason,
-                "domain": self.domain,
-                "metadata": self.metadata,
-            }
-        ]
-        if self.violations:
-            data.append(
-                {
-                    "@type": BAD_REQUEST_TYPE,
-                    "fieldViolations": [
-                        {"field": field, "description": description}
-                        for field, description in self.violations
-                    ],
-                }
-            )
-        return {"code": self.code, "message": self.message, "data": data}
+
+class BadRequest(ServiceError):
+    """The request cannot be served as it was sent."""
 
 
-def _as_metadata_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple | set | frozenset):
-        return ",".join(str(item) for item in value)
-    return str(value)
+class ParseError(BadRequest):
+    """The body is not JSON (RFC 8259)."""
+
+    def __init__(self) -> None:
+        super().__init__("The request body is not valid JSON (RFC 8259).")
 
 
-def invalid_params(field: str, description: str) -> RpcError:
+class InvalidRequest(BadRequest):
+    """Not a JSON-RPC 2.0 request."""
+
+    def __init__(self, description: str, field: str | None = None) -> None:
+        super().__init__(
+            f"Invalid JSON-RPC request: {description}",
+            violations=[(field, description)] if field else (),
+        )
+
+
+class BodyTooLarge(InvalidRequest):
+    """The body exceeds the size limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the body exceeds {limit} bytes")
+
+
+class MethodNotFound(BadRequest):
+    """No such method (on this endpoint, or in this A2A version)."""
+
+
+class InvalidParams(BadRequest):
+    """The params fail validation; each violation names its JSON path."""
+
+
+class VersionNotSupported(BadRequest):
+    """The A2A-Version header names no version served for this request."""
+
+
+class ExtensionSupportRequired(BadRequest):
+    """The method needs an extension the A2A-Extensions header did not list."""
+
+
+class ContentTypeNotSupported(BadRequest):
+    """A part's media type is not one the agent accepts."""
+
+
+class NotFound(ServiceError):
+    """Nothing by that id for this caller (foreign ids are answered the same)."""
+
+
+class TaskNotFound(NotFound):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(
+            f"Task {task_id} was not found. Check the id; tasks are visible only to their owner.",
+            details={"taskId": task_id},
+        )
+
+
+class SessionNotFound(NotFound):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"Session {session_id} was not found. Check the id; sessions are visible only to "
+            "their owner.",
+            details={"sessionId": session_id},
+        )
+
+
+class EndpointNotFound(NotFound):
+    """JoinSession with an endpointId the session does not have."""
+
+
+class OperationNotFound(NotFound):
+    """An operationId the session does not have."""
+
+
+class CommandNotFound(NotFound):
+    """GetCommand of a command that was never applied."""
+
+
+class Refused(ServiceError):
+    """The request is valid, but the state does not allow it now."""
+
+
+class InvalidState(Refused):
+    """The state machine refuses the command (details: state, allowed)."""
+
+
+class StaleEpoch(Refused):
+    """The sessionEpoch is not current (details: currentEpoch, state, reason)."""
+
+
+class VersionMismatch(Refused):
+    """ContinueTask answered a stale task version (details: currentVersion)."""
+
+
+class RequirementMismatch(Refused):
+    """The answer does not match the open requirement (details: requirementId)."""
+
+
+class CapabilityUnavailable(Refused):
+    """A class or source that was not requested or offered (details: missing)."""
+
+
+class TaskNotCancelable(Refused):
+    """CancelTask of a task that is ending or over."""
+
+
+class UnsupportedOperation(Refused):
+    """An A2A operation this agent cannot carry out for this task."""
+
+
+class PushNotificationNotSupported(Refused):
+    """The card says pushNotifications: false."""
+
+
+class CommandConflict(ServiceError):
+    """A commandId (or clientSessionId, requestId) reused with other params."""
+
+
+class LimitExceeded(ServiceError):
+    """A limit was reached; `retry_after` seconds is when trying again may help."""
+
+    def __init__(self, message: str, *, limit: str, retry_after: int | None = None) -> None:
+        details: dict[str, object] = {"limit": limit}
+        if retry_after is not None:
+            details["retryAfterSeconds"] = retry_after
+        super().__init__(message, details=details)
+        self.limit = limit
+        self.retry_after = retry_after
+
+
+class Unavailable(ServiceError):
+    """An upstream (`service`) is unreachable or overloaded: retrying the same request is safe."""
+
+    def __init__(self, message: str, *, service: Service) -> None:
+        super().__init__(message, details={"service": service, "retryable": True})
+        self.service: Service = service
+
+
+class InternalError(ServiceError):
+    """A bug; the message never carries its text."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(
+            message
+            or "The server failed to process the request; it has been logged. Retrying is "
+            "safe for requests that carry a commandId, messageId, requestId or itemId."
+        )
+
+
+def invalid_params(field: str, description: str) -> InvalidParams:
     """-32602 naming the offending JSON path."""
-    return RpcError(
-        "InvalidParams",
-        f"Invalid params: {field}: {description}",
-        violations=[(field, description)],
-    )
-
-
-def invalid_request(description: str, field: str | None = None) -> RpcError:
-    """-32600 for an envelope that is not a valid JSON-RPC 2.0 request."""
-    return RpcError(
-        "InvalidRequest",
-        f"Invalid JSON-RPC request: {description}",
-        violations=[(field, description)] if field else (),
-    )
-
-
-def task_not_found(task_id: str) -> RpcError:
-    return RpcError(
-        "TaskNotFound",
-        f"Task {task_id} was not found. Check the id; tasks are visible only to their owner.",
-        metadata={"taskId": task_id},
+    return InvalidParams(
+        f"Invalid params: {field}: {description}", violations=[(field, description)]
     )

@@ -13,10 +13,11 @@ from litestar.response import Stream
 
 from realtime.effects.webhooks import WebhookRejected
 from realtime.effects.webhooks import verify as verify_webhook
-from realtime.errors import RpcError
+from realtime.errors import Unavailable
 from realtime.methods import webhooks
 from realtime.rpc.dispatch import Dispatcher, SseEvent
 from realtime.rpc.envelope import body_error
+from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
 
 JSON: Final = "application/json"
@@ -116,7 +117,7 @@ async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Resp
     unreadable = body_error(body)
     if unreadable is not None:
         services.metrics.webhook("malformed")
-        error = {"code": unreadable.code, "message": unreadable.message}
+        error = {"code": code_of(unreadable), "message": unreadable.message}
         return Response(msgspec.json.encode({"error": error}), status_code=400, media_type=JSON)
     authorization = header_fields(request).get("authorization", "")
     try:
@@ -130,7 +131,7 @@ async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Resp
         )
     try:
         outcome = await webhooks.handle(services, notice)
-    except RpcError:
+    except Unavailable:
         services.metrics.webhook("unavailable")
         return Response(b'{"error":"state store unavailable"}', status_code=503, media_type=JSON)
     services.metrics.webhook(outcome)

@@ -25,7 +25,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from realtime.a2a.types import TaskState
-from realtime.errors import RpcError, invalid_params
+from realtime.errors import InvalidParams, invalid_params
 
 # `\Z`, not `$`: a trailing newline is not part of a uuid or a digest (JSON Schema patterns are
 # ECMA-262, where `$` does not match before a final newline)
@@ -392,7 +392,7 @@ def decode_as(cls: type[P], value: object, *, root: str) -> P:
         raise validation_error(exc, root=root) from None
 
 
-def validation_error(exc: msgspec.ValidationError, *, root: str) -> RpcError:
+def validation_error(exc: msgspec.ValidationError, *, root: str) -> InvalidParams:
     """Translate a msgspec validation message into -32602 with the offending JSON path."""
     text = str(exc)
     path = ""

@@ -16,7 +16,6 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from realtime.a2a.params import validation_error
-from realtime.errors import RpcError
 
 VERSION: Final = "0.3"
 METHODS: Final[Mapping[str, str]] = {
@@ -270,13 +269,14 @@ def stream_result(value: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def error(value: RpcError) -> dict[str, Any]:
-    """The 0.3 error object: `data` is a plain object (0.3 had no ErrorInfo array)."""
-    data: dict[str, Any] = {"reason": value.reason, "domain": value.domain}
-    if value.metadata:
-        data["metadata"] = value.metadata
-    if value.violations:
-        data["fieldViolations"] = [
-            {"field": field, "description": description} for field, description in value.violations
-        ]
-    return {"code": value.code, "message": value.message, "data": data}
+def error(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A 1.0 error object in the 0.3 form: `data` is a plain object (0.3 had no ErrorInfo
+    array) with the ErrorInfo's members and the BadRequest's field violations."""
+    info, *rest = value["data"]
+    data: dict[str, Any] = {"reason": info["reason"], "domain": info["domain"]}
+    if info["metadata"]:
+        data["metadata"] = info["metadata"]
+    violations = [v for extra in rest for v in extra.get("fieldViolations", ())]
+    if violations:
+        data["fieldViolations"] = violations
+    return {"code": value["code"], "message": value["message"], "data": data}

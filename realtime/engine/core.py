@@ -21,9 +21,9 @@ import msgspec
 
 from realtime.a2a import types as wire
 from realtime.effects.livekit import join_token_claims, sign_join_token
-from realtime.engine.rejections import reject, session_not_found
+from realtime.engine.rejections import reject
 from realtime.engine.schedule import armed_by
-from realtime.errors import RpcError
+from realtime.errors import CommandConflict, SessionNotFound, Unavailable
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, PendingEffect, SessionRecord, TaskRecord
 from realtime.store.redis_store import Loaded, SessionStore
@@ -312,7 +312,7 @@ class Engine:
     ) -> Loaded:
         loaded = await self.sessions.load(session_id, command_id, with_outbox=with_outbox)
         if loaded.record is None or loaded.record.owner != owner:
-            raise session_not_found(session_id)
+            raise SessionNotFound(session_id)
         return loaded
 
     def render_outcome(self, outcome: CommandOutcome) -> bytes:
@@ -325,11 +325,10 @@ class Engine:
 
     def replay(self, outcome: CommandOutcome, command: Command) -> bytes:
         if outcome.method != command.method or outcome.digest != command.digest:
-            raise RpcError(
-                "CommandConflict",
+            raise CommandConflict(
                 f"commandId {command.command_id} was already used for a different "
                 f"{outcome.method} request; use a new commandId for a new command.",
-                metadata={"commandId": command.command_id, "method": outcome.method},
+                details={"commandId": command.command_id, "method": outcome.method},
             )
         return self.render_outcome(outcome)
 
@@ -354,7 +353,7 @@ class Engine:
             loaded = await self.sessions.load(session_id, command_id)
             record = loaded.record
             if record is None or (owner is not None and record.owner != owner):
-                raise session_not_found(session_id)
+                raise SessionNotFound(session_id)
             if only_at_version is not None and loaded.version != only_at_version:
                 # armed for a state the session has left (e.g. an idle timer): nothing to do
                 return Applied(record.session, loaded.version, None, None)
@@ -388,10 +387,8 @@ class Engine:
             )
             if applied is not None:
                 return applied
-        raise RpcError(
-            "UpstreamUnavailable",
-            "The session is changing too fast to apply this command; retry it.",
-            metadata={"service": "redis", "retryable": True},
+        raise Unavailable(
+            "The session is changing too fast to apply this command; retry it.", service="redis"
         )
 
     async def create(
@@ -541,10 +538,8 @@ class Engine:
                 )
             if committed.status == "ok":
                 return True
-        raise RpcError(
-            "UpstreamUnavailable",
-            "The session is changing too fast to record this; retry it.",
-            metadata={"service": "redis", "retryable": True},
+        raise Unavailable(
+            "The session is changing too fast to record this; retry it.", service="redis"
         )
 
     async def _remember(

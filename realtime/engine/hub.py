@@ -19,7 +19,7 @@ import logging
 from collections import deque
 from typing import Final
 
-from realtime.errors import RpcError
+from realtime.errors import SERVER_GOING_AWAY, Unavailable
 from realtime.store import keys
 from realtime.store.redis_store import Entry, EventStore
 
@@ -163,7 +163,7 @@ class EventHub:
 
     def _start(self) -> None:
         if self._closed:
-            raise RpcError("UpstreamUnavailable", "The server is shutting down; reconnect.")
+            raise Unavailable(SERVER_GOING_AWAY, service="redis")
         if self._reader is None or self._reader.done():
             self._reader = asyncio.get_running_loop().create_task(self._run())
 
@@ -186,7 +186,7 @@ class EventHub:
             cursors = {stream: cursor for stream, (_, cursor) in reading.items()}
             try:
                 replies = await self._read(cursors)
-            except RpcError:  # Redis unreachable: subscribers wait (heartbeats go on)
+            except Unavailable:  # Redis unreachable: subscribers wait (heartbeats go on)
                 await asyncio.sleep(RETRY_S)
                 continue
             except Exception:  # the reader must outlive any one bad read

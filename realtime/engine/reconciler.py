@@ -40,7 +40,7 @@ from realtime.effects.livekit import (
 )
 from realtime.engine.core import Cause, Command, Engine, Note, params_digest
 from realtime.engine.schedule import Timer
-from realtime.errors import RpcError
+from realtime.errors import ServiceError, Unavailable
 from realtime.store import keys
 from realtime.store.redis_store import DutyLease
 from realtime.telemetry import Metrics
@@ -171,7 +171,7 @@ class Reconciler:
                     await self.run_once()
         finally:
             if self.held:  # hand the duty over at once rather than when the lease runs out
-                with contextlib.suppress(RpcError):
+                with contextlib.suppress(Unavailable):
                     await self.lease.release(self.token)
 
     async def run_once(self) -> Report | None:
@@ -188,7 +188,7 @@ class Reconciler:
             log.error("reconciler sweep stopped, nothing more corrected: %s", exc)
         except LiveKitUnavailable as exc:
             log.warning("reconciler sweep stopped, nothing more corrected: %s", exc)
-        except RpcError as exc:
+        except Unavailable as exc:
             log.warning("reconciler sweep stopped, nothing more corrected: %s", exc.message)
         except Exception:  # a bug must not stop the worker's other loops
             log.exception("reconciler sweep failed")
@@ -301,9 +301,9 @@ class Reconciler:
                 render=lambda *_: {"correction": Correction.ROOM_MISSING, "room": room},
                 note=Note(Cause.RECONCILER, correction),
             )
-        except RpcError as exc:
-            if exc.name == "UpstreamUnavailable":
-                raise
+        except Unavailable:
+            raise
+        except ServiceError as exc:
             # the session moved on (ended, or a late room_finished rebound it): nothing to do
             log.debug("room %s of session %s: %s", room, session.session_id, exc.message)
             return

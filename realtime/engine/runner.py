@@ -18,7 +18,7 @@ from typing import Any, Final
 from realtime.auth import mint_provider_token
 from realtime.effects.livekit import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 from realtime.engine.core import Engine
-from realtime.errors import RpcError
+from realtime.errors import ServiceError, Unavailable
 from realtime.store.records import PendingEffect
 from realtime.telemetry import Metrics
 from state_machines import (
@@ -156,9 +156,9 @@ class Runner:
     async def _feed(self, session_id: str, event: SessionEvent) -> None:
         try:
             await self.engine.execute(session_id, lambda _: event, owner=None)
-        except RpcError as exc:
-            if exc.name == "UpstreamUnavailable":
-                raise
+        except Unavailable:
+            raise
+        except ServiceError as exc:
             # the session moved on (e.g. ended while its room was being created): nothing to do
             log.info(
                 "follow-up %s of session %s not applied: %s",
@@ -233,7 +233,7 @@ class Runner:
                 due = await self.sessions.due(self.engine.now_ms())
                 # concurrently: a session whose LiveKit calls hang must not hold up the others
                 await asyncio.gather(*(self.run(session_id) for session_id in due))
-            except RpcError as exc:  # Redis unreachable: try again on the next tick
+            except Unavailable as exc:  # Redis unreachable: try again on the next tick
                 log.warning("outbox sweep failed: %s", exc.message)
             except Exception:  # a bug must not stop the worker for every other session
                 log.exception("outbox sweep failed")

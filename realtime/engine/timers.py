@@ -16,7 +16,7 @@ from typing import Final
 
 from realtime.engine.core import Engine
 from realtime.engine.schedule import Timer
-from realtime.errors import RpcError
+from realtime.errors import ServiceError, Unavailable
 from realtime.telemetry import Metrics
 from state_machines import (
     GraceExpired,
@@ -97,9 +97,9 @@ class Timers:
                 self.fired += 1
                 self.metrics.timer_fired(timer.kind)
                 log.info("timer %s fired for session %s", timer.kind, timer.session_id)
-        except RpcError as exc:
-            if exc.name == "UpstreamUnavailable":
-                return  # keep the claim; the timer comes back when the lease runs out
+        except Unavailable:
+            return  # keep the claim; the timer comes back when the lease runs out
+        except ServiceError as exc:
             # refused: the session moved on (or is gone) since the timer was armed
             log.debug("timer %s of session %s: %s", timer.kind, timer.session_id, exc.message)
         await self.sessions.timer_done(member)
@@ -109,7 +109,7 @@ class Timers:
             try:
                 while await self.fire_due() == BATCH and not stop.is_set():
                     pass
-            except RpcError as exc:
+            except Unavailable as exc:
                 log.warning("timer sweep failed: %s", exc.message)
             except Exception:  # a bug must not stop timers for every other session
                 log.exception("timer sweep failed")

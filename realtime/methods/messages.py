@@ -6,7 +6,7 @@ from typing import Any, Final
 
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
-from realtime.errors import RpcError
+from realtime.errors import ExtensionSupportRequired
 from realtime.methods import sessions, tasks
 from realtime.methods.context import Call, Services
 
@@ -28,11 +28,10 @@ def session_create_part(message: p.Message) -> tuple[int, Any] | None:
 
 def require_realtime_extension(call: Call[Any]) -> None:
     if wire.REALTIME_EXTENSION not in call.extensions:
-        raise RpcError(
-            "ExtensionSupportRequired",
+        raise ExtensionSupportRequired(
             f"{call.method} with a session.create part needs the extension "
             f"{wire.REALTIME_EXTENSION}: list it in the A2A-Extensions header.",
-            metadata={"extension": wire.REALTIME_EXTENSION},
+            details={"extension": wire.REALTIME_EXTENSION},
         )
 
 

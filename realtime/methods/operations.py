@@ -12,7 +12,7 @@ from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
 from realtime.engine.core import Command, params_digest
-from realtime.errors import RpcError, invalid_params
+from realtime.errors import InvalidState, OperationNotFound, invalid_params
 from realtime.methods import tasks
 from realtime.methods.context import Call, Services
 from realtime.methods.sessions import run_command, session_result
@@ -38,11 +38,10 @@ _TASK: Final = msgspec.json.Decoder(dict[str, wire.Task])
 def operation_result(session_id: str, session: Session, operation_id: str) -> dict[str, Any]:
     found = find_operation(session, operation_id)
     if found is None:
-        raise RpcError(
-            "OperationNotFound",
+        raise OperationNotFound(
             f"No operation {operation_id} in session {session_id}. Pending ones are listed in "
             "the session's pendingOperationIds.",
-            metadata={"operationId": operation_id},
+            details={"operationId": operation_id},
         )
     result: dict[str, Any] = msgspec.to_builtins(views.operation_view(session_id, found))
     return result
@@ -154,10 +153,9 @@ async def continue_task(services: Services, call: Call[p.ContinueParams]) -> Any
         )
     metadata = record.task.metadata
     if metadata is msgspec.UNSET or wire.REALTIME_EXTENSION not in metadata:
-        raise RpcError(
-            "InvalidState",
+        raise InvalidState(
             f"Task {params.id} is {record.task.status.state} and waits for no input.",
-            metadata={"state": record.task.status.state, "allowed": ()},
+            details={"state": record.task.status.state, "allowed": ()},
         )
     session_id = metadata[wire.REALTIME_EXTENSION]["sessionId"]
     # the messageId identifies the answer: a repeat replays the first result (profile §8)

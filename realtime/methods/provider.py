@@ -20,7 +20,7 @@ from realtime.a2a import provider as p
 from realtime.a2a import types as wire
 from realtime.auth import ProviderGrant
 from realtime.engine.core import AnyEvent, Command, params_digest
-from realtime.errors import RpcError, invalid_params
+from realtime.errors import CommandConflict, invalid_params
 from realtime.methods.context import Services
 from realtime.methods.operations import operation_result
 from state_machines import Requirement, Session, provider
@@ -71,14 +71,11 @@ async def _exactly_once(
             command=_command(method, params),
             render=render,
         )
-    except RpcError as exc:
-        if exc.name != "CommandConflict":
-            raise
-        raise RpcError(
-            "CommandConflict",
+    except CommandConflict:
+        raise CommandConflict(
             f"requestId {params.request_id} was already used for a different request; use a "
             "new requestId for a new request.",
-            metadata={"requestId": params.request_id, "method": method},
+            details={"requestId": params.request_id, "method": method},
         ) from None
     return msgspec.Raw(applied.response or b"null")
 

@@ -13,7 +13,17 @@ from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
 from realtime.engine.core import Command, Render, params_digest, task_metadata
-from realtime.errors import RpcError, task_not_found
+from realtime.errors import (
+    CommandConflict,
+    CommandNotFound,
+    InternalError,
+    InvalidState,
+    LimitExceeded,
+    SessionNotFound,
+    TaskNotCancelable,
+    TaskNotFound,
+    Unavailable,
+)
 from realtime.methods import tasks
 from realtime.methods.context import Call, Services
 from realtime.store import keys
@@ -92,21 +102,20 @@ async def create_session(
         if status != "limit" or not await _prune_live(services, owner):
             break
     if status == "limit":
-        raise RpcError(
-            "LimitExceeded",
+        raise LimitExceeded(
             f"You already have {services.settings.max_sessions_per_principal} live sessions; "
             "end one before starting another.",
-            metadata={"limit": "live_sessions_per_principal", "retryAfterSeconds": 5},
+            limit="live_sessions_per_principal",
+            retry_after=5,
         )
     if status == "client":
         assert earlier is not None  # noqa: S101 - the claim stores "taskId digest"
         task_id, earlier_digest = earlier.split(" ", 1)
         if earlier_digest != digest:
-            raise RpcError(
-                "CommandConflict",
+            raise CommandConflict(
                 f"clientSessionId {create.client_session_id} was already used with a different "
                 "session.create payload; use a new clientSessionId for a new session.",
-                metadata={"commandId": create.client_session_id, "method": call.method},
+                details={"commandId": create.client_session_id, "method": call.method},
             )
     elif status == "message":
         assert earlier is not None  # noqa: S101
@@ -120,7 +129,7 @@ async def create_session(
         if existing is None:
             existing = await services.store.get_task(task_id)
     if existing is None or existing.owner != owner:
-        raise RpcError("InternalError", "The session could not be created; retry the request.")
+        raise InternalError("The session could not be created; retry the request.")
     if status == "ok" or created:  # whoever commits the session starts its provisioning
         existing = await _provision(services, session_id, task_id, wait=wait) or existing
     return wire.SendMessageResult(task=tasks.view(existing.task, history_length))
@@ -189,11 +198,10 @@ async def _provision(
             break
         await asyncio.sleep(0.05)
     if state == PROVISIONING and failing:
-        raise RpcError(
-            "UpstreamUnavailable",
+        raise Unavailable(
             "LiveKit is unreachable, so the session could not be provisioned yet; it is retried "
             "in the background. Repeat the same request to get the session's task.",
-            metadata={"service": "livekit", "retryable": True},
+            service="livekit",
         )
     return loaded.task
 
@@ -309,11 +317,10 @@ async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any
     await services.engine.load_own(params.session_id, call.principal.key)
     outcome = await services.engine.sessions.outcome(params.session_id, params.command_id)
     if outcome is None:
-        raise RpcError(
-            "CommandNotFound",
+        raise CommandNotFound(
             f"No applied command {params.command_id} in this session. Only applied commands "
             "are stored; a rejected one can be sent again.",
-            metadata={"commandId": params.command_id},
+            details={"commandId": params.command_id},
         )
     result = msgspec.Raw(services.engine.render_outcome(outcome))
     return {
@@ -337,15 +344,12 @@ async def cancel_realtime_task(
     session_id = metadata[wire.REALTIME_EXTENSION]["sessionId"] if metadata else ""
     try:
         applied = await services.engine.execute(session_id, lambda _: machine.Cancel(), owner=owner)
-    except RpcError as exc:
-        if exc.name == "SessionNotFound":
-            raise task_not_found(record.task.id) from None
-        if exc.name != "InvalidState":
-            raise
-        raise RpcError(
-            "TaskNotCancelable",
+    except SessionNotFound:
+        raise TaskNotFound(record.task.id) from None
+    except InvalidState:
+        raise TaskNotCancelable(
             f"Task {record.task.id} can no longer be canceled: its session is ending or over.",
-            metadata={"taskId": record.task.id, "state": record.task.status.state},
+            details={"taskId": record.task.id, "state": record.task.status.state},
         ) from None
     task = applied.task.task if applied.task is not None else record.task
     return tasks.view(task, history_length)
@@ -358,10 +362,9 @@ async def cancel_task(services: Services, call: Call[p.TaskParams]) -> wire.Task
     if metadata is msgspec.UNSET or wire.REALTIME_EXTENSION not in metadata:
         return await tasks.cancel_task(services, call)
     if record.task.status.state in wire.TERMINAL_STATES:
-        raise RpcError(
-            "TaskNotCancelable",
+        raise TaskNotCancelable(
             f"Task {record.task.id} is {record.task.status.state} and can no longer be canceled.",
-            metadata={"taskId": record.task.id, "state": record.task.status.state},
+            details={"taskId": record.task.id, "state": record.task.status.state},
         )
     return await cancel_realtime_task(
         services, record, call.principal.key, call.params.history_length

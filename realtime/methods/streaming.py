@@ -19,7 +19,7 @@ import msgspec
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
 from realtime.engine.hub import LaggedError, parse_id
-from realtime.errors import RpcError, invalid_params, task_not_found
+from realtime.errors import TaskNotFound, UnsupportedOperation, invalid_params
 from realtime.methods import messages, tasks
 from realtime.methods.context import Call, Services
 from realtime.store import keys
@@ -194,19 +194,18 @@ async def _resume(
     return TaskStream(services, task, [], follow_after=last)
 
 
-def _over(task: wire.Task) -> RpcError:
-    return RpcError(
-        "UnsupportedOperation",
+def _over(task: wire.Task) -> UnsupportedOperation:
+    return UnsupportedOperation(
         f"Task {task.id} is {task.status.state}: a terminal task has no more updates to "
         "subscribe to. Read it with GetTask.",
-        metadata={"taskId": task.id, "state": task.status.state},
+        details={"taskId": task.id, "state": task.status.state},
     )
 
 
 async def _own_snapshot(services: Services, call: Call[Any], task_id: str) -> Snapshot:
     snapshot = await EventStore(services.store).snapshot(task_id)
     if snapshot.task is None or snapshot.task.owner != call.principal.key:
-        raise task_not_found(task_id)
+        raise TaskNotFound(task_id)
     return snapshot
 
 

@@ -11,7 +11,7 @@ from msgspec import UNSET
 
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
-from realtime.errors import RpcError, invalid_params, task_not_found
+from realtime.errors import TaskNotCancelable, TaskNotFound, invalid_params
 from realtime.methods.context import Call, Services, timestamp
 from realtime.store.records import TaskRecord
 from state_machines import Accepted
@@ -68,7 +68,7 @@ async def load_own_task(services: Services, owner: str, task_id: str) -> TaskRec
     """The caller's task, or -32001 exactly as for an unknown id."""
     record = await services.store.get_task(task_id)
     if record is None or record.owner != owner:
-        raise task_not_found(task_id)
+        raise TaskNotFound(task_id)
     return record
 
 
@@ -136,10 +136,9 @@ async def cancel_task(services: Services, call: Call[p.TaskParams]) -> wire.Task
     state = record.task.status.state
     outcome = lifecycle.decide(lifecycle.TaskCore(state=state, version=record.version), "cancel")
     if not isinstance(outcome, Accepted):
-        raise RpcError(
-            "TaskNotCancelable",
+        raise TaskNotCancelable(
             f"Task {record.task.id} is {state} and can no longer be canceled.",
-            metadata={"taskId": record.task.id, "state": state},
+            details={"taskId": record.task.id, "state": state},
         )
     now_ms = services.now_ms()
     record.task = msgspec.structs.replace(

@@ -12,7 +12,7 @@ from typing import Final
 
 from realtime.effects.webhooks import Notice
 from realtime.engine.core import Command, params_digest
-from realtime.errors import RpcError
+from realtime.errors import ServiceError, Unavailable
 from realtime.methods.context import Services
 from state_machines import ParticipantJoined, ParticipantLeft, RoomLost, SessionEvent
 from state_machines.interactions import InteractionEvent, TrackChanged
@@ -79,9 +79,9 @@ async def handle(services: Services, notice: Notice) -> str:
             command=command,
             render=lambda *_: {"event": notice.event, "eventId": notice.event_id},
         )
-    except RpcError as exc:
-        if exc.name == "UpstreamUnavailable":
-            raise
+    except Unavailable:
+        raise
+    except ServiceError as exc:
         log.info("webhook %s for session %s ignored: %s", notice.event, session_id, exc.message)
         return "ignored"
     return "applied" if applied.task is not None else "duplicate"

@@ -24,10 +24,19 @@ import msgspec
 from realtime.a2a import v03
 from realtime.a2a.params import decode_params
 from realtime.auth import Authenticator, AuthError, Principal
-from realtime.errors import RpcError, invalid_request
+from realtime.errors import (
+    BodyTooLarge,
+    ExtensionSupportRequired,
+    InternalError,
+    LimitExceeded,
+    MethodNotFound,
+    ServiceError,
+    VersionNotSupported,
+)
 from realtime.methods.context import Call, Services
 from realtime.methods.streaming import TaskStream
-from realtime.rpc.envelope import RequestId, decode_envelope
+from realtime.rpc.envelope import Envelope, RequestId, decode_envelope
+from realtime.rpc.errors import code_of, error_object, row
 from realtime.rpc.registry import EXTENSIONS, METHODS, SUPPORTED_VERSIONS
 from realtime.telemetry import ATTR_PRINCIPAL, RpcSpan, Telemetry
 
@@ -57,16 +66,35 @@ class Reply:
 
 
 @dataclass(slots=True)
-class _Served:
+class Served:
     """What the call turned out to be, as far as the reply's shape depends on it."""
 
+    request_id: RequestId | None = None
     headers: dict[str, str] = field(default_factory=dict)
     v03: bool = False
 
 
-def error_body(error: RpcError, request_id: RequestId | None, *, v03_shape: bool = False) -> bytes:
-    body = v03.error(error) if v03_shape else error.to_object()
+Failure = ServiceError | AuthError
+
+
+def error_body(error: Failure, request_id: RequestId | None, *, v03_shape: bool = False) -> bytes:
+    body = error_object(error)
+    if v03_shape:
+        body = v03.error(body)
     return _ENCODER.encode({"jsonrpc": "2.0", "id": request_id, "error": body})
+
+
+def error_reply(error: Failure, served: Served) -> Reply:
+    """The one answer to a failed call on every JSON-RPC endpoint: the HTTP status of its row,
+    the challenge of an authentication failure, `Retry-After` where waiting helps."""
+    headers = dict(served.headers)
+    if isinstance(error, AuthError):
+        headers["WWW-Authenticate"] = error.www_authenticate
+    if isinstance(error, LimitExceeded) and error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
+    return Reply(
+        row(error).status, error_body(error, served.request_id, v03_shape=served.v03), headers
+    )
 
 
 def requested_extensions(headers: Mapping[str, str], *, v03_names: bool = False) -> frozenset[str]:
@@ -126,16 +154,43 @@ class Endpoint(abc.ABC):
         self, body: bytes, headers: Mapping[str, str], *, too_large: bool = False
     ) -> Reply:
         started = time.perf_counter()
+        served = Served()
         with self.telemetry.rpc_span(headers) as span:
-            reply = await self._handle(body, headers, span, too_large=too_large)
+            try:
+                if too_large:
+                    raise BodyTooLarge(self.services.settings.max_body_bytes)
+                reply = await self._handle(body, headers, span, served)
+            except (ServiceError, AuthError) as exc:
+                span.set_error(code_of(exc), exc.message)
+                reply = error_reply(exc, served)
+            except Exception:  # the last line of defence: a bug, never leaked
+                log.exception("internal error serving a JSON-RPC call on %s", self.path)
+                failure = InternalError()
+                span.set_error(code_of(failure), failure.message)
+                reply = error_reply(failure, served)
         self.services.metrics.rpc_call(span.method, span.code, time.perf_counter() - started)
         return reply
 
+    @property
+    @abc.abstractmethod
+    def path(self) -> str:
+        """The HTTP path this endpoint serves (for the log)."""
+
     @abc.abstractmethod
     async def _handle(
-        self, body: bytes, headers: Mapping[str, str], span: RpcSpan, *, too_large: bool
+        self, body: bytes, headers: Mapping[str, str], span: RpcSpan, served: Served
     ) -> Reply:
-        """The reply to one body, inside its span."""
+        """The reply to one body, inside its span; failures are raised (`error_reply`)."""
+
+    def _envelope(self, body: bytes, span: RpcSpan, served: Served) -> Envelope:
+        envelope, error, request_id = decode_envelope(body)
+        served.request_id = request_id
+        if request_id is not None:
+            span.set_request_id(request_id)
+        if error is not None:
+            raise error
+        assert envelope is not None  # noqa: S101 - decode_envelope returns one of both
+        return envelope
 
 
 class Dispatcher(Endpoint):
@@ -151,46 +206,21 @@ class Dispatcher(Endpoint):
         super().__init__(services, telemetry, limiter)
         self.authenticator = authenticator
 
+    path = "/a2a"
+
     async def _handle(
-        self, body: bytes, headers: Mapping[str, str], span: RpcSpan, *, too_large: bool
+        self, body: bytes, headers: Mapping[str, str], span: RpcSpan, served: Served
     ) -> Reply:
-        served = _Served()
-        request_id: RequestId | None = None
-        try:
-            if too_large:
-                limit = self.services.settings.max_body_bytes
-                raise _HttpError(413, invalid_request(f"the body exceeds {limit} bytes"))
-            envelope, error, request_id = decode_envelope(body)
-            if request_id is not None:
-                span.set_request_id(request_id)
-            if error is not None:
-                raise error
-            assert envelope is not None  # noqa: S101 - decode_envelope returns one of both
-            result = await self._call(envelope.method, envelope.params, headers, span, served)
-            if isinstance(result, TaskStream):
-                assert request_id is not None  # noqa: S101 - a valid envelope has an id
-                events = self._events(result, request_id, v03_shape=served.v03)
-                return Reply(200, b"", served.headers, stream=events)
-            return Reply(
-                200,
-                _ENCODER.encode({"jsonrpc": "2.0", "id": request_id, "result": result}),
-                served.headers,
-            )
-        except _HttpError as exc:
-            span.set_error(exc.error.code, exc.error.message)
-            return Reply(
-                exc.status,
-                error_body(exc.error, request_id, v03_shape=served.v03),
-                {**served.headers, **exc.headers},
-            )
-        except RpcError as exc:
-            span.set_error(exc.code, exc.message)
-            return Reply(200, error_body(exc, request_id, v03_shape=served.v03), served.headers)
-        except Exception:  # the last line of defence: a bug, never leaked
-            log.exception("internal error serving a JSON-RPC call")
-            error = _internal_error()
-            span.set_error(error.code, error.message)
-            return Reply(200, error_body(error, request_id, v03_shape=served.v03), served.headers)
+        envelope = self._envelope(body, span, served)
+        result = await self._call(envelope.method, envelope.params, headers, span, served)
+        if isinstance(result, TaskStream):
+            events = self._events(result, envelope.id, v03_shape=served.v03)
+            return Reply(200, b"", served.headers, stream=events)
+        return Reply(
+            200,
+            _ENCODER.encode({"jsonrpc": "2.0", "id": envelope.id, "result": result}),
+            served.headers,
+        )
 
     async def _events(
         self, stream: TaskStream, request_id: RequestId, *, v03_shape: bool
@@ -207,11 +237,11 @@ class Dispatcher(Endpoint):
                     result = v03.stream_result(result)
                 body = {"jsonrpc": "2.0", "id": request_id, "result": result}
                 yield SseEvent(_ENCODER.encode(body), event_id)
-        except RpcError as exc:
+        except ServiceError as exc:
             yield SseEvent(error_body(exc, request_id, v03_shape=v03_shape), event="error")
         except Exception:
             log.exception("internal error in an SSE stream")
-            error = _internal_error()
+            error = InternalError()
             yield SseEvent(error_body(error, request_id, v03_shape=v03_shape), event="error")
 
     async def _call(
@@ -220,7 +250,7 @@ class Dispatcher(Endpoint):
         raw_params: msgspec.Raw,
         headers: Mapping[str, str],
         span: RpcSpan,
-        served: _Served,
+        served: Served,
     ) -> Any:
         version = headers.get(VERSION_HEADER, "")
         target = method
@@ -233,25 +263,22 @@ class Dispatcher(Endpoint):
                 if method in METHODS and v03.is_v03(version)
                 else ""
             )
-            raise RpcError(
-                "VersionNotSupported",
+            raise VersionNotSupported(
                 f"A2A-Version {version.strip() or '(missing)'} is not supported for this "
                 f"request;{hint} send the header A2A-Version: {SUPPORTED_VERSIONS[-1]}.",
-                metadata={"supportedVersions": SUPPORTED_VERSIONS, "requestedVersion": version},
+                details={"supportedVersions": SUPPORTED_VERSIONS, "requestedVersion": version},
             )
         elif method in v03.METHODS:
-            raise RpcError(
-                "MethodNotFound",
+            raise MethodNotFound(
                 f"{method} is an A2A 0.3 method; with A2A-Version {version.strip()} call "
                 f"{v03.METHODS[method]}, or send it without A2A-Version for the 0.3 shapes.",
-                metadata={"method": method},
+                details={"method": method},
             )
         spec = METHODS.get(target)
         if spec is None:
-            raise RpcError(
-                "MethodNotFound",
+            raise MethodNotFound(
                 f"Method {method!r} does not exist. Methods: {', '.join(METHODS)}.",
-                metadata={"method": method},
+                details={"method": method},
             )
         span.set_method(method)
         principal = await self._authorize(headers, spec.scope)
@@ -262,20 +289,18 @@ class Dispatcher(Endpoint):
             if served.v03:
                 served.headers["X-A2A-Extensions"] = served.headers["A2A-Extensions"]
         if spec.realtime and not active:
-            raise RpcError(
-                "ExtensionSupportRequired",
+            raise ExtensionSupportRequired(
                 f"{method} belongs to the extension urn:aim:a2a:realtime:v1: list it in the "
                 "A2A-Extensions header.",
-                metadata={"extension": "urn:aim:a2a:realtime:v1"},
+                details={"extension": "urn:aim:a2a:realtime:v1"},
             )
         wait = self.limiter.retry_after(principal.key)
         if wait > 0:
             retry = max(1, round(wait + 0.5))
-            served.headers["Retry-After"] = str(retry)
-            raise RpcError(
-                "LimitExceeded",
+            raise LimitExceeded(
                 f"Too many requests; retry after {retry} s.",
-                metadata={"limit": "requests_per_second", "retryAfterSeconds": retry},
+                limit="requests_per_second",
+                retry_after=retry,
             )
         raw = bytes(raw_params)
         if served.v03:
@@ -294,35 +319,6 @@ class Dispatcher(Endpoint):
         return result
 
     async def _authorize(self, headers: Mapping[str, str], scope: str) -> Principal:
-        try:
-            principal = await self.authenticator.authenticate(headers.get("authorization"))
-            self.authenticator.require_scope(principal, scope)
-        except AuthError as exc:
-            name = "Unauthenticated" if exc.status == 401 else "PermissionDenied"
-            metadata = {"scope": exc.required_scope} if exc.required_scope else {}
-            raise _HttpError(
-                exc.status,
-                RpcError(name, exc.message, metadata=metadata),
-                {"WWW-Authenticate": exc.www_authenticate},
-            ) from None
+        principal = await self.authenticator.authenticate(headers.get("authorization"))
+        self.authenticator.require_scope(principal, scope)
         return principal
-
-
-def _internal_error() -> RpcError:
-    return RpcError(
-        "InternalError",
-        "The server failed to process the request; it has been logged. "
-        "Retrying is safe for requests that carry a commandId or messageId.",
-    )
-
-
-class _HttpError(Exception):
-    """An error that changes the HTTP status (401, 403, 413)."""
-
-    def __init__(
-        self, status: int, error: RpcError, headers: Mapping[str, str] | None = None
-    ) -> None:
-        super().__init__(error.message)
-        self.status = status
-        self.error = error
-        self.headers = dict(headers or {})

@@ -9,7 +9,7 @@ from typing import Final
 
 import msgspec
 
-from realtime.errors import RpcError, invalid_request
+from realtime.errors import BadRequest, InvalidRequest, ParseError
 
 RequestId = int | str
 
@@ -32,7 +32,7 @@ class Envelope(msgspec.Struct, frozen=True):
     params: msgspec.Raw
 
 
-def body_error(body: bytes) -> RpcError | None:
+def body_error(body: bytes) -> BadRequest | None:
     """What makes `body` unreadable as JSON before any decoder runs (profile §16), or None.
 
     RFC 8259 JSON is UTF-8 throughout, string values included (decoders that keep values raw
@@ -41,9 +41,9 @@ def body_error(body: bytes) -> RpcError | None:
     try:
         body.decode()
     except UnicodeDecodeError:
-        return _parse_error()
+        return ParseError()
     if _nesting_depth(body) > MAX_DEPTH:
-        return invalid_request(
+        return InvalidRequest(
             f"the JSON nests arrays and objects deeper than {MAX_DEPTH} levels; "
             f"at most {MAX_DEPTH} are accepted"
         )
@@ -58,7 +58,7 @@ def _nesting_depth(body: bytes) -> int:
     return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
 
 
-def decode_envelope(body: bytes) -> tuple[Envelope | None, RpcError | None, RequestId | None]:
+def decode_envelope(body: bytes) -> tuple[Envelope | None, BadRequest | None, RequestId | None]:
     """(envelope, None, id) for a valid request, or (None, error, id-if-readable)."""
     unreadable = body_error(body)
     if unreadable is not None:
@@ -69,22 +69,22 @@ def decode_envelope(body: bytes) -> tuple[Envelope | None, RpcError | None, Requ
         # not an object: a batch array, a scalar… or not JSON at all, which msgspec only finds
         # out past the first value (`[1,`, `1 x`): that is a parse error (JSON-RPC 2.0 §5.1)
         if not _is_json(body):
-            return None, _parse_error(), None
+            return None, ParseError(), None
         if body.lstrip().startswith(b"["):
-            return None, invalid_request("batches are not supported; send one request"), None
-        return None, invalid_request("the request must be a JSON object"), None
+            return None, InvalidRequest("batches are not supported; send one request"), None
+        return None, InvalidRequest("the request must be a JSON object"), None
     except msgspec.DecodeError:
-        return None, _parse_error(), None
+        return None, ParseError(), None
     request_id: RequestId | None = None
     if "id" in members:
         request_id = _request_id(members["id"])
         if request_id is None:
-            return None, invalid_request("`id` must be a string or an integer", "id"), None
+            return None, InvalidRequest("`id` must be a string or an integer", "id"), None
     unknown = sorted(set(members) - _ALLOWED_MEMBERS)
     if unknown:
         return (
             None,
-            invalid_request(f"unknown member `{unknown[0]}`", unknown[0]),
+            InvalidRequest(f"unknown member `{unknown[0]}`", unknown[0]),
             request_id,
         )
     if "jsonrpc" not in members or members["jsonrpc"] != b'"2.0"':
@@ -93,20 +93,20 @@ def decode_envelope(body: bytes) -> tuple[Envelope | None, RpcError | None, Requ
         except msgspec.ValidationError:
             version_ok = False
         if not version_ok:
-            return None, invalid_request('`jsonrpc` must be "2.0"', "jsonrpc"), request_id
+            return None, InvalidRequest('`jsonrpc` must be "2.0"', "jsonrpc"), request_id
     if request_id is None:
         return (
             None,
-            invalid_request("notifications are not supported: give the request an `id`", "id"),
+            InvalidRequest("notifications are not supported: give the request an `id`", "id"),
             None,
         )
     try:
         method = _STR.decode(members.get("method", b"null"))
     except msgspec.ValidationError:
-        return None, invalid_request("`method` must be a string", "method"), request_id
+        return None, InvalidRequest("`method` must be a string", "method"), request_id
     params = members.get("params")
     if params is None or not bytes(params).lstrip().startswith(b"{"):
-        return None, invalid_request("`params` must be an object", "params"), request_id
+        return None, InvalidRequest("`params` must be an object", "params"), request_id
     return Envelope(id=request_id, method=method, params=params), None, request_id
 
 
@@ -122,10 +122,6 @@ def _request_id(raw: msgspec.Raw) -> RequestId | None:
     except msgspec.ValidationError:
         return None
     return int(number) if math.isfinite(number) and number.is_integer() else None
-
-
-def _parse_error() -> RpcError:
-    return RpcError("ParseError", "The request body is not valid JSON (RFC 8259).")
 
 
 def _is_json(body: bytes) -> bool:

@@ -20,7 +20,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.maint_notifications import MaintNotificationsConfig
 
-from realtime.errors import RpcError
+from realtime.errors import Unavailable
 from realtime.store import keys, scripts
 from realtime.store.records import (
     EFFECT_DECODER,
@@ -48,11 +48,10 @@ CONNECTION_ERRORS: Final = (
 )
 
 
-def redis_unavailable() -> RpcError:
-    return RpcError(
-        "UpstreamUnavailable",
+def redis_unavailable() -> Unavailable:
+    return Unavailable(
         "The state store (Redis) is unreachable; nothing was changed. Retry the request.",
-        metadata={"service": "redis", "retryable": True},
+        service="redis",
     )
 
 

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from realtime.errors import RpcError
+from realtime.errors import ServiceError
 from realtime.rpc.envelope import decode_envelope
+from realtime.rpc.errors import code_of
 
 PARAMS = b'{"id":"123e4567-e89b-42d3-a456-426614174000"}'
 
 
-def refused(body: bytes) -> tuple[RpcError, object]:
+def refused(body: bytes) -> tuple[ServiceError, object]:
     envelope, error, request_id = decode_envelope(body)
     assert envelope is None
     assert error is not None
     return error, request_id
 
 
-def fields(error: RpcError) -> list[str]:
+def fields(error: ServiceError) -> list[str]:
     return [field for field, _ in error.violations]
 
 
@@ -38,7 +39,7 @@ def fields(error: RpcError) -> list[str]:
 )
 def test_invalid_json_is_a_parse_error_with_a_null_id(body: bytes) -> None:
     error, request_id = refused(body)
-    assert error.code == -32700
+    assert code_of(error) == -32700
     assert request_id is None
 
 
@@ -52,7 +53,7 @@ def test_invalid_json_is_a_parse_error_with_a_null_id(body: bytes) -> None:
 )
 def test_a_batch_is_an_invalid_request(body: bytes) -> None:
     error, request_id = refused(body)
-    assert error.code == -32600
+    assert code_of(error) == -32600
     assert "batch" in error.message
     assert request_id is None
 
@@ -60,7 +61,7 @@ def test_a_batch_is_an_invalid_request(body: bytes) -> None:
 @pytest.mark.parametrize("body", [b"1", b"1.5", b'"request"', b"true", b"null"])
 def test_a_scalar_is_an_invalid_request(body: bytes) -> None:
     error, request_id = refused(body)
-    assert error.code == -32600
+    assert code_of(error) == -32600
     assert request_id is None
 
 
@@ -70,7 +71,7 @@ def test_jsonrpc_must_be_the_string_2_0(version: bytes | None) -> None:
     error, request_id = refused(
         b"{" + member + b'"id":7,"method":"GetTask","params":' + PARAMS + b"}"
     )
-    assert error.code == -32600
+    assert code_of(error) == -32600
     assert fields(error) == ["jsonrpc"]
     assert request_id == 7  # the id could be read, so the error names it
 
@@ -84,7 +85,7 @@ def test_jsonrpc_may_be_written_with_an_escape() -> None:
 
 def test_a_notification_is_an_invalid_request() -> None:
     error, request_id = refused(b'{"jsonrpc":"2.0","method":"GetTask","params":' + PARAMS + b"}")
-    assert error.code == -32600
+    assert code_of(error) == -32600
     assert "notification" in error.message
     assert fields(error) == ["id"]
     assert request_id is None
@@ -96,7 +97,7 @@ def test_a_notification_is_an_invalid_request() -> None:
 def test_an_id_that_is_neither_a_string_nor_an_integer_is_refused(request_id: bytes) -> None:
     body = b'{"jsonrpc":"2.0","id":' + request_id + b',"method":"GetTask","params":' + PARAMS + b"}"
     error, echoed = refused(body)
-    assert error.code == -32600
+    assert code_of(error) == -32600
     assert fields(error) == ["id"]
     assert echoed is None
 
@@ -131,7 +132,7 @@ def test_method_must_be_a_string(method: bytes | None) -> None:
     error, request_id = refused(
         b'{"jsonrpc":"2.0","id":"r1"' + member + b',"params":' + PARAMS + b"}"
     )
-    assert error.code == -32600
+    assert code_of(error) == -32600
     assert fields(error) == ["method"]
     assert request_id == "r1"
 
@@ -140,7 +141,7 @@ def test_method_must_be_a_string(method: bytes | None) -> None:
 def test_params_must_be_an_object(params: bytes | None) -> None:
     member = b"" if params is None else b',"params":' + params
     error, request_id = refused(b'{"jsonrpc":"2.0","id":3,"method":"GetTask"' + member + b"}")
-    assert error.code == -32600
+    assert code_of(error) == -32600
     assert fields(error) == ["params"]
     assert request_id == 3
 
@@ -149,7 +150,7 @@ def test_params_must_be_an_object(params: bytes | None) -> None:
 def test_an_unknown_envelope_member_is_an_invalid_request(member: bytes) -> None:
     body = b'{"jsonrpc":"2.0","id":3,"method":"GetTask","params":' + PARAMS + b"," + member + b"}"
     error, request_id = refused(body)
-    assert error.code == -32600
+    assert code_of(error) == -32600
     name = member.split(b'"')[1].decode()
     assert fields(error) == [name]
     assert request_id == 3

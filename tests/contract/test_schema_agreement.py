@@ -37,9 +37,10 @@ from hypothesis_jsonschema import from_schema
 from jsonschema import Draft202012Validator, FormatChecker
 
 from realtime.a2a.params import SendParams, SessionCreate, decode_as, decode_params
-from realtime.errors import RpcError
+from realtime.errors import ServiceError
 from realtime.methods.messages import session_create_part
 from realtime.rpc.envelope import decode_envelope
+from realtime.rpc.errors import code_of
 from tests.conftest import headers
 
 SCHEMA: Final = json.loads(Path(__file__).with_name("aim-a2a-v1.schema.json").read_text())
@@ -142,7 +143,7 @@ def schema_valid(request: dict[str, Any]) -> bool:
     )
 
 
-def server_verdict(body: bytes) -> RpcError | None:
+def server_verdict(body: bytes) -> ServiceError | None:
     """What the server's decoders say about `body`: None when it is accepted."""
     envelope, error, _ = decode_envelope(body)
     if error is not None:
@@ -155,7 +156,7 @@ def server_verdict(body: bytes) -> RpcError | None:
             if found is not None:
                 index, data = found
                 decode_as(SessionCreate, data, root=f"params.message.parts[{index}].data")
-    except RpcError as exc:
+    except ServiceError as exc:
         return exc
     return None
 
@@ -174,13 +175,13 @@ def related(reported: str, mutated: str) -> bool:
     return longer == shorter or longer.startswith((shorter + ".", shorter + "["))
 
 
-def field_paths(error: RpcError) -> list[str]:
+def field_paths(error: ServiceError) -> list[str]:
     return [field for field, _ in error.violations]
 
 
-def assert_refused(error: RpcError | None, paths: list[str], context: object) -> None:
+def assert_refused(error: ServiceError | None, paths: list[str], context: object) -> None:
     assert error is not None, f"the server accepts a request it must refuse: {context}"
-    assert error.code in INVALID_CODES, (error.code, error.message, context)
+    assert code_of(error) in INVALID_CODES, (code_of(error), error.message, context)
     reported = field_paths(error)
     assert any(related(field, path) for field in reported for path in paths), (
         f"the server blames {reported}, not {paths}: {error.message} / {context}"
@@ -834,7 +835,7 @@ def test_schema_valid_requests_are_accepted(method: str, data: st.DataObject) ->
             event(f"§15 {rule}")
         assert_refused(error, [path for _, path in hits], hits)
         assert error is not None
-        assert error.code == -32602
+        assert code_of(error) == -32602
     else:
         event("accepted")
         assert error is None, f"schema-valid but refused: {error and error.message} {request!r}"

@@ -7,12 +7,21 @@ import asyncio
 import json
 import time
 
+import httpx
 import jwt
 import pytest
 from livekit import api
 
+from realtime.app import create_app
 from realtime.auth import PROVIDER_AUDIENCE, PROVIDER_ISSUER, mint_provider_token
-from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings, rpc, violations
+from tests.conftest import (
+    LIVEKIT_KEY,
+    LIVEKIT_SECRET,
+    livekit_settings,
+    rpc,
+    serving,
+    violations,
+)
 from tests.e2e.op_helpers import (
     Live,
     get_session,
@@ -407,3 +416,32 @@ async def test_an_action_the_digest_cannot_encode_is_invalid_params(rt_client, l
     )
     assert body["error"]["code"] == -32602, body
     assert any(f.startswith("params.action") for f in violations(body))
+
+
+async def test_provider_calls_over_the_rate_limit_are_told_when_to_retry(livekit, store):
+    """/provider answers its rate limit as /a2a does: -31011 with retryAfterSeconds and the
+    same value in a Retry-After header; calls within the limit go on working."""
+    # a client budget of 3 requests/s (burst 6: enough to open the session) gives the agent
+    # 30/s with a burst of 60
+    app = create_app(livekit_settings(livekit, rate_limit_rps=3), store=store)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        live = await open_session(client, livekit)
+        replies = [
+            await provider_call(
+                client,
+                live.provider_token,
+                "ReportAgentState",
+                sessionId=live.sid,
+                sessionEpoch=1,
+                state="listening",
+            )
+            for _ in range(80)
+        ]
+    limited = [(body, response) for _, body, response in replies if "error" in body]
+    assert any("result" in body for _, body, _ in replies)
+    assert limited, "80 calls at once never met the limit"
+    for body, response in limited:
+        assert body["error"]["code"] == -31011
+        retry = meta(body)["retryAfterSeconds"]
+        assert int(retry) >= 1
+        assert response.headers["retry-after"] == retry

@@ -21,7 +21,8 @@ from realtime.engine.core import (
     params_digest,
     task_metadata,
 )
-from realtime.errors import RpcError
+from realtime.errors import ServiceError
+from realtime.rpc.errors import code_of, error_object
 from realtime.settings import Settings
 from realtime.store import keys
 from realtime.store.records import (
@@ -428,10 +429,13 @@ async def test_conflicts_are_retried_a_bounded_number_of_times(store):
 
     sessions = AlwaysBehind(store)
     session_id = await new_session(engine_on(SessionStore(store)))
-    with pytest.raises(RpcError) as raised:
+    with pytest.raises(ServiceError) as raised:
         await register(engine_on(sessions), session_id, "phone")
-    assert raised.value.code == -31012
-    assert raised.value.metadata == {"service": "redis", "retryable": "true"}
+    assert code_of(raised.value) == -31012
+    assert error_object(raised.value)["data"][0]["metadata"] == {
+        "service": "redis",
+        "retryable": "true",
+    }
     assert sessions.commits == MAX_ATTEMPTS
 
 

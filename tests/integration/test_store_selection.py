@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from realtime.a2a.types import Task, TaskStatus
-from realtime.errors import RpcError
+from realtime.errors import ServiceError
+from realtime.rpc.errors import code_of, error_object
 from realtime.settings import Settings
 from realtime.store import keys
 from realtime.store.records import TaskRecord
@@ -225,29 +226,32 @@ async def dead_store() -> RedisStore:
 
 async def test_a_dead_server_fails_reads_with_upstream_unavailable(dead_store: RedisStore) -> None:
     try:
-        with pytest.raises(RpcError) as caught:
+        with pytest.raises(ServiceError) as caught:
             await dead_store.get_task("any")
     finally:
         await dead_store.aclose()
 
-    assert caught.value.code == UNAVAILABLE
-    assert caught.value.metadata == {"service": "redis", "retryable": "true"}
+    assert code_of(caught.value) == UNAVAILABLE
+    assert error_object(caught.value)["data"][0]["metadata"] == {
+        "service": "redis",
+        "retryable": "true",
+    }
 
 
 async def test_a_dead_server_fails_writes_with_upstream_unavailable(
     dead_store: RedisStore,
 ) -> None:
     try:
-        with pytest.raises(RpcError) as put:
+        with pytest.raises(ServiceError) as put:
             await dead_store.put_task(record("t"), ttl_s=60)
-        with pytest.raises(RpcError) as claim:
+        with pytest.raises(ServiceError) as claim:
             await dead_store.claim_message(OWNER, "m", "t", score_ms=1, ttl_s=60)
-        with pytest.raises(RpcError) as listing:
+        with pytest.raises(ServiceError) as listing:
             await dead_store.owner_tasks(OWNER, newer_than_ms=0)
     finally:
         await dead_store.aclose()
 
-    assert put.value.code == claim.value.code == listing.value.code == UNAVAILABLE
+    assert code_of(put.value) == code_of(claim.value) == code_of(listing.value) == UNAVAILABLE
 
 
 async def test_a_dead_server_answers_ping_with_false(dead_store: RedisStore) -> None:
@@ -260,12 +264,12 @@ async def test_a_dead_server_answers_ping_with_false(dead_store: RedisStore) -> 
 async def test_a_vanished_unix_socket_fails_with_upstream_unavailable(tmp_path: Path) -> None:
     gone = RedisStore.from_url(f"unix://{tmp_path / 'gone.sock'}")
     try:
-        with pytest.raises(RpcError) as caught:
+        with pytest.raises(ServiceError) as caught:
             await gone.get_task("any")
     finally:
         await gone.aclose()
 
-    assert caught.value.code == UNAVAILABLE
+    assert code_of(caught.value) == UNAVAILABLE
 
 
 def _aof_mentions(redis_dir: Path, needle: bytes, timeout_s: float = 3.0) -> bool:

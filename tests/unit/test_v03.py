@@ -6,7 +6,8 @@ import msgspec
 import pytest
 
 from realtime.a2a import v03
-from realtime.errors import RpcError, invalid_params
+from realtime.errors import InternalError, invalid_params
+from realtime.rpc.errors import error_object
 
 
 @pytest.mark.parametrize(
@@ -96,6 +97,6 @@ def test_stream_results_and_errors_take_0_3_shapes() -> None:
     assert v03.result("GetTask", task)["artifacts"] == [
         {"artifactId": "a", "parts": [{"kind": "text", "text": "y"}]}
     ]
-    error = v03.error(invalid_params("params.id", "bad"))
+    error = v03.error(error_object(invalid_params("params.id", "bad")))
     assert error["data"]["fieldViolations"] == [{"field": "params.id", "description": "bad"}]
-    assert "metadata" not in v03.error(RpcError("InternalError", "oops"))["data"]
+    assert "metadata" not in v03.error(error_object(InternalError("oops")))["data"]
