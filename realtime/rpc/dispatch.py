@@ -126,6 +126,17 @@ class RateLimiter:
         self.max_keys = max_keys
         self._buckets: dict[str, tuple[float, float]] = {}
 
+    def charge(self, key: str, what: str) -> None:
+        """Count one call of `key`, or raise LimitExceeded saying when to retry."""
+        wait = self.retry_after(key)
+        if wait > 0:
+            retry = max(1, round(wait + 0.5))
+            raise LimitExceeded(
+                f"Too many {what}; retry after {retry} s.",
+                limit="requests_per_second",
+                retry_after=retry,
+            )
+
     def retry_after(self, key: str) -> float:
         """0 when the call may proceed (and is counted), else seconds until it may."""
         if self.rate <= 0:
@@ -294,14 +305,7 @@ class Dispatcher(Endpoint):
                 "A2A-Extensions header.",
                 details={"extension": "urn:aim:a2a:realtime:v1"},
             )
-        wait = self.limiter.retry_after(principal.key)
-        if wait > 0:
-            retry = max(1, round(wait + 0.5))
-            raise LimitExceeded(
-                f"Too many requests; retry after {retry} s.",
-                limit="requests_per_second",
-                retry_after=retry,
-            )
+        self.limiter.charge(principal.key, "requests")
         raw = bytes(raw_params)
         if served.v03:
             raw = v03.to_v10_params(method, raw)

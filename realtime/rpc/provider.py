@@ -14,7 +14,7 @@ import msgspec
 
 from realtime.a2a.provider import decode_provider_params
 from realtime.auth import AuthError, ProviderGrant, verify_provider_token
-from realtime.errors import LimitExceeded, MethodNotFound
+from realtime.errors import MethodNotFound
 from realtime.methods.provider import PROVIDER_METHODS
 from realtime.rpc.dispatch import Endpoint, Reply, Served
 from realtime.telemetry import ATTR_PRINCIPAL, ATTR_SESSION_ID, RpcSpan
@@ -50,14 +50,7 @@ class ProviderDispatcher(Endpoint):
             )
         span.set_attribute(ATTR_PRINCIPAL, f"provider:{grant.session_id}")
         span.set_attribute(ATTR_SESSION_ID, grant.session_id)
-        wait = self.limiter.retry_after(f"provider:{grant.session_id}")
-        if wait > 0:
-            retry = max(1, round(wait + 0.5))
-            raise LimitExceeded(
-                f"Too many provider calls for this session; retry after {retry} s.",
-                limit="requests_per_second",
-                retry_after=retry,
-            )
+        self.limiter.charge(f"provider:{grant.session_id}", "provider calls for this session")
         result = await handler(self.services, grant, params)
         return Reply(200, _ENCODER.encode({"jsonrpc": "2.0", "id": envelope.id, "result": result}))
 
