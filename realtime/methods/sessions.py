@@ -329,6 +329,15 @@ async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any
     }
 
 
+def _not_cancelable(record: TaskRecord) -> RpcError:
+    state = record.task.status.state
+    return RpcError(
+        "TaskNotCancelable",
+        f"Task {record.task.id} is {state} and can no longer be canceled.",
+        metadata={"taskId": record.task.id, "state": state},
+    )
+
+
 async def cancel_realtime_task(
     services: Services, record: TaskRecord, owner: str, history_length: int | None
 ) -> wire.Task:
@@ -352,17 +361,14 @@ async def cancel_realtime_task(
 
 
 async def cancel_task(services: Services, call: Call[p.TaskParams]) -> wire.Task:
-    """CancelTask: a realtime task ends its session; any other task follows its lifecycle."""
+    """CancelTask (the task read once): a realtime task ends its session. A task without a
+    session is only ever stored REJECTED (SendMessage refused it): terminal, like any task
+    whose session is over."""
     record = await tasks.load_own_task(services, call.principal.key, call.params.id)
     metadata = record.task.metadata
-    if metadata is msgspec.UNSET or wire.REALTIME_EXTENSION not in metadata:
-        return await tasks.cancel_task(services, call)
-    if record.task.status.state in wire.TERMINAL_STATES:
-        raise RpcError(
-            "TaskNotCancelable",
-            f"Task {record.task.id} is {record.task.status.state} and can no longer be canceled.",
-            metadata={"taskId": record.task.id, "state": record.task.status.state},
-        )
+    realtime = metadata is not msgspec.UNSET and wire.REALTIME_EXTENSION in metadata
+    if not realtime or record.task.status.state in wire.TERMINAL_STATES:
+        raise _not_cancelable(record)
     return await cancel_realtime_task(
         services, record, call.principal.key, call.params.history_length
     )

@@ -1,4 +1,5 @@
-"""A2A task methods: SendMessage without a realtime part, GetTask, ListTasks, CancelTask."""
+"""A2A task methods: SendMessage without a realtime part, GetTask, ListTasks (CancelTask is in
+`sessions`: only a realtime task can be canceled)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from msgspec import UNSET
 
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
-from realtime.errors import RpcError, invalid_params, task_not_found
+from realtime.errors import invalid_params, task_not_found
 from realtime.methods.context import Call, Services, timestamp
 from realtime.store.records import TaskRecord
 from state_machines import Accepted
@@ -128,27 +129,6 @@ async def send_message_rejected(
 
 async def get_task(services: Services, call: Call[p.TaskParams]) -> wire.Task:
     record = await load_own_task(services, call.principal.key, call.params.id)
-    return view(record.task, call.params.history_length)
-
-
-async def cancel_task(services: Services, call: Call[p.TaskParams]) -> wire.Task:
-    record = await load_own_task(services, call.principal.key, call.params.id)
-    state = record.task.status.state
-    outcome = lifecycle.decide(lifecycle.TaskCore(state=state, version=record.version), "cancel")
-    if not isinstance(outcome, Accepted):
-        raise RpcError(
-            "TaskNotCancelable",
-            f"Task {record.task.id} is {state} and can no longer be canceled.",
-            metadata={"taskId": record.task.id, "state": state},
-        )
-    now_ms = services.now_ms()
-    record.task = msgspec.structs.replace(
-        record.task,
-        status=wire.TaskStatus(state=outcome.state.state, timestamp=timestamp(now_ms)),
-    )
-    record.version = outcome.state.version
-    record.status_ms = now_ms
-    await services.store.put_task(record, ttl_s=services.settings.task_ttl_s)
     return view(record.task, call.params.history_length)
 
 
