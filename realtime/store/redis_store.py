@@ -21,7 +21,7 @@ from redis.crc import key_slot
 from redis.maint_notifications import MaintNotificationsConfig
 
 from realtime.errors import RpcError
-from realtime.store import keys, scripts
+from realtime.store import keys
 from realtime.store.records import (
     EFFECT_DECODER,
     OUTCOME_DECODER,
@@ -34,6 +34,7 @@ from realtime.store.records import (
     SessionRecord,
     TaskRecord,
 )
+from realtime.store.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +74,15 @@ class RedisStore:
         self.client = client
         self.embedded = embedded
         self.cluster = isinstance(client, RedisCluster)
-        self._claim = client.register_script(scripts.CLAIM_MESSAGE)
-        self._claim_create = client.register_script(scripts.CLAIM_CREATE)
-        self._commit = client.register_script(scripts.COMMIT)
-        self._remember = client.register_script(scripts.REMEMBER)
-        self._release = client.register_script(scripts.RELEASE)
-        self._renew = client.register_script(scripts.RENEW)
-        self._claim_timers = client.register_script(scripts.CLAIM_TIMERS)
-        self._snapshot = client.register_script(scripts.SNAPSHOT)
+        registered = Scripts.register(client)
+        self._claim = registered.claim_message
+        self._claim_create = registered.claim_create
+        self._commit = registered.commit
+        self._remember = registered.remember
+        self._release = registered.release_lease
+        self._renew = registered.renew_lease
+        self._claim_timers = registered.claim_timers
+        self._snapshot = registered.task_snapshot
 
     @property
     def can_block(self) -> bool:
