@@ -76,7 +76,7 @@ async def create_session(
     digest = "sha256:" + hashlib.sha256(_CANONICAL.encode(data)).hexdigest()
     task_id = services.new_id()
     now_ms = services.now_ms()
-    sessions = services.engine.sessions
+    sessions = services.session_store
     for _ in range(2):
         status, earlier = await sessions.claim_create(
             owner,
@@ -112,13 +112,13 @@ async def create_session(
         assert earlier is not None  # noqa: S101
         task_id = earlier
     session_id = keys.tag_for_task(task_id)
-    existing = await services.store.get_task(task_id)
+    existing = await services.task_store.get(task_id)
     created = False
     if existing is None:  # first attempt (or one that stopped before its commit): create
         existing = await _commit_new(services, call, create, task_id, session_id, now_ms)
         created = existing is not None
         if existing is None:
-            existing = await services.store.get_task(task_id)
+            existing = await services.task_store.get(task_id)
     if existing is None or existing.owner != owner:
         raise RpcError("InternalError", "The session could not be created; retry the request.")
     if status == "ok" or created:  # whoever commits the session starts its provisioning
@@ -182,7 +182,7 @@ async def _provision(
         return None
     deadline = services.clock() + PROVISIONING_WAIT_S
     while True:
-        loaded = await services.engine.sessions.load(session_id, with_outbox=True)
+        loaded = await services.session_store.load(session_id, with_outbox=True)
         state = loaded.record.session.state if loaded.record else None
         failing = any(entry.attempts > 0 for entry in loaded.outbox or ())
         if state != PROVISIONING or services.clock() >= deadline:
@@ -200,7 +200,7 @@ async def _provision(
 
 async def _prune_live(services: Services, owner: str) -> bool:
     """Drop sessions that ended from the live index (a crash may have left them); True if any."""
-    sessions = services.engine.sessions
+    sessions = services.session_store
     stale = []
     for session_id in await sessions.live_sessions(owner):
         loaded = await sessions.load(session_id)
@@ -307,7 +307,7 @@ async def end_session(services: Services, call: Call[p.EndSessionParams]) -> Any
 async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any:
     params = call.params
     await services.engine.load_own(params.session_id, call.principal.key)
-    outcome = await services.engine.sessions.outcome(params.session_id, params.command_id)
+    outcome = await services.session_store.outcome(params.session_id, params.command_id)
     if outcome is None:
         raise RpcError(
             "CommandNotFound",

@@ -67,7 +67,7 @@ def view(task: wire.Task, history_length: int | None, *, artifacts: bool = True)
 
 async def load_own_task(services: Services, owner: str, task_id: str) -> TaskRecord:
     """The caller's task, or -32001 exactly as for an unknown id."""
-    record = await services.store.get_task(task_id)
+    record = await services.task_store.get(task_id)
     if record is None or record.owner != owner:
         raise task_not_found(task_id)
     return record
@@ -89,11 +89,11 @@ async def send_message_rejected(
     task_id = services.new_id()
     now_ms = services.now_ms()
     ttl = services.settings.task_ttl_s
-    earlier = await services.store.claim_message(
+    earlier = await services.task_store.claim_message(
         owner, params.message.message_id, task_id, score_ms=now_ms, ttl_s=ttl
     )
     if earlier is not None:
-        record = await services.store.get_task(earlier)
+        record = await services.task_store.get(earlier)
         if record is not None:
             return wire.SendMessageResult(task=view(record.task, history_length))
         task_id = earlier  # the first attempt stopped before writing its task: finish it
@@ -123,7 +123,7 @@ async def send_message_rejected(
         status_ms=now_ms,
         task=task,
     )
-    await services.store.put_task(record, ttl_s=ttl)
+    await services.task_store.put(record, ttl_s=ttl)
     return wire.SendMessageResult(task=view(task, history_length))
 
 
@@ -166,7 +166,7 @@ async def list_tasks(services: Services, call: Call[p.ListParams]) -> wire.ListT
     page_size = params.page_size or DEFAULT_PAGE_SIZE
     cursor = _decode_cursor(params.page_token) if params.page_token else None
     oldest_ms = services.now_ms() - services.settings.task_ttl_s * 1000
-    records = await services.store.owner_tasks(call.principal.key, newer_than_ms=oldest_ms)
+    records = await services.task_store.owner_tasks(call.principal.key, newer_than_ms=oldest_ms)
     after_ms = (
         int(params.status_timestamp_after.timestamp() * 1000)
         if params.status_timestamp_after is not None

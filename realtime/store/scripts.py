@@ -1,5 +1,5 @@
 """The store's Lua scripts: one file each in `lua/` (each says what makes it atomic), read once
-from the installed package and registered once per client by `RedisStore`.
+from the installed package and registered once per client by `RedisClient`.
 
 A registered script is redis-py's `AsyncScript`: it runs as EVALSHA, and on NOSCRIPT (a restart
 or a SCRIPT FLUSH emptied the server's cache) it loads itself and runs again; inside a pipeline
