@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 from realtime.store import keys
 from realtime.store.records import (
@@ -25,6 +25,12 @@ from realtime.store.records import (
 )
 from realtime.store.redis_client import RedisClient, text, translated_errors
 
+# what the commit and remember scripts answer (`lua/commit.lua`, `lua/remember.lua`)
+CommitStatus = Literal["ok", "replay", "conflict"]
+# what the create claim answers (`lua/claim_create.lua`): claimed now, or refused because the
+# messageId or the clientSessionId was claimed before, or the owner is at the live-session limit
+ClaimStatus = Literal["ok", "message", "client", "limit"]
+
 
 class Loaded(NamedTuple):
     """A session read in one round trip, with the outcome of the command being retried."""
@@ -37,9 +43,20 @@ class Loaded(NamedTuple):
 
 
 class Committed(NamedTuple):
-    status: str  # "ok" | "replay" | "conflict"
+    """What a commit (or remember) did: `ok` at the new version; `conflict` with the current
+    version (nothing written); `replay` with the command's stored outcome (nothing written)."""
+
+    status: CommitStatus
     version: int
     outcome: CommandOutcome | None
+
+
+class Claimed(NamedTuple):
+    """What a create claim did; `earlier` is what the earlier claim stored (`message`: its
+    taskId, `client`: "taskId digest")."""
+
+    status: ClaimStatus
+    earlier: str | None
 
 
 class SessionStore:
@@ -108,8 +125,8 @@ class SessionStore:
         score_ms: int,
         ttl_s: int,
         limit: int,
-    ) -> tuple[str, str | None]:
-        """('ok'|'message'|'client'|'limit', what the earlier claim stored)."""
+    ) -> Claimed:
+        """Claim the create once per messageId and per clientSessionId, within `limit`."""
         async with translated_errors():
             reply = await self._claim_create(
                 keys=[
@@ -127,8 +144,8 @@ class SessionStore:
                     limit,
                 ],
             )
-        status = text(reply[0])
-        return status, (text(reply[1]) if len(reply) > 1 else None)
+        status = cast(ClaimStatus, text(reply[0]))
+        return Claimed(status, text(reply[1]) if len(reply) > 1 else None)
 
     async def live_sessions(self, owner: str) -> list[str]:
         async with translated_errors():
@@ -294,7 +311,7 @@ class SessionStore:
 
 
 def _committed(reply: Any) -> Committed:
-    status = text(reply[0])
+    status = cast(CommitStatus, text(reply[0]))
     if status == "replay":
         return Committed(status, 0, OUTCOME_DECODER.decode(reply[1]))
     return Committed(status, int(reply[1]), None)

@@ -5,9 +5,14 @@ each opening with what makes it atomic."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from importlib import resources
+from typing import Any, get_args
+
+import pytest
 
 from realtime.store.scripts import SOURCES, Scripts
+from realtime.store.sessions import ClaimStatus, CommitStatus
 
 
 def lua_files() -> dict[str, str]:
@@ -49,3 +54,12 @@ def test_registering_makes_one_script_object_per_file() -> None:
 
     assert sorted(registered) == sorted(SOURCES.values())
     assert len({getattr(scripts, name) for name in SOURCES}) == len(SOURCES)
+
+
+@pytest.mark.parametrize(
+    ("script", "statuses"),
+    [("commit", CommitStatus), ("remember", CommitStatus), ("claim_create", ClaimStatus)],
+)
+def test_the_typed_statuses_are_exactly_what_the_scripts_answer(script: str, statuses: Any) -> None:
+    answered = set(re.findall(r"return \{'(\w+)'", SOURCES[script]))
+    assert answered == set(get_args(statuses))
