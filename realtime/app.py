@@ -29,8 +29,13 @@ from realtime.routes import ROUTES, AgentCardBody
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
 from realtime.rpc.provider import ProviderDispatcher
 from realtime.settings import Settings
-from realtime.store.redis_store import EventStore, RedisStore, SessionStore
+from realtime.store import keys
+from realtime.store.events import EventStore
+from realtime.store.leases import DutyLease
+from realtime.store.redis_client import RedisClient
 from realtime.store.selection import open_store
+from realtime.store.sessions import SessionStore
+from realtime.store.tasks import TaskStore
 from realtime.telemetry import Metrics, Telemetry, meter_provider_from_env, provider_from_env
 
 log = logging.getLogger(__name__)
@@ -40,21 +45,24 @@ log = logging.getLogger(__name__)
 async def running(
     settings: Settings,
     *,
-    store: RedisStore | None = None,
+    store: RedisClient | None = None,
     clock: Callable[[], float] = time.time,
     run_worker: bool = True,
     metrics: Metrics | None = None,
     telemetry: Telemetry | None = None,
 ) -> AsyncIterator[Services]:
-    """Everything but HTTP: the store, the engine, the outbox runner and (with `run_worker`) the
-    worker loops that retry effects, fire timers and reconcile LiveKit with the sessions.
-    `serve` and `worker` both start here."""
+    """Everything but HTTP: the stores, the engine, the outbox runner and (with `run_worker`)
+    the worker loops that retry effects, fire timers and reconcile LiveKit with the sessions.
+    `serve` and `worker` both start here. `store` is the Redis client to use (opened as the
+    settings say when None); every store is built here, once, from it."""
     release: Callable[[], None] | None = None
-    active_store = store
-    if active_store is None:
-        active_store, release = open_store(settings)
+    redis = store
+    if redis is None:
+        redis, release = open_store(settings)
+    sessions = SessionStore(redis)
+    events = EventStore(redis)
     gateway = LiveKitGateway(settings)
-    engine = Engine(settings, SessionStore(active_store), clock=clock, telemetry=telemetry)
+    engine = Engine(settings, sessions, clock=clock, telemetry=telemetry)
     lease_ms = settings.worker_lease_s * 1000
     metrics = metrics or Metrics(None)
     runner = Runner(
@@ -66,10 +74,13 @@ async def running(
     )
     services = Services(
         settings=settings,
-        store=active_store,
+        task_store=TaskStore(redis),
+        session_store=sessions,
+        event_store=events,
+        store_ready=redis.ping,
         engine=engine,
         runner=runner,
-        hub=EventHub(EventStore(active_store), buffer=settings.sse_buffer_events),
+        hub=EventHub(events, buffer=settings.sse_buffer_events),
         metrics=metrics,
         clock=clock,
     )
@@ -84,7 +95,8 @@ async def running(
         else []
     )
     if run_worker and settings.reconcile_interval_s and gateway.configured:
-        reconciler = Reconciler(engine, gateway, metrics=metrics)
+        lease = DutyLease(redis, keys.reconciler_lease_key())
+        reconciler = Reconciler(engine, gateway, lease, metrics=metrics)
         loops.append(asyncio.create_task(reconciler.loop(stop)))
         log.info(
             "reconciler on: every %d s while this worker holds the lease; grace %d s",
@@ -105,7 +117,7 @@ async def running(
         await services.drain()
         await gateway.aclose()
         if release is not None:
-            await active_store.aclose()
+            await redis.aclose()
             release()
 
 
@@ -125,14 +137,15 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
 def create_app(
     settings: Settings,
     *,
-    store: RedisStore | None = None,
+    store: RedisClient | None = None,
     clock: Callable[[], float] = time.time,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     run_worker: bool = True,
 ) -> Litestar:
-    """Build the service. Without `store`, one is opened at start-up as profile §14 says;
-    `run_worker=False` (`serve --no-worker`) leaves effects retries and timers to workers."""
+    """Build the service. Without `store` (a Redis client), one is opened at start-up as
+    profile §14 says; `run_worker=False` (`serve --no-worker`) leaves effects retries and
+    timers to workers."""
     telemetry = Telemetry(
         tracer_provider if tracer_provider is not None else provider_from_env(os.environ)
     )

@@ -163,7 +163,7 @@ async def healthz() -> Response[bytes]:
 @get("/readyz")
 async def readyz(state: State) -> Response[bytes]:
     dispatcher: Dispatcher = state.dispatcher
-    if await dispatcher.services.store.ping():
+    if await dispatcher.services.store_ready():
         return Response(b'{"status":"ready"}', media_type=JSON)
     return Response(
         b'{"status":"unavailable","redis":"unreachable"}', status_code=503, media_type=JSON

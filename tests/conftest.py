@@ -30,7 +30,7 @@ from realtime.app import create_app
 from realtime.auth import mint_dev_token
 from realtime.http_server import server_config
 from realtime.settings import Settings
-from realtime.store.redis_store import RedisStore
+from realtime.store.redis_client import RedisClient
 from realtime.store.server import PrivateRedis, redis_server_available
 
 TEST_SECRET = "test-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
@@ -59,8 +59,8 @@ def redis_url() -> Iterator[str | None]:
 
 
 @pytest.fixture
-async def store(redis_url: str | None) -> AsyncIterator[RedisStore]:
-    store = RedisStore.from_url(redis_url) if redis_url else RedisStore.embedded_store()
+async def store(redis_url: str | None) -> AsyncIterator[RedisClient]:
+    store = RedisClient.from_url(redis_url) if redis_url else RedisClient.in_process()
     await store.client.flushdb()
     try:
         yield store
@@ -110,7 +110,7 @@ async def serving(app: Any, settings: Settings | None = None) -> AsyncIterator[s
 
 @pytest.fixture
 async def client(
-    settings: Settings, store: RedisStore, tracer_provider: TracerProvider
+    settings: Settings, store: RedisClient, tracer_provider: TracerProvider
 ) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings, store=store, tracer_provider=tracer_provider)
     async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as http:
@@ -201,7 +201,7 @@ def livekit_settings(livekit: Any, **overrides: Any) -> Settings:
 
 @pytest.fixture
 async def rt_client(
-    livekit: Any, store: RedisStore, tracer_provider: TracerProvider
+    livekit: Any, store: RedisClient, tracer_provider: TracerProvider
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a service wired to the LiveKit stand-in."""
     app = create_app(livekit_settings(livekit), store=store, tracer_provider=tracer_provider)

@@ -26,7 +26,7 @@ from realtime.engine.schedule import armed_by
 from realtime.errors import CommandConflict, SessionNotFound, Unavailable
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, PendingEffect, SessionRecord, TaskRecord
-from realtime.store.redis_store import Loaded, SessionStore
+from realtime.store.sessions import Loaded, SessionStore
 from realtime.telemetry import Telemetry, note_transition
 from state_machines import (
     Accepted,

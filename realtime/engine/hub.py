@@ -21,7 +21,7 @@ from typing import Final
 
 from realtime.errors import SERVER_GOING_AWAY, Unavailable
 from realtime.store import keys
-from realtime.store.redis_store import Entry, EventStore
+from realtime.store.events import Entry, EventStore
 
 log = logging.getLogger(__name__)
 

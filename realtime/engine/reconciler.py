@@ -41,8 +41,7 @@ from realtime.effects.livekit import (
 from realtime.engine.core import Cause, Command, Engine, Note, params_digest
 from realtime.engine.schedule import Timer
 from realtime.errors import ServiceError, Unavailable
-from realtime.store import keys
-from realtime.store.redis_store import DutyLease
+from realtime.store.leases import DutyLease
 from realtime.telemetry import Metrics
 from state_machines import RoomLost, Session
 from state_machines import endpoint as endpoints
@@ -141,6 +140,7 @@ class Reconciler:
         self,
         engine: Engine,
         gateway: LiveKitGateway,
+        lease: DutyLease,
         *,
         metrics: Metrics | None = None,
         token: str | None = None,
@@ -154,7 +154,7 @@ class Reconciler:
         self.grace_ms = settings.reconcile_grace_s * 1000
         # held from one sweep to the next: a worker that dies hands over within this
         self.lease_ms = (settings.reconcile_interval_s + settings.worker_lease_s) * 1000
-        self.lease = DutyLease(engine.sessions, keys.reconciler_lease_key())
+        self.lease = lease  # `aim:{reconciler}:lease`, built by the composition root
         self.token = token or uuid.uuid4().hex
         self.held = False
         self.stop = asyncio.Event()

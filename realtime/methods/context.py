@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -17,7 +17,9 @@ from realtime.engine.core import Engine
 from realtime.engine.hub import EventHub
 from realtime.engine.runner import Runner
 from realtime.settings import Settings
-from realtime.store.redis_store import RedisStore
+from realtime.store.events import EventStore
+from realtime.store.sessions import SessionStore
+from realtime.store.tasks import TaskStore
 from realtime.telemetry import Metrics
 
 P = TypeVar("P", bound=Params)
@@ -32,10 +34,14 @@ def _new_id() -> str:
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """Long-lived collaborators, built once by `create_app`."""
+    """Long-lived collaborators, built once by `create_app`. The stores are the only doors to
+    storage (the engine holds the same `SessionStore`, the hub the same `EventStore`)."""
 
     settings: Settings
-    store: RedisStore
+    task_store: TaskStore
+    session_store: SessionStore
+    event_store: EventStore
+    store_ready: Callable[[], Awaitable[bool]]  # whether Redis answers (readiness)
     engine: Engine
     runner: Runner
     hub: EventHub

@@ -86,7 +86,7 @@ async def create_session(
     digest = "sha256:" + hashlib.sha256(_CANONICAL.encode(data)).hexdigest()
     task_id = services.new_id()
     now_ms = services.now_ms()
-    sessions = services.engine.sessions
+    sessions = services.session_store
     for _ in range(2):
         status, earlier = await sessions.claim_create(
             owner,
@@ -121,13 +121,13 @@ async def create_session(
         assert earlier is not None  # noqa: S101
         task_id = earlier
     session_id = keys.tag_for_task(task_id)
-    existing = await services.store.get_task(task_id)
+    existing = await services.task_store.get(task_id)
     created = False
     if existing is None:  # first attempt (or one that stopped before its commit): create
         existing = await _commit_new(services, call, create, task_id, session_id, now_ms)
         created = existing is not None
         if existing is None:
-            existing = await services.store.get_task(task_id)
+            existing = await services.task_store.get(task_id)
     if existing is None or existing.owner != owner:
         raise InternalError("The session could not be created; retry the request.")
     if status == "ok" or created:  # whoever commits the session starts its provisioning
@@ -191,7 +191,7 @@ async def _provision(
         return None
     deadline = services.clock() + PROVISIONING_WAIT_S
     while True:
-        loaded = await services.engine.sessions.load(session_id, with_outbox=True)
+        loaded = await services.session_store.load(session_id, with_outbox=True)
         state = loaded.record.session.state if loaded.record else None
         failing = any(entry.attempts > 0 for entry in loaded.outbox or ())
         if state != PROVISIONING or services.clock() >= deadline:
@@ -208,7 +208,7 @@ async def _provision(
 
 async def _prune_live(services: Services, owner: str) -> bool:
     """Drop sessions that ended from the live index (a crash may have left them); True if any."""
-    sessions = services.engine.sessions
+    sessions = services.session_store
     stale = []
     for session_id in await sessions.live_sessions(owner):
         loaded = await sessions.load(session_id)
@@ -315,7 +315,7 @@ async def end_session(services: Services, call: Call[p.EndSessionParams]) -> Any
 async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any:
     params = call.params
     await services.engine.load_own(params.session_id, call.principal.key)
-    outcome = await services.engine.sessions.outcome(params.session_id, params.command_id)
+    outcome = await services.session_store.outcome(params.session_id, params.command_id)
     if outcome is None:
         raise CommandNotFound(
             f"No applied command {params.command_id} in this session. Only applied commands "
@@ -334,6 +334,14 @@ async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any
             "result": result,
         }
     }
+
+
+def _not_cancelable(record: TaskRecord) -> TaskNotCancelable:
+    state = record.task.status.state
+    return TaskNotCancelable(
+        f"Task {record.task.id} is {state} and can no longer be canceled.",
+        details={"taskId": record.task.id, "state": state},
+    )
 
 
 async def cancel_realtime_task(
@@ -356,16 +364,14 @@ async def cancel_realtime_task(
 
 
 async def cancel_task(services: Services, call: Call[p.TaskParams]) -> wire.Task:
-    """CancelTask: a realtime task ends its session; any other task follows its lifecycle."""
+    """CancelTask (the task read once): a realtime task ends its session. A task without a
+    session is only ever stored REJECTED (SendMessage refused it): terminal, like any task
+    whose session is over."""
     record = await tasks.load_own_task(services, call.principal.key, call.params.id)
     metadata = record.task.metadata
-    if metadata is msgspec.UNSET or wire.REALTIME_EXTENSION not in metadata:
-        return await tasks.cancel_task(services, call)
-    if record.task.status.state in wire.TERMINAL_STATES:
-        raise TaskNotCancelable(
-            f"Task {record.task.id} is {record.task.status.state} and can no longer be canceled.",
-            details={"taskId": record.task.id, "state": record.task.status.state},
-        )
+    realtime = metadata is not msgspec.UNSET and wire.REALTIME_EXTENSION in metadata
+    if not realtime or record.task.status.state in wire.TERMINAL_STATES:
+        raise _not_cancelable(record)
     return await cancel_realtime_task(
         services, record, call.principal.key, call.params.history_length
     )

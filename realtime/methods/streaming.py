@@ -23,8 +23,8 @@ from realtime.errors import TaskNotFound, UnsupportedOperation, invalid_params
 from realtime.methods import messages, tasks
 from realtime.methods.context import Call, Services
 from realtime.store import keys
+from realtime.store.events import Entry, Snapshot
 from realtime.store.records import TaskRecord
-from realtime.store.redis_store import Entry, EventStore, Snapshot
 
 Frame = tuple[str | None, dict[str, Any]]
 
@@ -74,7 +74,7 @@ class TaskStream:
             return
         after = self.follow_after
         stream = keys.events_key(keys.tag_for_task(self.task.id))
-        events = EventStore(self.services.store)
+        events = self.services.event_store
         while True:
             page = await events.after(stream, after, count=CATCH_UP_PAGE)
             for entry_id, raw in page:
@@ -188,7 +188,7 @@ async def _resume(
         if parse_id(newest) <= parse_id(last):
             return None
         stream = keys.events_key(keys.tag_for_task(task.id))
-        seen = await EventStore(services.store).entry(stream, last)
+        seen = await services.event_store.entry(stream, last)
         if seen is not None and _EVENT.decode(seen[1]).status.get("state") in wire.TERMINAL_STATES:
             return None  # e.g. the `ended` entry after `ending`: the task was over already
     return TaskStream(services, task, [], follow_after=last)
@@ -203,7 +203,7 @@ def _over(task: wire.Task) -> UnsupportedOperation:
 
 
 async def _own_snapshot(services: Services, call: Call[Any], task_id: str) -> Snapshot:
-    snapshot = await EventStore(services.store).snapshot(task_id)
+    snapshot = await services.event_store.snapshot(task_id)
     if snapshot.task is None or snapshot.task.owner != call.principal.key:
         raise TaskNotFound(task_id)
     return snapshot

@@ -1,4 +1,5 @@
-"""A2A task methods: SendMessage without a realtime part, GetTask, ListTasks, CancelTask."""
+"""A2A task methods: SendMessage without a realtime part, GetTask, ListTasks (CancelTask is in
+`sessions`: only a realtime task can be canceled)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from msgspec import UNSET
 
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
-from realtime.errors import TaskNotCancelable, TaskNotFound, invalid_params
+from realtime.errors import TaskNotFound, invalid_params
 from realtime.methods.context import Call, Services, timestamp
 from realtime.store.records import TaskRecord
 from state_machines import Accepted
@@ -66,7 +67,7 @@ def view(task: wire.Task, history_length: int | None, *, artifacts: bool = True)
 
 async def load_own_task(services: Services, owner: str, task_id: str) -> TaskRecord:
     """The caller's task, or -32001 exactly as for an unknown id."""
-    record = await services.store.get_task(task_id)
+    record = await services.task_store.get(task_id)
     if record is None or record.owner != owner:
         raise TaskNotFound(task_id)
     return record
@@ -88,11 +89,11 @@ async def send_message_rejected(
     task_id = services.new_id()
     now_ms = services.now_ms()
     ttl = services.settings.task_ttl_s
-    earlier = await services.store.claim_message(
+    earlier = await services.task_store.claim_message(
         owner, params.message.message_id, task_id, score_ms=now_ms, ttl_s=ttl
     )
     if earlier is not None:
-        record = await services.store.get_task(earlier)
+        record = await services.task_store.get(earlier)
         if record is not None:
             return wire.SendMessageResult(task=view(record.task, history_length))
         task_id = earlier  # the first attempt stopped before writing its task: finish it
@@ -122,32 +123,12 @@ async def send_message_rejected(
         status_ms=now_ms,
         task=task,
     )
-    await services.store.put_task(record, ttl_s=ttl)
+    await services.task_store.put(record, ttl_s=ttl)
     return wire.SendMessageResult(task=view(task, history_length))
 
 
 async def get_task(services: Services, call: Call[p.TaskParams]) -> wire.Task:
     record = await load_own_task(services, call.principal.key, call.params.id)
-    return view(record.task, call.params.history_length)
-
-
-async def cancel_task(services: Services, call: Call[p.TaskParams]) -> wire.Task:
-    record = await load_own_task(services, call.principal.key, call.params.id)
-    state = record.task.status.state
-    outcome = lifecycle.decide(lifecycle.TaskCore(state=state, version=record.version), "cancel")
-    if not isinstance(outcome, Accepted):
-        raise TaskNotCancelable(
-            f"Task {record.task.id} is {state} and can no longer be canceled.",
-            details={"taskId": record.task.id, "state": state},
-        )
-    now_ms = services.now_ms()
-    record.task = msgspec.structs.replace(
-        record.task,
-        status=wire.TaskStatus(state=outcome.state.state, timestamp=timestamp(now_ms)),
-    )
-    record.version = outcome.state.version
-    record.status_ms = now_ms
-    await services.store.put_task(record, ttl_s=services.settings.task_ttl_s)
     return view(record.task, call.params.history_length)
 
 
@@ -185,7 +166,7 @@ async def list_tasks(services: Services, call: Call[p.ListParams]) -> wire.ListT
     page_size = params.page_size or DEFAULT_PAGE_SIZE
     cursor = _decode_cursor(params.page_token) if params.page_token else None
     oldest_ms = services.now_ms() - services.settings.task_ttl_s * 1000
-    records = await services.store.owner_tasks(call.principal.key, newer_than_ms=oldest_ms)
+    records = await services.task_store.owner_tasks(call.principal.key, newer_than_ms=oldest_ms)
     after_ms = (
         int(params.status_timestamp_after.timestamp() * 1000)
         if params.status_timestamp_after is not None

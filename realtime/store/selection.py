@@ -7,7 +7,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from realtime.settings import Settings
-from realtime.store.redis_store import RedisStore
+from realtime.store.redis_client import RedisClient
 from realtime.store.server import RedisUnavailableError, redis_server_available
 from realtime.store.shared import SharedRedis
 
@@ -19,11 +19,11 @@ EMBEDDED_WARNING = (
 )
 
 
-def open_store(settings: Settings) -> tuple[RedisStore, Callable[[], None]]:
-    """The store and a function that releases what opening it started."""
+def open_store(settings: Settings) -> tuple[RedisClient, Callable[[], None]]:
+    """The Redis client and a function that releases what opening it started."""
     if settings.redis_url:
         log.info("redis: %s (AIM_REDIS_URL)", _without_secrets(settings.redis_url))
-        return RedisStore.from_url(settings.redis_url, cluster=settings.redis_cluster), _nothing
+        return RedisClient.from_url(settings.redis_url, cluster=settings.redis_cluster), _nothing
     if redis_server_available():
         server = SharedRedis.open(settings.data_path / "redis")
         log.info(
@@ -33,13 +33,13 @@ def open_store(settings: Settings) -> tuple[RedisStore, Callable[[], None]]:
             server.socket,
             "started by this process" if server.started else "already running",
         )
-        return RedisStore.from_url(server.url), server.release
+        return RedisClient.from_url(server.url), server.release
     if settings.require_redis:
         raise RedisUnavailableError(
             "AIM_REQUIRE_REDIS is set but neither AIM_REDIS_URL nor a redis-server binary exists"
         )
     log.warning(EMBEDDED_WARNING)
-    return RedisStore.embedded_store(), _nothing
+    return RedisClient.in_process(), _nothing
 
 
 def _without_secrets(url: str) -> str:

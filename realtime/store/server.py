@@ -2,7 +2,7 @@
 
 `PrivateRedis` is a child process of its own in a fresh directory (tests and benchmarks);
 the service's first-run default is `realtime.store.shared`, one server per data directory.
-This module speaks just enough RESP to PING, so that only `redis_store` imports redis.
+This module speaks just enough RESP to PING, so that only `redis_client` imports redis.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from realtime.app import create_app
-from realtime.store.redis_store import RedisStore
+from realtime.store.redis_client import RedisClient
 from tests.conftest import (
     LIVEKIT_KEY,
     LIVEKIT_SECRET,
@@ -44,12 +44,12 @@ PROVIDER_STATE = (
 DEEP = b"[" * 980 + b"]" * 980
 
 
-async def redis_contents(store: RedisStore) -> dict[bytes, bytes | None]:
+async def redis_contents(store: RedisClient) -> dict[bytes, bytes | None]:
     """Every key with its serialized value: equal dicts mean nothing was written."""
     return {key: await store.client.dump(key) async for key in store.client.scan_iter(count=1000)}
 
 
-async def settled_contents(store: RedisStore) -> dict[bytes, bytes | None]:
+async def settled_contents(store: RedisClient) -> dict[bytes, bytes | None]:
     """The contents once the work a journey left running (effects, data messages) is done."""
     contents = await redis_contents(store)
     for _ in range(40):
@@ -72,7 +72,7 @@ def reader() -> InMemoryMetricReader:
 
 @pytest.fixture
 async def metered(
-    livekit: Any, store: RedisStore, tracer_provider: Any, reader: InMemoryMetricReader
+    livekit: Any, store: RedisClient, tracer_provider: Any, reader: InMemoryMetricReader
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a service wired to the stand-in whose metrics `reader` collects."""
     app = create_app(

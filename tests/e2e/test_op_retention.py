@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from realtime.store.redis_store import RedisStore
+from realtime.store.redis_client import RedisClient
 from tests.e2e.op_helpers import (
     get_task,
     interact,
@@ -20,7 +20,7 @@ from tests.e2e.realtime_helpers import new_id
 pytestmark = pytest.mark.e2e
 
 
-async def redis_values(store: RedisStore) -> list[tuple[str, bytes]]:
+async def redis_values(store: RedisClient) -> list[tuple[str, bytes]]:
     """(key, value) for every value in every key of the test's Redis, whatever its type."""
     client = store.client
     found: list[tuple[str, bytes]] = []
@@ -51,7 +51,7 @@ async def redis_values(store: RedisStore) -> list[tuple[str, bytes]]:
     return found
 
 
-async def keys_holding(store: RedisStore, marker: str) -> list[str]:
+async def keys_holding(store: RedisClient, marker: str) -> list[str]:
     needle = marker.encode()
     return sorted({key for key, value in await redis_values(store) if needle in value})
 

@@ -17,7 +17,8 @@ import pytest
 from livekit.api import TokenVerifier
 
 from realtime.store import keys
-from realtime.store.redis_store import RedisStore, SessionStore
+from realtime.store.redis_client import RedisClient
+from realtime.store.sessions import SessionStore
 from state_machines.session import MAX_REBINDS
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, error_info, rpc
 from tests.e2e.realtime_helpers import create_session, new_id, register, session_of
@@ -47,7 +48,7 @@ async def task_state(client: httpx.AsyncClient, task_id: str) -> str:
     return state
 
 
-async def state_path(store: RedisStore, session_id: str) -> list[str]:
+async def state_path(store: RedisClient, session_id: str) -> list[str]:
     """The states the session went through, from its event stream (repeats collapsed)."""
     path: list[str] = []
     for _, fields in await store.client.xrange(keys.events_key(session_id)):
@@ -57,13 +58,13 @@ async def state_path(store: RedisStore, session_id: str) -> list[str]:
     return path
 
 
-async def pending_timers(store: RedisStore, session_id: str, kind: str) -> list[str]:
+async def pending_timers(store: RedisClient, session_id: str, kind: str) -> list[str]:
     members = await store.client.zrange(keys.timers_due_key(), 0, -1)
     prefix = f"{session_id}|{kind}|"
     return [m.decode() for m in members if m.decode().startswith(prefix)]
 
 
-async def wait_for_timers_to_fire(store: RedisStore, session_id: str, kind: str) -> None:
+async def wait_for_timers_to_fire(store: RedisClient, session_id: str, kind: str) -> None:
     deadline = time.monotonic() + 5
     while await pending_timers(store, session_id, kind):
         assert time.monotonic() < deadline, f"the {kind} timer of {session_id} never fired"

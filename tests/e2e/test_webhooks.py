@@ -27,7 +27,7 @@ from google.protobuf import json_format
 from livekit import api
 
 from realtime.app import create_app
-from realtime.store.redis_store import RedisStore, SessionStore
+from realtime.store.redis_client import RedisClient
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings, serving
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
 from tests.livekit_standin import sign_webhook, webhook_headers
@@ -190,7 +190,7 @@ async def active_session(client: httpx.AsyncClient) -> tuple[str, str]:
 
 @contextlib.asynccontextmanager
 async def service(
-    livekit: Any, store: RedisStore, tracer_provider: Any, **overrides: Any
+    livekit: Any, store: RedisClient, tracer_provider: Any, **overrides: Any
 ) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(
         livekit_settings(livekit, **overrides), store=store, tracer_provider=tracer_provider
@@ -598,7 +598,7 @@ async def test_the_agent_is_known_by_its_kind_not_by_its_identity(rt_client):
 
 
 async def test_webhooks_answer_503_when_redis_is_unreachable(livekit, tracer_provider):
-    dead = RedisStore.from_url("redis://127.0.0.1:1/0", pool_size=4)
+    dead = RedisClient.from_url("redis://127.0.0.1:1/0", pool_size=4)
     try:
         async with service(livekit, dead, tracer_provider) as client:
             session_id = new_id()
@@ -623,7 +623,7 @@ async def test_a_503_records_nothing_so_livekits_retry_applies(
     if redis_url is None:
         pytest.skip("needs a real Redis (the embedded store has no socket to cut)")
     async with redis_proxy(redis_url) as (proxy, url):
-        proxied = RedisStore.from_url(url, pool_size=8)
+        proxied = RedisClient.from_url(url, pool_size=8)
         try:
             async with service(livekit, proxied, tracer_provider) as client:
                 session_id, endpoint = await joining_session(client)
@@ -646,14 +646,14 @@ async def test_redis_lost_during_the_commit_answers_503_and_the_retry_applies(
     if redis_url is None:
         pytest.skip("needs a real Redis (the embedded store has no socket to cut)")
     async with redis_proxy(redis_url) as (proxy, url):
-        proxied = RedisStore.from_url(url, pool_size=8)
+        proxied = RedisClient.from_url(url, pool_size=8)
         try:
             async with service(livekit, proxied, tracer_provider) as client:
                 session_id, endpoint = await joining_session(client)
                 joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
                 # Redis goes away exactly when the session's commit is sent: nothing is applied,
                 # and the event id must not stay recorded either
-                commit = b"$7\r\nEVALSHA\r\n$40\r\n" + SessionStore(proxied)._commit.sha.encode()
+                commit = b"$7\r\nEVALSHA\r\n$40\r\n" + proxied.scripts.commit.sha.encode()
                 tripped = proxy.arm(commit, forward=False, refuse=True)
                 assert (await post(client, joined)).status_code == 503
                 assert tripped.is_set()

@@ -32,7 +32,8 @@ from realtime.store.records import (
     SessionRecord,
     TaskRecord,
 )
-from realtime.store.redis_store import Committed, Loaded, RedisStore, SessionStore
+from realtime.store.redis_client import RedisClient
+from realtime.store.sessions import Committed, Loaded, SessionStore
 from state_machines import Capabilities, CreateRoom, DeleteRoom, DispatchAgent, Provisioned
 from state_machines import session as machine
 from tests.conftest import TEST_SECRET
@@ -144,7 +145,7 @@ class Layout(msgspec.Struct):
     outbox: int
 
 
-async def layout(store: RedisStore, session_id: str) -> Layout:
+async def layout(store: RedisClient, session_id: str) -> Layout:
     client = store.client
     version, snapshot = await client.hmget(keys.session_key(session_id), "v", "s")
     return Layout(
@@ -157,7 +158,7 @@ async def layout(store: RedisStore, session_id: str) -> Layout:
     )
 
 
-async def events_of(store: RedisStore, session_id: str) -> list[dict[str, Any]]:
+async def events_of(store: RedisClient, session_id: str) -> list[dict[str, Any]]:
     entries = await store.client.xrange(keys.events_key(session_id))
     return [msgspec.json.decode(fields[b"e"]) for _, fields in entries]
 
@@ -296,11 +297,11 @@ async def test_commits_survive_a_script_flush(store):
     before = await layout(store, session_id)
 
     await store.client.script_flush()
-    assert await store.client.script_exists(sessions._commit.sha) == [False]
+    assert await store.client.script_exists(store.scripts.commit.sha) == [False]
     applied = await register(engine, session_id, "phone")
     assert applied.task is not None
     assert (await layout(store, session_id)).version == before.version + 1
-    assert await store.client.script_exists(sessions._commit.sha) == [True]
+    assert await store.client.script_exists(store.scripts.commit.sha) == [True]
 
     await store.client.script_flush()  # the other scripts load themselves as well
     status, _ = await sessions.claim_create(
@@ -326,7 +327,7 @@ async def test_commits_survive_a_script_flush(store):
 class GatedSessions(SessionStore):
     """Holds its first load until `gate` opens, and records what each commit returned."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisClient) -> None:
         super().__init__(store)
         self.gate = asyncio.Event()
         self.loaded = asyncio.Event()
@@ -347,7 +348,7 @@ class GatedSessions(SessionStore):
         return committed
 
 
-async def race(store: RedisStore, session_id: str, first_id: str, second_id: str, devices):
+async def race(store: RedisClient, session_id: str, first_id: str, second_id: str, devices):
     """Both engines load the same version; the first commits, then the second tries."""
     one, two = GatedSessions(store), GatedSessions(store)
     first = asyncio.create_task(register(engine_on(one), session_id, devices[0], first_id))

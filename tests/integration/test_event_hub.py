@@ -12,12 +12,13 @@ from redis.crc import key_slot
 
 from realtime.engine.hub import EventHub, LaggedError, Subscription, parse_id
 from realtime.store import keys
-from realtime.store.redis_store import EventStore, RedisStore, slot_groups
+from realtime.store.events import EventStore, slot_groups
+from realtime.store.redis_client import RedisClient
 
 pytestmark = pytest.mark.redis
 
 
-async def commit(store: RedisStore, session_id: str, n: int) -> list[str]:
+async def commit(store: RedisClient, session_id: str, n: int) -> list[str]:
     """What commits do to the stream: XADD entries `e=<json>`; their ids."""
     ids = []
     for i in range(n):
@@ -100,7 +101,7 @@ async def test_many_subscriptions_share_one_redis_connection(store, redis_url):
 
 
 async def test_the_embedded_store_is_followed_by_polling():
-    store = RedisStore.embedded_store()
+    store = RedisClient.in_process()
     hub = EventHub(EventStore(store), buffer=16)
     assert hub.blocking is False
     try:

@@ -16,7 +16,9 @@ import pytest
 from realtime.app import create_app
 from realtime.methods import sessions as session_methods
 from realtime.store import keys
-from realtime.store.redis_store import RedisStore, SessionStore
+from realtime.store.redis_client import RedisClient
+from realtime.store.sessions import SessionStore
+from realtime.store.tasks import TaskStore
 from tests.conftest import error_info, livekit_settings, rpc, serving
 from tests.e2e.realtime_helpers import call, create_part, create_session, new_id, register
 from tests.tcp_proxy import TcpProxy, redis_proxy
@@ -142,7 +144,7 @@ async def test_dispatch_fails_once_with_503(rt_client, livekit, reply_lost):
 
 @pytest.fixture
 async def redis_link(
-    redis_url: str | None, store: RedisStore
+    redis_url: str | None, store: RedisClient
 ) -> AsyncIterator[tuple[TcpProxy, str]]:
     """A TCP proxy in front of the test Redis (after `store` has flushed it)."""
     if redis_url is None:
@@ -156,7 +158,7 @@ async def service_via(
     url: str, livekit: Any, *, pool_size: int = 64
 ) -> AsyncIterator[httpx.AsyncClient]:
     """The service on its own Redis client through `url` (the proxy)."""
-    proxied = RedisStore.from_url(url, pool_size=pool_size)
+    proxied = RedisClient.from_url(url, pool_size=pool_size)
     try:
         app = create_app(livekit_settings(livekit), store=proxied)
         async with (
@@ -175,7 +177,7 @@ class Snapshot:
         self.version, self.events, self.outcome, self.state = version, events, outcome, state
 
     @classmethod
-    async def read(cls, store: RedisStore, session_id: str, command_id: str) -> Snapshot:
+    async def read(cls, store: RedisClient, session_id: str, command_id: str) -> Snapshot:
         loaded = await SessionStore(store).load(session_id)
         return cls(
             loaded.version,
@@ -185,19 +187,19 @@ class Snapshot:
         )
 
 
-async def events_of(store: RedisStore, session_id: str) -> list[dict[str, Any]]:
+async def events_of(store: RedisClient, session_id: str) -> list[dict[str, Any]]:
     entries = await store.client.xrange(keys.events_key(session_id))
     return [msgspec.json.decode(fields[b"e"]) for _, fields in entries]
 
 
-def evalsha(store: RedisStore) -> bytes:
+def evalsha(store: RedisClient) -> bytes:
     """The commit script's EVALSHA as it goes over the wire (RESP)."""
-    return b"$7\r\nEVALSHA\r\n$40\r\n" + SessionStore(store)._commit.sha.encode()
+    return b"$7\r\nEVALSHA\r\n$40\r\n" + store.scripts.commit.sha.encode()
 
 
-def script_exists(store: RedisStore) -> bytes:
+def script_exists(store: RedisClient) -> bytes:
     """The pipeline's check for the commit script, sent just before the EVALSHA."""
-    return b"$6\r\nEXISTS\r\n$40\r\n" + SessionStore(store)._commit.sha.encode()
+    return b"$6\r\nEXISTS\r\n$40\r\n" + store.scripts.commit.sha.encode()
 
 
 COMMIT_CUTS = {
@@ -271,7 +273,7 @@ async def test_redis_dropped_during_the_commit(redis_link, store, livekit, cut_a
         task_meta = meta(got["result"])
         assert task_meta["sessionState"] == session["state"] == "joining"
         assert task_meta["sessionEpoch"] == session["sessionEpoch"]
-        record = await store.get_task(task["id"])
+        record = await TaskStore(store).get(task["id"])
         assert record is not None
         assert record.version == task_meta["taskVersion"]
 

@@ -16,7 +16,9 @@ from realtime.engine.core import Engine
 from realtime.engine.hub import EventHub, LaggedError, Subscription
 from realtime.engine.runner import Runner
 from realtime.store import keys
-from realtime.store.redis_store import Entry, EventStore, RedisStore, SessionStore
+from realtime.store.events import Entry, EventStore
+from realtime.store.redis_client import RedisClient
+from realtime.store.sessions import SessionStore
 from tests.conftest import livekit_settings
 from tests.e2e.op_helpers import get_session, interact, open_session
 from tests.e2e.test_webhooks import deliver, room, webhook
@@ -165,7 +167,7 @@ class HeldReads(EventStore):
     """The hub's reads, held back while `flowing` is clear: the reader falls behind the stream
     (as it does when one XREAD serves many busy streams), while direct reads go on."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisClient) -> None:
         super().__init__(store)
         self.flowing = asyncio.Event()
         self.flowing.set()

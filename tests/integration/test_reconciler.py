@@ -27,7 +27,8 @@ from realtime.app import create_app, running
 from realtime.engine.reconciler import Reconciler
 from realtime.methods.context import Services
 from realtime.store import keys
-from realtime.store.redis_store import RedisStore
+from realtime.store.leases import DutyLease
+from realtime.store.redis_client import RedisClient
 from realtime.telemetry import Metrics
 from tests.conftest import livekit_settings, serving
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
@@ -69,10 +70,15 @@ class World:
     clock: Clock
     metrics: Metrics
     reader: InMemoryMetricReader
+    lease: DutyLease  # the reconciler's, on the worker's Redis
 
     def reconciler(self, token: str | None = None) -> Reconciler:
         return Reconciler(
-            self.worker.engine, self.worker.runner.gateway, metrics=self.metrics, token=token
+            self.worker.engine,
+            self.worker.runner.gateway,
+            self.lease,
+            metrics=self.metrics,
+            token=token,
         )
 
     def corrections(self) -> dict[str, float]:
@@ -88,7 +94,7 @@ class World:
 
 
 @contextlib.asynccontextmanager
-async def world_of(livekit: Any, store: RedisStore, **overrides: Any) -> AsyncIterator[World]:
+async def world_of(livekit: Any, store: RedisClient, **overrides: Any) -> AsyncIterator[World]:
     settings = livekit_settings(livekit, max_sessions_per_principal=64, **overrides)
     reader = InMemoryMetricReader()
     metrics = Metrics(MeterProvider(metric_readers=[reader]))
@@ -99,22 +105,24 @@ async def world_of(livekit: Any, store: RedisStore, **overrides: Any) -> AsyncIt
         httpx.AsyncClient(base_url=base_url, timeout=30) as http,
         running(settings, store=store, clock=clock, run_worker=False, metrics=metrics) as worker,
     ):
-        yield World(http, worker, clock, metrics, reader)
+        yield World(
+            http, worker, clock, metrics, reader, DutyLease(store, keys.reconciler_lease_key())
+        )
     metrics.shutdown()
 
 
 @pytest.fixture
-async def world(livekit: Any, store: RedisStore) -> AsyncIterator[World]:
+async def world(livekit: Any, store: RedisClient) -> AsyncIterator[World]:
     async with world_of(livekit, store) as found:
         yield found
 
 
-async def events(store: RedisStore, session_id: str) -> list[dict[str, Any]]:
+async def events(store: RedisClient, session_id: str) -> list[dict[str, Any]]:
     entries = await store.client.xrange(keys.events_key(session_id))
     return [msgspec.json.decode(fields[b"e"]) for _, fields in entries]
 
 
-async def corrections_of(store: RedisStore, session_id: str) -> list[dict[str, Any]]:
+async def corrections_of(store: RedisClient, session_id: str) -> list[dict[str, Any]]:
     return [e for e in await events(store, session_id) if e.get("cause") == "reconciler"]
 
 
@@ -155,7 +163,7 @@ def removals(livekit: Any, room_name: str) -> list[str]:
     ]
 
 
-async def quiet(store: RedisStore) -> None:
+async def quiet(store: RedisClient) -> None:
     """Wait until the service has carried out every queued LiveKit call."""
     deadline = time.monotonic() + 5
     while await store.client.zcard(keys.outbox_due_key()):
@@ -163,7 +171,7 @@ async def quiet(store: RedisStore) -> None:
         await asyncio.sleep(0.02)
 
 
-async def redis_state(store: RedisStore) -> dict[bytes, bytes]:
+async def redis_state(store: RedisClient) -> dict[bytes, bytes]:
     """Every key and its value (DUMP), the reconciler's lease left out."""
     found = sorted(await store.client.keys("*"))
     return {key: await store.client.dump(key) for key in found if key != LEASE}
@@ -586,7 +594,7 @@ async def test_a_redis_outage_during_a_sweep_changes_nothing(
         await quiet(store)
     before = await redis_state(store)
     async with redis_proxy(redis_url) as (link, proxied_url):
-        proxied = RedisStore.from_url(proxied_url)
+        proxied = RedisClient.from_url(proxied_url)
         try:
             async with world_of(livekit, proxied) as cut_off:
                 reconciler = cut_off.reconciler()

@@ -17,9 +17,10 @@ from realtime.rpc.errors import code_of, error_object
 from realtime.settings import Settings
 from realtime.store import keys
 from realtime.store.records import TaskRecord
-from realtime.store.redis_store import RedisStore
+from realtime.store.redis_client import RedisClient
 from realtime.store.selection import EMBEDDED_WARNING, open_store
 from realtime.store.server import RedisUnavailableError, redis_server_available
+from realtime.store.tasks import TaskStore
 
 pytestmark = pytest.mark.redis
 
@@ -48,7 +49,7 @@ def record(task_id: str, *, owner: str = OWNER, status_ms: int = 1_000) -> TaskR
     )
 
 
-def unix_socket_path(store: RedisStore) -> Path:
+def unix_socket_path(store: RedisClient) -> Path:
     return Path(store.client.connection_pool.connection_kwargs["path"])
 
 
@@ -72,7 +73,7 @@ def no_redis_server_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 async def test_a_configured_url_is_the_store_that_is_opened(
-    redis_url: str | None, store: RedisStore, tmp_path: Path
+    redis_url: str | None, store: RedisClient, tmp_path: Path
 ) -> None:
     if redis_url is None:
         pytest.skip("no real Redis for this session")
@@ -107,7 +108,7 @@ async def test_without_a_url_a_private_redis_server_is_started_with_aof_and_stop
         await opened.aclose()
         release()
     assert not sock.exists()
-    after = RedisStore.from_url(f"unix://{sock}")
+    after = RedisClient.from_url(f"unix://{sock}")
     try:
         assert await after.ping() is False
     finally:
@@ -140,15 +141,21 @@ def test_without_a_url_or_binary_a_required_redis_is_an_error(
         open_store(Settings(require_redis=True, data_dir=str(tmp_path)))
 
 
-# --- RedisStore against the session's Redis ---------------------------------------------------
+# --- the task store against the session's Redis ---------------------------------------------
+
+
+@pytest.fixture
+def task_store(store: RedisClient) -> TaskStore:
+    return TaskStore(store)
 
 
 async def test_claiming_a_message_returns_none_first_and_the_first_task_on_a_repeat(
-    store: RedisStore,
+    store: RedisClient,
+    task_store: TaskStore,
 ) -> None:
-    first = await store.claim_message(OWNER, "msg-1", "task-a", score_ms=1_000, ttl_s=60)
-    repeat = await store.claim_message(OWNER, "msg-1", "task-b", score_ms=2_000, ttl_s=60)
-    again = await store.claim_message(OWNER, "msg-1", "task-c", score_ms=3_000, ttl_s=60)
+    first = await task_store.claim_message(OWNER, "msg-1", "task-a", score_ms=1_000, ttl_s=60)
+    repeat = await task_store.claim_message(OWNER, "msg-1", "task-b", score_ms=2_000, ttl_s=60)
+    again = await task_store.claim_message(OWNER, "msg-1", "task-c", score_ms=3_000, ttl_s=60)
 
     assert first is None
     assert repeat == "task-a"
@@ -157,77 +164,83 @@ async def test_claiming_a_message_returns_none_first_and_the_first_task_on_a_rep
     assert index == [(b"task-a", 1_000.0)]
 
 
-async def test_a_claim_outlives_its_task_by_the_idempotency_grace(store: RedisStore) -> None:
-    await store.claim_message(OWNER, "msg-ttl", "task-a", score_ms=1_000, ttl_s=60)
+async def test_a_claim_outlives_its_task_by_the_idempotency_grace(
+    store: RedisClient, task_store: TaskStore
+) -> None:
+    await task_store.claim_message(OWNER, "msg-ttl", "task-a", score_ms=1_000, ttl_s=60)
 
     ttl = await store.client.ttl(keys.owner_message_key(OWNER, "msg-ttl"))
     assert 60 < ttl <= 60 + keys.IDEMPOTENCY_GRACE_S
 
 
-async def test_claims_of_different_owners_do_not_collide(store: RedisStore) -> None:
-    assert await store.claim_message("alice", "msg-1", "t-alice", score_ms=1, ttl_s=60) is None
-    assert await store.claim_message("bob", "msg-1", "t-bob", score_ms=1, ttl_s=60) is None
-    assert await store.claim_message("bob", "msg-1", "t-x", score_ms=1, ttl_s=60) == "t-bob"
+async def test_claims_of_different_owners_do_not_collide(task_store: TaskStore) -> None:
+    assert await task_store.claim_message("alice", "msg-1", "t-alice", score_ms=1, ttl_s=60) is None
+    assert await task_store.claim_message("bob", "msg-1", "t-bob", score_ms=1, ttl_s=60) is None
+    assert await task_store.claim_message("bob", "msg-1", "t-x", score_ms=1, ttl_s=60) == "t-bob"
 
 
-async def test_a_stored_task_reads_back_equal(store: RedisStore) -> None:
+async def test_a_stored_task_reads_back_equal(store: RedisClient, task_store: TaskStore) -> None:
     original = record("task-round-trip", status_ms=1_234)
 
-    await store.put_task(original, ttl_s=60)
+    await task_store.put(original, ttl_s=60)
 
-    assert await store.get_task("task-round-trip") == original
+    assert await task_store.get("task-round-trip") == original
     assert 0 < await store.client.ttl(keys.task_key("task-round-trip")) <= 60
 
 
-async def test_an_unknown_task_reads_as_none(store: RedisStore) -> None:
-    assert await store.get_task("no-such-task") is None
+async def test_an_unknown_task_reads_as_none(task_store: TaskStore) -> None:
+    assert await task_store.get("no-such-task") is None
 
 
-async def test_owner_tasks_skips_missing_tasks_and_prunes_old_entries(store: RedisStore) -> None:
-    await store.put_task(record("old", status_ms=1_000), ttl_s=60)
-    await store.put_task(record("recent", status_ms=5_000), ttl_s=60)
+async def test_owner_tasks_skips_missing_tasks_and_prunes_old_entries(
+    store: RedisClient, task_store: TaskStore
+) -> None:
+    await task_store.put(record("old", status_ms=1_000), ttl_s=60)
+    await task_store.put(record("recent", status_ms=5_000), ttl_s=60)
     # a claim whose task write never happened (a crash between the two steps)
-    await store.claim_message(OWNER, "msg-lost", "lost", score_ms=6_000, ttl_s=60)
+    await task_store.claim_message(OWNER, "msg-lost", "lost", score_ms=6_000, ttl_s=60)
 
-    tasks = await store.owner_tasks(OWNER, newer_than_ms=2_000)
+    tasks = await task_store.owner_tasks(OWNER, newer_than_ms=2_000)
 
     assert [t.task.id for t in tasks] == ["recent"]
     index = await store.client.zrange(keys.owner_tasks_key(OWNER), 0, -1)
     assert index == [b"recent", b"lost"]  # the old entry is pruned, the missing one kept
-    assert await store.get_task("old") is not None  # pruning touches the index only
+    assert await task_store.get("old") is not None  # pruning touches the index only
 
 
-async def test_owner_tasks_keeps_an_entry_exactly_at_the_cut_off(store: RedisStore) -> None:
-    await store.put_task(record("edge", status_ms=2_000), ttl_s=60)
+async def test_owner_tasks_keeps_an_entry_exactly_at_the_cut_off(task_store: TaskStore) -> None:
+    await task_store.put(record("edge", status_ms=2_000), ttl_s=60)
 
-    tasks = await store.owner_tasks(OWNER, newer_than_ms=2_000)
+    tasks = await task_store.owner_tasks(OWNER, newer_than_ms=2_000)
 
     assert [t.task.id for t in tasks] == ["edge"]
 
 
-async def test_owner_tasks_of_an_owner_without_tasks_is_empty(store: RedisStore) -> None:
-    assert await store.owner_tasks("nobody", newer_than_ms=0) == []
+async def test_owner_tasks_of_an_owner_without_tasks_is_empty(task_store: TaskStore) -> None:
+    assert await task_store.owner_tasks("nobody", newer_than_ms=0) == []
 
 
-async def test_owner_tasks_never_returns_another_owners_task(store: RedisStore) -> None:
-    await store.put_task(record("theirs", owner="someone-else", status_ms=5_000), ttl_s=60)
+async def test_owner_tasks_never_returns_another_owners_task(
+    store: RedisClient, task_store: TaskStore
+) -> None:
+    await task_store.put(record("theirs", owner="someone-else", status_ms=5_000), ttl_s=60)
     await store.client.zadd(keys.owner_tasks_key(OWNER), {"theirs": 5_000})
 
-    assert await store.owner_tasks(OWNER, newer_than_ms=0) == []
+    assert await task_store.owner_tasks(OWNER, newer_than_ms=0) == []
 
 
 # --- an unreachable server ---------------------------------------------------------------------
 
 
 @pytest.fixture
-async def dead_store() -> RedisStore:
-    return RedisStore.from_url(dead_tcp_url())
+async def dead_store() -> RedisClient:
+    return RedisClient.from_url(dead_tcp_url())
 
 
-async def test_a_dead_server_fails_reads_with_upstream_unavailable(dead_store: RedisStore) -> None:
+async def test_a_dead_server_fails_reads_with_upstream_unavailable(dead_store: RedisClient) -> None:
     try:
         with pytest.raises(ServiceError) as caught:
-            await dead_store.get_task("any")
+            await TaskStore(dead_store).get("any")
     finally:
         await dead_store.aclose()
 
@@ -239,22 +252,22 @@ async def test_a_dead_server_fails_reads_with_upstream_unavailable(dead_store: R
 
 
 async def test_a_dead_server_fails_writes_with_upstream_unavailable(
-    dead_store: RedisStore,
+    dead_store: RedisClient,
 ) -> None:
     try:
         with pytest.raises(ServiceError) as put:
-            await dead_store.put_task(record("t"), ttl_s=60)
+            await TaskStore(dead_store).put(record("t"), ttl_s=60)
         with pytest.raises(ServiceError) as claim:
-            await dead_store.claim_message(OWNER, "m", "t", score_ms=1, ttl_s=60)
+            await TaskStore(dead_store).claim_message(OWNER, "m", "t", score_ms=1, ttl_s=60)
         with pytest.raises(ServiceError) as listing:
-            await dead_store.owner_tasks(OWNER, newer_than_ms=0)
+            await TaskStore(dead_store).owner_tasks(OWNER, newer_than_ms=0)
     finally:
         await dead_store.aclose()
 
     assert code_of(put.value) == code_of(claim.value) == code_of(listing.value) == UNAVAILABLE
 
 
-async def test_a_dead_server_answers_ping_with_false(dead_store: RedisStore) -> None:
+async def test_a_dead_server_answers_ping_with_false(dead_store: RedisClient) -> None:
     try:
         assert await dead_store.ping() is False
     finally:
@@ -262,10 +275,10 @@ async def test_a_dead_server_answers_ping_with_false(dead_store: RedisStore) -> 
 
 
 async def test_a_vanished_unix_socket_fails_with_upstream_unavailable(tmp_path: Path) -> None:
-    gone = RedisStore.from_url(f"unix://{tmp_path / 'gone.sock'}")
+    gone = RedisClient.from_url(f"unix://{tmp_path / 'gone.sock'}")
     try:
         with pytest.raises(ServiceError) as caught:
-            await gone.get_task("any")
+            await TaskStore(gone).get("any")
     finally:
         await gone.aclose()
 

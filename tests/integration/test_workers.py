@@ -29,7 +29,8 @@ import pytest
 from realtime.app import create_app, running
 from realtime.settings import Settings
 from realtime.store import keys
-from realtime.store.redis_store import RedisStore, SessionStore
+from realtime.store.redis_client import RedisClient
+from realtime.store.sessions import SessionStore
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, TEST_SECRET, livekit_settings, serving
 from tests.e2e.realtime_helpers import call, create_session, session_of
 from tests.tcp_proxy import redis_proxy
@@ -112,7 +113,7 @@ StartWorker = Callable[..., Awaitable[Worker]]
 
 @pytest.fixture
 async def workers(
-    redis_url: str | None, store: RedisStore, livekit: Any, tmp_path: Path
+    redis_url: str | None, store: RedisClient, livekit: Any, tmp_path: Path
 ) -> AsyncIterator[StartWorker]:
     """`await workers(name, redis=url)` starts a worker on the test Redis (after `store` has
     flushed it) and the LiveKit stand-in; every worker is stopped when the test ends."""
@@ -185,7 +186,7 @@ async def create_ready(http: httpx.AsyncClient, count: int) -> list[str]:
     return session_ids
 
 
-async def states(store: RedisStore, session_ids: Iterable[str]) -> dict[str, str | None]:
+async def states(store: RedisClient, session_ids: Iterable[str]) -> dict[str, str | None]:
     sessions = SessionStore(store)
     ids = list(session_ids)
     loaded = await asyncio.gather(*(sessions.load(sid) for sid in ids))
@@ -195,13 +196,13 @@ async def states(store: RedisStore, session_ids: Iterable[str]) -> dict[str, str
     }
 
 
-async def transitions(store: RedisStore, session_id: str) -> list[dict[str, Any]]:
+async def transitions(store: RedisClient, session_id: str) -> list[dict[str, Any]]:
     """The session's event stream (`e`: JSON with `from`, `to`, `version`, `at`)."""
     entries = await store.client.xrange(keys.events_key(session_id))
     return [msgspec.json.decode(fields[b"e"]) for _, fields in entries]
 
 
-async def idle_timers(store: RedisStore, session_ids: Iterable[str]) -> dict[str, int]:
+async def idle_timers(store: RedisClient, session_ids: Iterable[str]) -> dict[str, int]:
     """The idle timers of these sessions still in `aim:timers:due`, with their scores (ms)."""
     wanted = set(session_ids)
     members = await store.client.zrange(keys.timers_due_key(), 0, -1, withscores=True)
@@ -224,7 +225,7 @@ async def wait_until(
         await asyncio.sleep(0.05)
 
 
-def all_in(store: RedisStore, session_ids: list[str], state: str) -> Callable[[], Awaitable[bool]]:
+def all_in(store: RedisClient, session_ids: list[str], state: str) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return set((await states(store, session_ids)).values()) == {state}
 
@@ -232,7 +233,7 @@ def all_in(store: RedisStore, session_ids: list[str], state: str) -> Callable[[]
 
 
 async def assert_ended_once_by_idle_timer(
-    store: RedisStore, http: httpx.AsyncClient, session_ids: list[str]
+    store: RedisClient, http: httpx.AsyncClient, session_ids: list[str]
 ) -> dict[str, int]:
     """Each session ended by its idle timer with exactly one move into `ending` and one into
     `ended`; returns when each moved into `ending` (ms)."""
@@ -355,7 +356,7 @@ async def test_a_worker_takes_over_timers_a_killed_worker_claimed(
         wait_s = max(armed.values()) / 1000 - time.time() + 0.2
         if wait_s > 0:
             await asyncio.sleep(wait_s)
-        claim = b"$7\r\nEVALSHA\r\n$40\r\n" + sessions._claim_timers.sha.encode()
+        claim = b"$7\r\nEVALSHA\r\n$40\r\n" + store.scripts.claim_timers.sha.encode()
         async with redis_proxy(url) as (link_a, url_a), redis_proxy(url) as (link_b, url_b):
             claimed_by_a = link_a.arm(claim, forward=True)  # then every link of A is cut
             link_b.refuse()

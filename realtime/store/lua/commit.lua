@@ -1,4 +1,8 @@
--- One atomic commit of a session (profile §11). Every key is on the session's slot.
+-- One commit of a session (profile §11): replay check, version check, then snapshot, task,
+-- outcome, events and outbox with their TTLs.
+-- Atomic: one script on the session's slot (every key carries {<sessionId>}, so it runs
+-- unchanged on Redis Cluster); Redis runs it without interleaving, and it returns before any
+-- write unless both checks pass, so no partial commit is ever visible.
 -- KEYS: 1 session hash, 2 task record, 3 command outcomes, 4 event stream, 5 outbox
 -- ARGV: 1 expected version, 2 snapshot, 3 task record, 4 commandId ('' = none),
 --       5 outcome, 6 ttl seconds, 7 events maxlen, 8 event count, then the events,

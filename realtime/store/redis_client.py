@@ -1,0 +1,114 @@
+"""The one module that imports redis (redis-py asyncio, or fakeredis as the embedded store).
+
+`RedisClient` is built in one place for every kind of Redis (a URL, Redis Cluster, the embedded
+store) and carries the Lua scripts, registered on it once. The stores (`tasks`, `sessions`,
+`events`, `leases`) are built from it in the composition root; each reaches Redis only through
+the client and scripts it was given. Connection failures become -31012 here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+import redis.exceptions
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
+from redis.maint_notifications import MaintNotificationsConfig
+
+from realtime.errors import Unavailable
+from realtime.store.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POOL_SIZE: Final = 64
+POOL_TIMEOUT_S: Final = 5  # how long a request waits for a pooled connection
+
+CONNECTION_ERRORS: Final = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.ReadOnlyError,  # a failover left us on a replica
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.TryAgainError,
+    OSError,
+)
+
+
+def redis_unavailable() -> Unavailable:
+    return Unavailable(
+        "The state store (Redis) is unreachable; nothing was changed. Retry the request.",
+        service="redis",
+    )
+
+
+@contextlib.asynccontextmanager
+async def translated_errors() -> AsyncIterator[None]:
+    """Connection failures become -31012 (retryable, nothing stored)."""
+    try:
+        yield
+    except CONNECTION_ERRORS as exc:
+        log.warning("redis unavailable: %s", type(exc).__name__)
+        raise redis_unavailable() from exc
+
+
+class RedisClient:
+    """One Redis client (a pool, or a cluster client) with the scripts registered on it."""
+
+    def __init__(self, client: Any, *, embedded: bool = False) -> None:
+        self.client = client
+        self.embedded = embedded
+        self.cluster = isinstance(client, RedisCluster)
+        self.scripts = Scripts.register(client)
+
+    @property
+    def can_block(self) -> bool:
+        """Whether one blocking XREAD may cover many streams: not on Cluster (one slot per
+        call) and not on the embedded store (it would only poll inside)."""
+        return not (self.cluster or self.embedded)
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, cluster: bool = False, pool_size: int = DEFAULT_POOL_SIZE
+    ) -> RedisClient:
+        if cluster:
+            return cls(RedisCluster.from_url(url, max_connections=pool_size))
+        # maintenance notifications need RESP3, which we do not speak; left at redis-py's "auto",
+        # the pool skips its check for connections the server closed (restart, idle timeout) and
+        # hands them out, so each one failed a request with -31012 after Redis was back
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=pool_size,
+            timeout=POOL_TIMEOUT_S,
+            maint_notifications_config=MaintNotificationsConfig(enabled=False),
+        )
+        return cls(aioredis.Redis.from_pool(pool))
+
+    @classmethod
+    def in_process(cls) -> RedisClient:
+        """An in-process Redis-compatible store: neither durable nor shared between processes."""
+        import fakeredis  # only loaded when no real Redis can be had
+
+        return cls(fakeredis.FakeAsyncRedis(), embedded=True)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self.client.ping())
+        except CONNECTION_ERRORS:
+            return False
+
+
+def slot_of(key: str) -> int:
+    """The Redis Cluster slot of `key` (its hash tag's, when it has one)."""
+    return int(key_slot(key.encode()))
+
+
+def text(value: bytes | str) -> str:
+    """A reply as text (the client returns bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
