@@ -16,7 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from typing import Final, Literal
+from typing import Final, Literal, assert_never
 
 import msgspec
 
@@ -134,8 +134,10 @@ def decide(session: Session, event: InteractionEvent, *, now: str) -> Accepted[S
             return _user_media(session, event, now)
         case AgentMedia():
             return _agent_media(session, event, now)
-        case _:
+        case Resolve():
             return _confirmation_offered(session) or _resolve(session, event, now)
+        case _:
+            assert_never(event)
 
 
 def _not_interactive(session: Session) -> Rejected | None:
@@ -336,8 +338,10 @@ def _operation_event(op: Operation, event: Resolve) -> operations.OperationEvent
             return operations.Deny(requirement_id, digest)
         case "expire":
             return operations.Expire(requirement_id)
-        case _:
+        case "cancel":
             return operations.Cancel()
+        case _:
+            assert_never(event.decision)
 
 
 def _resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | Rejected:

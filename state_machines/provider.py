@@ -17,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Literal, assert_never
 
 import msgspec
 
@@ -100,8 +100,10 @@ def decide(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Sess
             if event.state == session.agent_state:
                 return Accepted(session)  # nothing new: no commit, no event
             return Accepted(replace(session, agent_state=event.state, updated_at=now))
-        case _:
+        case AppendTranscript():
             return _transcript(session, event)
+        case _:
+            assert_never(event)
 
 
 def _fenced(session: Session, event: ProviderEvent) -> Rejected | None:
@@ -191,8 +193,10 @@ def _update(session: Session, event: UpdateOperation, now: str) -> Accepted[Sess
             change = operations.Update()
         case "succeeded":
             change = operations.Succeed(event.result_json)
-        case _:
+        case "failed":
             change = operations.Fail(event.error_json)
+        case _:
+            assert_never(event.state)
     moved = operations.decide(op, change, now=now)
     if isinstance(moved, Rejected):
         return msgspec.structs.replace(moved, current_epoch=session.epoch)

@@ -13,7 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, assert_never
 
 from state_machines import endpoint as endpoints
 from state_machines import task
@@ -267,8 +267,10 @@ def _fence(session: Session, event: SessionEvent) -> Rejected | None:
             )
         case RoomLost():
             current = event.room == session.room
-        case _:
+        case IdleTimeout() | MaxDuration() | End() | Cancel():
             current = True
+        case _:
+            assert_never(event)
     return None if current else _invalid(session, f"fenced: `{event_name(event)}` is not current")
 
 
@@ -360,8 +362,10 @@ def _apply(
             return end(session, target, event.reason)
         case Cancel():
             return end(replace(session, canceled=True), target, "canceled")
-        case _:
+        case RoomDeleted():
             return finish(session, target, now), ()
+        case _:
+            assert_never(event)
 
 
 def _register(session: Session, event: RegisterEndpoint, now: str) -> Step | Rejected:
