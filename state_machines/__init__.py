@@ -2,11 +2,12 @@
 
 from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import (
+    AppendHistory,
     CreateRoom,
     DeleteRoom,
     DispatchAgent,
-    Effect,
     MintJoinToken,
+    OutboxEffect,
     RemoveParticipant,
     SendData,
     UpdatePermissions,
@@ -39,12 +40,12 @@ from state_machines.task import TaskCore
 
 __all__ = [
     "Accepted",
+    "AppendHistory",
     "Cancel",
     "Capabilities",
     "CreateRoom",
     "DeleteRoom",
     "DispatchAgent",
-    "Effect",
     "End",
     "Endpoint",
     "EndpointState",
@@ -60,6 +61,7 @@ __all__ = [
     "Operation",
     "OperationEvent",
     "OperationState",
+    "OutboxEffect",
     "ParticipantJoined",
     "ParticipantLeft",
     "Provisioned",

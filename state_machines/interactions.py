@@ -23,7 +23,7 @@ import msgspec
 from state_machines import media
 from state_machines import operation as operations
 from state_machines._base import Accepted, Rejected, RejectReason
-from state_machines.effects import AppendHistory, Effect, SendData, UpdatePermissions
+from state_machines.effects import AppendHistory, OutboxEffect, SendData, UpdatePermissions
 from state_machines.operation import Operation
 from state_machines.session import stale_epoch
 from state_machines.session_model import (
@@ -181,12 +181,13 @@ def _deliver(session: Session, event: Deliver, now: str) -> Accepted[Session] | 
     agent = agent_in_room(session)
     if agent is None:
         return _agent_absent(session)
-    effects: tuple[Effect, ...] = (SendData(session.room, (agent,), body),)
+    history: tuple[AppendHistory, ...] = ()
     if event.kind == "input.text" and session.transcript == "on":
         text = json.loads(event.payload_json)["text"]
         parts = json.dumps([{"text": text}], separators=(",", ":"))
-        effects = (*effects, AppendHistory(event.command_id, "user", parts))
-    return Accepted(replace(session, updated_at=now), effects)
+        history = (AppendHistory(event.command_id, "user", parts),)
+    outbox = (SendData(session.room, (agent,), body),)
+    return Accepted(replace(session, updated_at=now), outbox, history=history)
 
 
 def agent_in_room(session: Session) -> str | None:
@@ -384,16 +385,15 @@ def _resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | 
         updated_at=now,
     )
     sources = settled_media(changed, done)
-    effects: list[Effect] = []
-    if event.history is not None:
-        effects.append(event.history)
+    history = () if event.history is None else (event.history,)
+    outbox: tuple[OutboxEffect, ...] = ()
     agent = agent_in_room(session)
     if agent is not None:
         payload: dict[str, object] = {"operationId": done.operation_id, "state": done.state}
         body = to_agent(changed, "operation.update", event.command_id, payload)
-        effects.append(SendData(session.room, (agent,), body))
+        outbox = (SendData(session.room, (agent,), body),)
     step = with_media(changed, sources, now)
-    return Accepted(settle_task(step.state, now), (*effects, *step.effects))
+    return Accepted(settle_task(step.state, now), (*outbox, *step.outbox), history=history)
 
 
 def settled_media(session: Session, op: Operation) -> media.MediaSources:

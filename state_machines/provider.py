@@ -209,11 +209,11 @@ def _update(session: Session, event: UpdateOperation, now: str) -> Accepted[Sess
         updated_at=now,
     )
     step = with_media(changed, settled_media(changed, done), now)
-    return Accepted(settle_task(step.state, now), step.effects)
+    return Accepted(settle_task(step.state, now), step.outbox)
 
 
 def _transcript(session: Session, event: AppendTranscript) -> Accepted[Session] | Rejected:
     if session.transcript != "on":
         return capability_missing("transcript")
     parts = json.dumps([{"text": event.text}], separators=(",", ":"))
-    return Accepted(session, (AppendHistory(event.item_id, event.role, parts),))
+    return Accepted(session, history=(AppendHistory(event.item_id, event.role, parts),))

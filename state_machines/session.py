@@ -21,7 +21,7 @@ from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import (
     CreateRoom,
     DispatchAgent,
-    Effect,
+    OutboxEffect,
     RemoveParticipant,
     UpdatePermissions,
 )
@@ -61,7 +61,6 @@ from state_machines.session_model import (
     RoomName,
     Session,
     SessionState,
-    Step,
     advance_task,
     by_id,
     by_key,
@@ -235,13 +234,12 @@ def decide(session: Session, event: SessionEvent, *, now: str) -> Accepted[Sessi
     step = _apply(session, event, target, now)
     if isinstance(step, Rejected):
         return step
-    after, effects = step
-    after = settle_task(after, now)
+    after = settle_task(step.state, now)
     if is_idle(after) and not is_idle(session):
         after = replace(after, idles=session.idles + 1)
     if after != session:
         after = replace(after, updated_at=now)
-    return Accepted(after, effects)
+    return replace(step, state=after)
 
 
 # --- guards -------------------------------------------------------------------------------------
@@ -322,12 +320,12 @@ def _is_handoff(session: Session, endpoint_id: str) -> bool:
 
 def _apply(
     session: Session, event: SessionEvent, target: SessionState, now: str
-) -> Step | Rejected:
+) -> Accepted[Session] | Rejected:
     match event:
         case Provisioned():
             # the agent's participant_joined may overtake the dispatch confirmation
             agent = "dispatched" if session.agent_state == "dispatching" else session.agent_state
-            return replace(session, state=target, agent_state=agent), ()
+            return Accepted(replace(session, state=target, agent_state=agent))
         case ProvisioningFailed():
             return fail(session, target, event.reason, now)
         case ProvisioningTimeout():
@@ -343,7 +341,7 @@ def _apply(
         case GraceExpired():
             if event.endpoint_id != session.active_endpoint_id:
                 return _invalid(session, f"{event.endpoint_id} is no longer the active endpoint")
-            return replace(session, state=target, active_endpoint_id=None), ()
+            return Accepted(replace(session, state=target, active_endpoint_id=None))
         case IdleTimeout():
             if session.active_endpoint_id is not None:
                 return _invalid(session, "an endpoint is active: the session is not idle")
@@ -358,24 +356,24 @@ def _apply(
             return rebind(session, target, now)
         case End():
             if (session.state, "end") in IDEMPOTENT:
-                return session, ()
+                return Accepted(session)
             return end(session, target, event.reason)
         case Cancel():
             return end(replace(session, canceled=True), target, "canceled")
         case RoomDeleted():
-            return finish(session, target, now), ()
+            return Accepted(finish(session, target, now))
         case _:
             assert_never(event)
 
 
-def _register(session: Session, event: RegisterEndpoint, now: str) -> Step | Rejected:
+def _register(session: Session, event: RegisterEndpoint, now: str) -> Accepted[Session] | Rejected:
     known = by_key(session, event.client_endpoint_key)
     if known is not None:
         again = endpoints.decide(known, "reregister")
         if isinstance(again, Rejected):
             return _endpoint_refused(session, again)
         updated = replace(again.state, capabilities=event.capabilities)
-        return replace(session, endpoints=put(session.endpoints, updated)), ()
+        return Accepted(replace(session, endpoints=put(session.endpoints, updated)))
     if len(session.endpoints) >= event.max_endpoints:
         return Rejected(
             reason=RejectReason.LIMIT_EXCEEDED,
@@ -390,10 +388,12 @@ def _register(session: Session, event: RegisterEndpoint, now: str) -> Step | Rej
         capabilities=event.capabilities,
         registered_at=now,
     )
-    return replace(session, endpoints=(*session.endpoints, added)), ()
+    return Accepted(replace(session, endpoints=(*session.endpoints, added)))
 
 
-def _join(session: Session, event: Join, target: SessionState, now: str) -> Step | Rejected:
+def _join(
+    session: Session, event: Join, target: SessionState, now: str
+) -> Accepted[Session] | Rejected:
     known = by_id(session, event.endpoint_id)
     if known is None:
         return Rejected(
@@ -405,10 +405,11 @@ def _join(session: Session, event: Join, target: SessionState, now: str) -> Step
     joining = endpoints.decide(known, "join")
     if isinstance(joining, Rejected):
         return _endpoint_refused(session, joining)
-    effects: tuple[Effect, ...] = ()
+    outbox: tuple[OutboxEffect, ...] = ()
     previous = session.active_endpoint_id
     if previous is not None and _is_handoff(session, known.endpoint_id):
-        session, effects = hand_off(session, previous)
+        session, removal = hand_off(session, previous)
+        outbox = (removal,)
     joined = replace(joining.state, joined_at=now, joined_epoch=session.epoch)
     session = replace(
         session,
@@ -416,14 +417,14 @@ def _join(session: Session, event: Join, target: SessionState, now: str) -> Step
         active_endpoint_id=joined.endpoint_id,
         endpoints=put(session.endpoints, joined),
     )
-    return session, (*effects, join_token(session, joined))
+    return Accepted(session, outbox, token=join_token(session, joined))
 
 
 def _participant_joined(
     session: Session, event: ParticipantJoined, target: SessionState
-) -> Step | Rejected:
+) -> Accepted[Session] | Rejected:
     if event.is_agent:
-        return replace(session, agent_state="joined", agent_identity=event.identity), ()
+        return Accepted(replace(session, agent_state="joined", agent_identity=event.identity))
     if _awaits_active(session) and _is_active(session, event.identity, event.epoch):
         connected = moved(session.endpoints, "connected", (event.identity,))
         # the token it joined with may predate a grant or a revoke made while it was away:
@@ -432,24 +433,24 @@ def _participant_joined(
         permission = UpdatePermissions(
             session.room, event.identity, caps.audio_output, device_sources(session, caps)
         )
-        return replace(session, state=target, endpoints=connected), (permission,)
+        return Accepted(replace(session, state=target, endpoints=connected), (permission,))
     if _is_superseded(session, event.identity):
         # LiveKit cannot revoke a token: a superseded device that re-joins is removed again
-        return session, (RemoveParticipant(session.room, event.identity),)
+        return Accepted(session, (RemoveParticipant(session.room, event.identity),))
     return _invalid(session, f"participant {event.identity} is not awaited in {session.state}")
 
 
 def _participant_left(
     session: Session, event: ParticipantLeft, target: SessionState
-) -> Step | Rejected:
+) -> Accepted[Session] | Rejected:
     if event.is_agent:
-        return replace(session, agent_state="left", agent_identity=None), ()
+        return Accepted(replace(session, agent_state="left", agent_identity=None))
     if not _is_active(session, event.identity, event.epoch):
         return _invalid(session, f"participant {event.identity} is not the active endpoint")
     disconnected = moved(session.endpoints, "disconnected", (event.identity,))
-    return replace(
-        session, state=target, endpoints=disconnected, disconnects=session.disconnects + 1
-    ), ()
+    return Accepted(
+        replace(session, state=target, endpoints=disconnected, disconnects=session.disconnects + 1)
+    )
 
 
 def _invalid(session: Session, detail: str) -> Rejected:

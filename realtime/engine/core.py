@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import msgspec
 
@@ -30,8 +30,7 @@ from realtime.store.redis_store import Loaded, SessionStore
 from realtime.telemetry import Telemetry, note_transition
 from state_machines import (
     Accepted,
-    Effect,
-    MintJoinToken,
+    OutboxEffect,
     Rejected,
     Session,
     SessionEvent,
@@ -160,7 +159,9 @@ def _event(
     return _EVENT_ENCODER.encode(entry)
 
 
-def _pending(version: int, epoch: int, effects: list[Effect]) -> list[tuple[str, PendingEffect]]:
+def _pending(
+    version: int, epoch: int, effects: tuple[OutboxEffect, ...]
+) -> list[tuple[str, PendingEffect]]:
     """Outbox entries; ids `<version>-<n>` sort in commit order."""
     return [
         (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=epoch))
@@ -268,16 +269,11 @@ def _without_known_history(
 ) -> Accepted[Session]:
     """Appending a message the history already holds is a no-op (transcript items and
     messages are idempotent by id)."""
-    entries = [effect for effect in decision.effects if isinstance(effect, AppendHistory)]
-    if not entries or task is None or task.task.history is msgspec.UNSET:
+    if not decision.history or task is None or task.task.history is msgspec.UNSET:
         return decision
     known = {message.message_id for message in task.task.history}
-    kept = tuple(
-        effect
-        for effect in decision.effects
-        if not (isinstance(effect, AppendHistory) and effect.message_id in known)
-    )
-    return Accepted(decision.state, kept)
+    kept = tuple(entry for entry in decision.history if entry.message_id not in known)
+    return msgspec.structs.replace(decision, history=kept)
 
 
 class Engine:
@@ -368,7 +364,7 @@ class Engine:
             if isinstance(decision, Rejected):
                 raise reject(decision, record.session)
             decision = _without_known_history(decision, loaded.task)
-            if decision.state == record.session and not decision.effects:
+            if decision.state == record.session and not decision.has_effects:
                 # an idempotent no-op (e.g. ending an ended session): no transition, but a
                 # command's outcome is stored, so a retry replays these bytes (profile §6)
                 if command is None or render is None:
@@ -400,7 +396,7 @@ class Engine:
         """Commit a new session (version 0 → 1); False when it already exists."""
         session = decision.state
         now_ms = self.now_ms()
-        pending = _pending(1, session.epoch, [cast(Effect, e) for e in decision.effects])
+        pending = _pending(1, session.epoch, decision.outbox)
         event = _event(None, session, 1, now_ms, None, task.task.status)
         with self.telemetry.redis_span("commit", session.session_id):
             committed = await self.sessions.commit(
@@ -435,34 +431,28 @@ class Engine:
         version = loaded.version + 1
         claims: dict[str, Any] | None = None
         media: dict[str, Any] | None = None
-        effects: list[Effect] = []
-        history: list[AppendHistory] = []
-        for effect in decision.effects:
-            if isinstance(effect, AppendHistory):
-                history.append(effect)
-            elif isinstance(effect, MintJoinToken):
-                claims = join_token_claims(
-                    self.settings,
-                    room=effect.room,
-                    identity=effect.identity,
-                    name=loaded.record.principal_name,
-                    epoch=effect.epoch,
-                    session_id=session_id,
-                    can_subscribe=effect.can_subscribe,
-                    publish_sources=effect.publish_sources,
-                    now=now_ms // 1000,
-                )
-                media = {
-                    "binding": "livekit-webrtc-v1",
-                    "url": self.settings.livekit_public_url or "",
-                    "room": effect.room,
-                    "identity": effect.identity,
-                    "token": "",
-                    "expiresAt": wire.timestamp(int(claims["exp"]) * 1000),
-                }
-            else:
-                effects.append(cast(Effect, effect))
-        task = self._task_for(loaded, new, now_ms, history)
+        token = decision.token
+        if token is not None:
+            claims = join_token_claims(
+                self.settings,
+                room=token.room,
+                identity=token.identity,
+                name=loaded.record.principal_name,
+                epoch=token.epoch,
+                session_id=session_id,
+                can_subscribe=token.can_subscribe,
+                publish_sources=token.publish_sources,
+                now=now_ms // 1000,
+            )
+            media = {
+                "binding": "livekit-webrtc-v1",
+                "url": self.settings.livekit_public_url or "",
+                "room": token.room,
+                "identity": token.identity,
+                "token": "",
+                "expiresAt": wire.timestamp(int(claims["exp"]) * 1000),
+            }
+        task = self._task_for(loaded, new, now_ms, list(decision.history))
         outcome_bytes = b""
         outcome: CommandOutcome | None = None
         if command is not None and render is not None:
@@ -478,7 +468,7 @@ class Engine:
             task.task.status,
             note,
         )
-        pending = _pending(version, new.epoch, effects)
+        pending = _pending(version, new.epoch, decision.outbox)
         with self.telemetry.redis_span("commit", session_id):
             committed = await self.sessions.commit(
                 session_id,

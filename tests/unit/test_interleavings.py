@@ -269,7 +269,7 @@ def check_step(before: Session, event: SessionEvent, outcome: Accepted[Session] 
     assert not must_be_fenced(before, event), f"{event} was not fenced in {before.state}"
     if before.state in TERMINAL_STATES:
         assert after == before, "a terminal session changed"
-        assert outcome.effects == ()
+        assert not outcome.has_effects
     if before.state in OVER:
         assert after.state in OVER, f"{before.state} went back to {after.state}"
     assert before.epoch <= after.epoch <= before.epoch + 1
@@ -278,7 +278,7 @@ def check_step(before: Session, event: SessionEvent, outcome: Accepted[Session] 
     assert after.task_version - before.task_version == int(after.task_state != before.task_state)
     if before.task_state != "TASK_STATE_WORKING":
         assert after.task_state == before.task_state, "a terminal task changed"
-    effects = outcome.effects
+    effects = outcome.outbox
     for effect in effects:
         if isinstance(effect, RemoveParticipant):
             assert effect.identity != after.active_endpoint_id
@@ -290,6 +290,7 @@ def check_step(before: Session, event: SessionEvent, outcome: Accepted[Session] 
         assert after.room_epoch == after.epoch == before.epoch + 1
         assert after.bumps[-1].reason == "rebound"
         assert sorted(type(e).__name__ for e in effects) == ["CreateRoom", "DispatchAgent"]
+        assert (outcome.token, outcome.history) == (None, ())
 
 
 def run(session: Session, steps: list[tuple[Any, ...]]) -> Session:
@@ -364,4 +365,4 @@ def test_a_superseded_endpoint_that_reconnects_is_removed_and_changes_nothing() 
     old = decide(session, ParticipantJoined(1, "ep-a", False), now=T0)
     assert isinstance(old, Accepted)
     assert old.state == session
-    assert old.effects == (RemoveParticipant(session.room, "ep-a"),)
+    assert old.outbox == (RemoveParticipant(session.room, "ep-a"),)

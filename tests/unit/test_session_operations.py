@@ -173,8 +173,8 @@ def test_continue_approve_runs_the_operation_and_keeps_the_message() -> None:
     assert isinstance(outcome, Accepted)
     assert op_state(outcome.state) == "running"
     assert outcome.state.task_state == WORKING
-    assert note in outcome.effects
-    update = next(e for e in outcome.effects if isinstance(e, SendData))
+    assert note in outcome.history
+    update = next(e for e in outcome.outbox if isinstance(e, SendData))
     assert json.loads(update.body)["payload"] == {"operationId": "op-1", "state": "running"}
 
 
@@ -248,7 +248,7 @@ def test_resolutions_without_the_agent_send_no_message() -> None:
     session = run(live(agent_joined=False), ask())
     outcome = step(session, confirm())
     assert isinstance(outcome, Accepted)
-    assert not any(isinstance(e, SendData) for e in outcome.effects)
+    assert not any(isinstance(e, SendData) for e in outcome.outbox)
 
 
 # --- media requests of the agent -------------------------------------------------------------
@@ -269,7 +269,7 @@ def test_the_agent_asks_for_the_camera_and_the_user_allows_it() -> None:
     outcome = step(session, decide_media("allow"))
     assert isinstance(outcome, Accepted)
     assert outcome.state.media.user_camera == "granted"
-    permission = next(e for e in outcome.effects if isinstance(e, UpdatePermissions))
+    permission = next(e for e in outcome.outbox if isinstance(e, UpdatePermissions))
     assert "camera" in permission.publish_sources
 
 
@@ -315,7 +315,7 @@ def test_the_user_asks_the_agent_for_its_screen() -> None:
     asked = outcome.state
     assert asked.media.agent_screen == "requested"
     assert op_state(asked, "op-a") == "running"
-    body = json.loads(next(e for e in outcome.effects if isinstance(e, SendData)).body)
+    body = json.loads(next(e for e in outcome.outbox if isinstance(e, SendData)).body)
     assert body["type"] == "media.request"
     assert body["payload"] == {"side": "agent", "source": "screen", "operationId": "op-a"}
     done = run(asked, agent.UpdateOperation(1, "op-a", "succeeded", "{}"))
@@ -325,7 +325,7 @@ def test_the_user_asks_the_agent_for_its_screen() -> None:
     stopped = step(live_screen, AgentMedia(1, "c-10", "screen", "stop", ""))
     assert isinstance(stopped, Accepted)
     assert stopped.state.media.agent_screen == "stopped"
-    assert json.loads(stopped.effects[0].body)["type"] == "media.stop"  # type: ignore[attr-defined]
+    assert json.loads(stopped.outbox[0].body)["type"] == "media.stop"  # type: ignore[union-attr]
 
 
 def test_a_failed_agent_media_request_leaves_the_source_off() -> None:
@@ -388,17 +388,20 @@ def test_transcript_lines_need_retention() -> None:
     refused(live(), line, RejectReason.CAPABILITY_UNAVAILABLE)
     outcome = step(live(transcript="on"), line)
     assert isinstance(outcome, Accepted)
-    assert outcome.effects == (AppendHistory("item-1", "agent", '[{"text":"hello"}]'),)
+    assert (outcome.outbox, outcome.history) == (
+        (),
+        (AppendHistory("item-1", "agent", '[{"text":"hello"}]'),),
+    )
 
 
 def test_user_text_joins_the_history_only_with_retention() -> None:
     text = Deliver(1, "c-1", "input.text", '{"text":"hi"}')
     kept = step(live(transcript="on"), text)
     assert isinstance(kept, Accepted)
-    assert AppendHistory("c-1", "user", '[{"text":"hi"}]') in kept.effects
+    assert AppendHistory("c-1", "user", '[{"text":"hi"}]') in kept.history
     plain = step(live(), text)
     assert isinstance(plain, Accepted)
-    assert not any(isinstance(e, AppendHistory) for e in plain.effects)
+    assert not plain.history
 
 
 @pytest.mark.parametrize(
@@ -476,7 +479,7 @@ def test_an_older_media_operation_never_settles_a_source_asked_for_again() -> No
     late_success = step(asked_again, agent.UpdateOperation(1, "op-a", "succeeded", "{}"))
     assert isinstance(late_success, Accepted)
     assert late_success.state.media.user_camera == "requested"  # still the user's to decide
-    assert not late_success.effects
+    assert not late_success.has_effects
     cancel_old = Resolve(command_id="c", decision="cancel", via="interaction", epoch=1,
                          operation_id="op-a")  # fmt: skip
     assert run(asked_again, cancel_old).media.user_camera == "requested"
