@@ -1,6 +1,7 @@
 """The functional core: pure lifecycles, no I/O, no clock, no randomness."""
 
 from state_machines._base import Accepted, Rejected, RejectReason
+from state_machines.core import AnyEvent, decide
 from state_machines.effects import (
     AppendHistory,
     CreateRoom,
@@ -40,6 +41,7 @@ from state_machines.task import TaskCore
 
 __all__ = [
     "Accepted",
+    "AnyEvent",
     "AppendHistory",
     "Cancel",
     "Capabilities",
@@ -82,4 +84,5 @@ __all__ = [
     "SourceState",
     "TaskCore",
     "UpdatePermissions",
+    "decide",
 ]

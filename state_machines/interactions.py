@@ -32,7 +32,6 @@ from state_machines.session_model import (
     by_id,
     device_sources,
     replace,
-    settle_task,
 )
 from state_machines.task import INPUT_REQUIRED
 
@@ -118,10 +117,11 @@ class TrackChanged(msgspec.Struct, frozen=True, tag=True):
 InteractionEvent = Deliver | UserMedia | AgentMedia | Resolve | TrackChanged
 
 
-def decide(session: Session, event: InteractionEvent, *, now: str) -> Accepted[Session] | Rejected:
-    """Apply an interaction, an answer to an operation or a track change to `session`."""
+def apply(session: Session, event: InteractionEvent, *, now: str) -> Accepted[Session] | Rejected:
+    """The rules for an interaction, an answer to an operation or a track change (settled
+    afterwards by `state_machines.decide`, the entry to call)."""
     if isinstance(event, TrackChanged):
-        return _track(session, event, now)
+        return _track(session, event)
     if isinstance(event, Resolve) and event.via != "interaction":
         return _resolve(session, event, now)
     refused = stale_epoch(session, event.epoch) or _not_interactive(session)
@@ -129,9 +129,9 @@ def decide(session: Session, event: InteractionEvent, *, now: str) -> Accepted[S
         return refused
     match event:
         case Deliver():
-            return _deliver(session, event, now)
+            return _deliver(session, event)
         case UserMedia():
-            return _user_media(session, event, now)
+            return _user_media(session, event)
         case AgentMedia():
             return _agent_media(session, event, now)
         case Resolve():
@@ -161,7 +161,7 @@ def capability_missing(missing: str) -> Rejected:
     )
 
 
-def _deliver(session: Session, event: Deliver, now: str) -> Accepted[Session] | Rejected:
+def _deliver(session: Session, event: Deliver) -> Accepted[Session] | Rejected:
     needed = CLASS_OF[event.kind]
     endpoint = by_id(session, session.active_endpoint_id or "")
     offered = endpoint.capabilities.interactions if endpoint else ()
@@ -187,7 +187,7 @@ def _deliver(session: Session, event: Deliver, now: str) -> Accepted[Session] | 
         parts = json.dumps([{"text": text}], separators=(",", ":"))
         history = (AppendHistory(event.command_id, "user", parts),)
     outbox = (SendData(session.room, (agent,), body),)
-    return Accepted(replace(session, updated_at=now), outbox, history=history)
+    return Accepted(session, outbox, history=history)
 
 
 def agent_in_room(session: Session) -> str | None:
@@ -232,7 +232,7 @@ def _agent_media(session: Session, event: AgentMedia, now: str) -> Accepted[Sess
     if isinstance(outcome, Rejected):
         return replace_state(outcome, session)
     payload: dict[str, object] = {"side": "agent", "source": event.source}
-    changed = replace(session, media=outcome.state, updated_at=now)
+    changed = replace(session, media=outcome.state)
     if event.action == "request":
         if len(session.operations) >= MAX_OPERATIONS:
             return too_many_operations(session)
@@ -380,9 +380,7 @@ def _resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | 
         )
     done = moved.state
     changed = replace(
-        session,
-        operations=tuple(done if op is target else op for op in session.operations),
-        updated_at=now,
+        session, operations=tuple(done if op is target else op for op in session.operations)
     )
     sources = settled_media(changed, done)
     history = () if event.history is None else (event.history,)
@@ -392,8 +390,8 @@ def _resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | 
         payload: dict[str, object] = {"operationId": done.operation_id, "state": done.state}
         body = to_agent(changed, "operation.update", event.command_id, payload)
         outbox = (SendData(session.room, (agent,), body),)
-    step = with_media(changed, sources, now)
-    return Accepted(settle_task(step.state, now), (*outbox, *step.outbox), history=history)
+    step = with_media(changed, sources)
+    return Accepted(step.state, (*outbox, *step.outbox), history=history)
 
 
 def settled_media(session: Session, op: Operation) -> media.MediaSources:
@@ -422,7 +420,7 @@ def settled_media(session: Session, op: Operation) -> media.MediaSources:
     return sources if isinstance(outcome, Rejected) else outcome.state
 
 
-def _user_media(session: Session, event: UserMedia, now: str) -> Accepted[Session] | Rejected:
+def _user_media(session: Session, event: UserMedia) -> Accepted[Session] | Rejected:
     endpoint = by_id(session, session.active_endpoint_id or "")
     caps = endpoint.capabilities if endpoint else None
     offered = bool(caps and (caps.camera if event.source == "camera" else caps.screen))
@@ -437,10 +435,10 @@ def _user_media(session: Session, event: UserMedia, now: str) -> Accepted[Sessio
         if isinstance(outcome, Rejected):
             return replace_state(outcome, session)
         sources = outcome.state
-    return with_media(session, sources, now)
+    return with_media(session, sources)
 
 
-def _track(session: Session, event: TrackChanged, now: str) -> Accepted[Session] | Rejected:
+def _track(session: Session, event: TrackChanged) -> Accepted[Session] | Rejected:
     source = TRACK_SOURCES.get(event.source)
     if event.is_agent:
         current = event.identity == session.agent_identity and event.epoch == session.room_epoch
@@ -459,14 +457,14 @@ def _track(session: Session, event: TrackChanged, now: str) -> Accepted[Session]
     )
     if isinstance(outcome, Rejected):
         return replace_state(outcome, session)
-    return with_media(session, outcome.state, now)
+    return with_media(session, outcome.state)
 
 
-def with_media(session: Session, sources: media.MediaSources, now: str) -> Accepted[Session]:
+def with_media(session: Session, sources: media.MediaSources) -> Accepted[Session]:
     """The session with new source states; a permission update when what may be published
     changed (LiveKit replaces every flag it is sent, so the full set goes)."""
     endpoint = by_id(session, session.active_endpoint_id or "")
-    updated = replace(session, media=sources, updated_at=now)
+    updated = replace(session, media=sources)
     if endpoint is None:
         return Accepted(updated)
     caps = endpoint.capabilities

@@ -36,7 +36,7 @@ from state_machines.interactions import (
     with_media,
 )
 from state_machines.operation import Requirement
-from state_machines.session_model import Session, by_id, replace, settle_task
+from state_machines.session_model import Session, by_id, replace
 
 ReportedState = Literal["joined", "listening", "thinking", "speaking", "left"]
 
@@ -86,8 +86,9 @@ class AppendTranscript(msgspec.Struct, frozen=True, tag=True):
 ProviderEvent = RequestOperation | UpdateOperation | ReportAgentState | AppendTranscript
 
 
-def decide(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Session] | Rejected:
-    """Apply a provider call to `session`."""
+def apply(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Session] | Rejected:
+    """The rules for a provider call (settled afterwards by `state_machines.decide`, the entry
+    to call)."""
     refused = _fenced(session, event)
     if refused is not None:
         return refused
@@ -99,7 +100,7 @@ def decide(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Sess
         case ReportAgentState():
             if event.state == session.agent_state:
                 return Accepted(session)  # nothing new: no commit, no event
-            return Accepted(replace(session, agent_state=event.state, updated_at=now))
+            return Accepted(replace(session, agent_state=event.state))
         case AppendTranscript():
             return _transcript(session, event)
         case _:
@@ -156,10 +157,7 @@ def _request(session: Session, event: RequestOperation, now: str) -> Accepted[Se
     )
     if event.requirement is None:
         opened = replace(opened, state=operations.RUNNING)
-    changed = replace(
-        session, operations=(*session.operations, opened), media=sources, updated_at=now
-    )
-    return Accepted(settle_task(changed, now))
+    return Accepted(replace(session, operations=(*session.operations, opened), media=sources))
 
 
 def _media_refused(
@@ -204,12 +202,9 @@ def _update(session: Session, event: UpdateOperation, now: str) -> Accepted[Sess
         return Accepted(session)
     done = moved.state
     changed = replace(
-        session,
-        operations=tuple(done if item is op else item for item in session.operations),
-        updated_at=now,
+        session, operations=tuple(done if item is op else item for item in session.operations)
     )
-    step = with_media(changed, settled_media(changed, done), now)
-    return Accepted(settle_task(step.state, now), step.outbox)
+    return with_media(changed, settled_media(changed, done))
 
 
 def _transcript(session: Session, event: AppendTranscript) -> Accepted[Session] | Rejected:

@@ -70,7 +70,6 @@ from state_machines.session_model import (
     fail,
     finish,
     hand_off,
-    is_idle,
     join_token,
     moved,
     parse_room_name,
@@ -78,7 +77,6 @@ from state_machines.session_model import (
     rebind,
     replace,
     room_name,
-    settle_task,
 )
 from state_machines.task import TaskCore
 
@@ -112,7 +110,7 @@ __all__ = [
     "SessionEventName",
     "SessionState",
     "allowed_events",
-    "decide",
+    "apply",
     "derive_task_state",
     "event_name",
     "new_session",
@@ -222,8 +220,10 @@ def new_session(
     return Accepted(session, (CreateRoom(room, 1), DispatchAgent(room, 1)))
 
 
-def decide(session: Session, event: SessionEvent, *, now: str) -> Accepted[Session] | Rejected:
-    """Apply `event`: the next session with its effects, or a rejection that changes nothing."""
+def apply(session: Session, event: SessionEvent, *, now: str) -> Accepted[Session] | Rejected:
+    """The session's rules for `event`: the next session with its effects, or a rejection that
+    changes nothing. The task, the idle count and `updated_at` are settled afterwards by
+    `state_machines.decide`, the entry to call."""
     fenced = _fence(session, event)
     if fenced is not None:
         return fenced
@@ -231,15 +231,7 @@ def decide(session: Session, event: SessionEvent, *, now: str) -> Accepted[Sessi
     target = TRANSITIONS.get((session.state, name))
     if target is None:
         return _invalid(session, f"a session in {session.state} does not accept `{name}`")
-    step = _apply(session, event, target, now)
-    if isinstance(step, Rejected):
-        return step
-    after = settle_task(step.state, now)
-    if is_idle(after) and not is_idle(session):
-        after = replace(after, idles=session.idles + 1)
-    if after != session:
-        after = replace(after, updated_at=now)
-    return replace(step, state=after)
+    return _rule(session, event, target, now)
 
 
 # --- guards -------------------------------------------------------------------------------------
@@ -318,7 +310,7 @@ def _is_handoff(session: Session, endpoint_id: str) -> bool:
 # --- rules --------------------------------------------------------------------------------------
 
 
-def _apply(
+def _rule(
     session: Session, event: SessionEvent, target: SessionState, now: str
 ) -> Accepted[Session] | Rejected:
     match event:

@@ -28,37 +28,15 @@ from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, PendingEffect, SessionRecord, TaskRecord
 from realtime.store.redis_store import Loaded, SessionStore
 from realtime.telemetry import Telemetry, note_transition
-from state_machines import (
-    Accepted,
-    OutboxEffect,
-    Rejected,
-    Session,
-    SessionEvent,
-    interactions,
-    provider,
-)
+from state_machines import Accepted, OutboxEffect, Rejected, Session, decide
+from state_machines import AnyEvent as AnyEvent  # what `execute` applies, named for methods/
 from state_machines import session as machine
 from state_machines.effects import AppendHistory
-from state_machines.interactions import InteractionEvent
-from state_machines.provider import ProviderEvent
 from state_machines.session_model import open_requirement
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS: Final = 8
-INTERACTION_EVENTS: Final = (
-    interactions.Deliver,
-    interactions.UserMedia,
-    interactions.AgentMedia,
-    interactions.Resolve,
-    interactions.TrackChanged,
-)
-PROVIDER_EVENTS: Final = (
-    provider.RequestOperation,
-    provider.UpdateOperation,
-    provider.ReportAgentState,
-    provider.AppendTranscript,
-)
 MAX_HISTORY: Final = 1000  # a task keeps its newest messages
 RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
 _ENCODER: Final = msgspec.json.Encoder()
@@ -101,7 +79,6 @@ class Note:
 # builds a command's stored result from the committed session, its version, the (token-free)
 # join media and the task as committed
 Render = Callable[[Session, int, dict[str, Any] | None, wire.Task], dict[str, Any]]
-AnyEvent = SessionEvent | InteractionEvent | ProviderEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,15 +232,6 @@ def task_record_for(
     )
 
 
-def _decide(session: Session, event: AnyEvent, now: str) -> Accepted[Session] | Rejected:
-    """The one core function that owns `event`."""
-    if isinstance(event, INTERACTION_EVENTS):
-        return interactions.decide(session, event, now=now)
-    if isinstance(event, PROVIDER_EVENTS):
-        return provider.decide(session, event, now=now)
-    return machine.decide(session, event, now=now)
-
-
 def _without_known_history(
     decision: Accepted[Session], task: TaskRecord | None
 ) -> Accepted[Session]:
@@ -360,7 +328,7 @@ class Engine:
                 )
             now_ms = self.now_ms()
             event = event_for(record.session)
-            decision = _decide(record.session, event, wire.timestamp(now_ms))
+            decision = decide(record.session, event, now=wire.timestamp(now_ms))
             if isinstance(decision, Rejected):
                 raise reject(decision, record.session)
             decision = _without_known_history(decision, loaded.task)

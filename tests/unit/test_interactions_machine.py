@@ -1,4 +1,5 @@
-"""Interactions and user media consent in the pure core (state_machines/interactions.py)."""
+"""Interactions and user media consent in the pure core (state_machines/interactions.py,
+through `state_machines.decide`)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import json
 
 import pytest
 
-from state_machines import Accepted, Rejected, RejectReason, SendData, UpdatePermissions
+from state_machines import Accepted, Rejected, RejectReason, SendData, UpdatePermissions, decide
 from state_machines.endpoint import Capabilities
-from state_machines.interactions import Deliver, TrackChanged, UserMedia, decide
+from state_machines.interactions import Deliver, TrackChanged, UserMedia
 from state_machines.session import (
     GraceExpired,
     Join,
@@ -20,7 +21,6 @@ from state_machines.session import (
     Session,
     new_session,
 )
-from state_machines.session import decide as decide_session
 
 T0 = "2026-01-01T00:00:00.000Z"
 T1 = "2026-01-01T00:00:01.000Z"
@@ -29,7 +29,7 @@ CAPS = Capabilities(True, True, True, False, ("text",))
 
 def run(session: Session, *events: object) -> Session:
     for event in events:
-        outcome = decide_session(session, event, now=T1)  # type: ignore[arg-type]
+        outcome = decide(session, event, now=T1)  # type: ignore[arg-type]
         assert isinstance(outcome, Accepted), outcome
         session = outcome.state
     return session
@@ -94,7 +94,7 @@ def test_a_reconnecting_device_gets_the_permission_its_grants_allow() -> None:
     session = accepted(live(), UserMedia(1, "c", "camera", "request")).state
     session = run(session, ParticipantLeft(1, "ep-a", False))
     revoked = accepted(session, UserMedia(1, "c2", "camera", "revoke")).state
-    back = decide_session(revoked, ParticipantJoined(1, "ep-a", False), now=T1)
+    back = decide(revoked, ParticipantJoined(1, "ep-a", False), now=T1)
     assert isinstance(back, Accepted)
     assert back.outbox == (UpdatePermissions("aim-s1-e1", "ep-a", True, ("microphone",)),)
 
@@ -193,8 +193,8 @@ def test_a_grace_timer_of_an_earlier_drop_is_stale() -> None:
     session = run(live(), ParticipantLeft(1, "ep-a", False))
     first_drop = session.disconnects
     session = run(session, ParticipantJoined(1, "ep-a", False), ParticipantLeft(1, "ep-a", False))
-    stale = decide_session(session, GraceExpired(1, "ep-a", first_drop), now=T1)
+    stale = decide(session, GraceExpired(1, "ep-a", first_drop), now=T1)
     assert isinstance(stale, Rejected)
-    current = decide_session(session, GraceExpired(1, "ep-a", session.disconnects), now=T1)
+    current = decide(session, GraceExpired(1, "ep-a", session.disconnects), now=T1)
     assert isinstance(current, Accepted)
     assert current.state.state == "ready"

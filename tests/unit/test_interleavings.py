@@ -1,4 +1,4 @@
-"""Random interleavings of webhooks, timers and commands against `state_machines.session.decide`.
+"""Random interleavings of webhooks, timers and commands against `state_machines.decide`.
 
 LiveKit delivers webhooks late, twice, out of order or not at all; timers are never cancelled and
 fire after the session moved on; clients retry with stale epochs. Whatever the order, the session
@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from state_machines import Accepted, Rejected, RejectReason
+from state_machines import Accepted, Rejected, RejectReason, decide
 from state_machines.effects import CreateRoom, DeleteRoom, DispatchAgent, RemoveParticipant
 from state_machines.endpoint import Capabilities
 from state_machines.session import (
@@ -39,7 +39,6 @@ from state_machines.session import (
     RoomLost,
     Session,
     SessionEvent,
-    decide,
     derive_task_state,
     new_session,
     room_name,

@@ -1,4 +1,5 @@
-"""The session lifecycle (state_machines/session.py): table, epochs, handoff, rebind, end."""
+"""The session lifecycle (state_machines/session.py, through `state_machines.decide`): table,
+epochs, handoff, rebind, end."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from state_machines import Accepted, Rejected, RejectReason
+from state_machines import Accepted, Rejected, RejectReason, decide
 from state_machines.effects import (
     CreateRoom,
     DeleteRoom,
@@ -49,7 +50,6 @@ from state_machines.session import (
     SessionEventName,
     SessionState,
     allowed_events,
-    decide,
     derive_task_state,
     event_name,
     new_session,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from state_machines import Accepted, Rejected, RejectReason, SendData, UpdatePermissions
+from state_machines import Accepted, Rejected, RejectReason, SendData, UpdatePermissions, decide
 from state_machines import provider as agent
 from state_machines.effects import AppendHistory
 from state_machines.endpoint import Capabilities
@@ -20,7 +20,6 @@ from state_machines.interactions import (
     Resolve,
     TrackChanged,
     UserMedia,
-    decide,
 )
 from state_machines.operation import Requirement
 from state_machines.session import (
@@ -34,7 +33,6 @@ from state_machines.session import (
     Session,
     new_session,
 )
-from state_machines.session import decide as decide_session
 from state_machines.task import INPUT_REQUIRED, WORKING
 
 T0 = "2026-01-01T00:00:00.000Z"
@@ -53,11 +51,7 @@ def run(session: Session, *events: object) -> Session:
 
 
 def step(session: Session, event: object) -> Accepted[Session] | Rejected:
-    if isinstance(event, agent.ProviderEvent):
-        return agent.decide(session, event, now=T1)
-    if isinstance(event, Deliver | UserMedia | AgentMedia | Resolve | TrackChanged):
-        return decide(session, event, now=T1)
-    return decide_session(session, event, now=T1)  # type: ignore[arg-type]
+    return decide(session, event, now=T1)  # type: ignore[arg-type]
 
 
 def live(
