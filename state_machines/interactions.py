@@ -2,6 +2,9 @@
 media, and the answers to the agent's requests (operations). Track webhooks move a granted source
 to `live` and back to `stopped`.
 
+None of these events moves the session's state: ALLOWED names the states each one applies in
+(anywhere else it is rejected with invalid state), NOTES its guards and effects.
+
 Invariants:
 - only the active endpoint of a live session past provisioning can interact (else invalid state);
 - a class (text, pointer, confirmation) must be both requested by the session and offered by the
@@ -27,8 +30,14 @@ from state_machines.effects import AppendHistory, OutboxEffect, SendData, Update
 from state_machines.operation import Operation
 from state_machines.session import stale_epoch
 from state_machines.session_model import (
+    ACTIVE,
+    JOINING,
     LIVE_STATES,
+    READY,
+    RECONNECTING,
+    SESSION_STATES,
     Session,
+    SessionState,
     by_id,
     device_sources,
     replace,
@@ -39,6 +48,15 @@ DeliveredKind = Literal["input.text", "visual.select", "response.interrupt"]
 MediaAction = Literal["request", "prepare", "stop", "revoke"]
 Decision = Literal["confirm", "deny", "allow", "cancel", "expire"]
 ResolvedVia = Literal["interaction", "continue", "timer"]
+InteractionEventName = Literal[
+    "deliver",
+    "user_media",
+    "agent_media",
+    "resolve",
+    "continue_task",
+    "requirement_expired",
+    "track_changed",
+]
 
 # the interaction class a delivered kind needs (None: always allowed)
 CLASS_OF: Final[dict[str, str | None]] = {
@@ -49,9 +67,9 @@ CLASS_OF: Final[dict[str, str | None]] = {
 CONFIRMATION: Final = "confirmation"
 # a session keeps at most this many operations (resolved ones included, for GetOperation)
 MAX_OPERATIONS: Final = 100
-INTERACTIVE_STATES: Final = ("joining", "active", "reconnecting")
+INTERACTIVE_STATES: Final[tuple[SessionState, ...]] = (JOINING, ACTIVE, RECONNECTING)
 # live past provisioning: the agent may ask, and ContinueTask or a timer may answer
-ANSWERABLE_STATES: Final = ("ready", *INTERACTIVE_STATES)
+ANSWERABLE_STATES: Final[tuple[SessionState, ...]] = (READY, *INTERACTIVE_STATES)
 TRACK_SOURCES: Final[dict[str, media.MediaSource]] = {
     "camera": "camera",
     "screen_share": "screen",
@@ -116,32 +134,96 @@ class TrackChanged(msgspec.Struct, frozen=True, tag=True):
 
 InteractionEvent = Deliver | UserMedia | AgentMedia | Resolve | TrackChanged
 
+# The session states each event applies in; it keeps the session's state either way.
+ALLOWED: Final[dict[InteractionEventName, tuple[SessionState, ...]]] = {
+    "deliver": INTERACTIVE_STATES,
+    "user_media": INTERACTIVE_STATES,
+    "agent_media": INTERACTIVE_STATES,
+    "resolve": INTERACTIVE_STATES,
+    "continue_task": ANSWERABLE_STATES,
+    "requirement_expired": LIVE_STATES,
+    # a track webhook is fenced by its participant and epoch instead of the session's state
+    "track_changed": SESSION_STATES,
+}
 
-def apply(session: Session, event: InteractionEvent, *, now: str) -> Accepted[Session] | Rejected:
-    """The rules for an interaction, an answer to an operation or a track change (settled
-    afterwards by `state_machines.decide`, the entry to call)."""
-    if isinstance(event, TrackChanged):
-        return _track(session, event)
-    if isinstance(event, Resolve) and event.via != "interaction":
-        return _resolve(session, event, now)
-    refused = stale_epoch(session, event.epoch) or _not_interactive(session)
-    if refused is not None:
-        return refused
+NOTES: Final[dict[InteractionEventName, str]] = {
+    "deliver": "input.text, visual.select, response.interrupt; client epoch current, an active "
+    "endpoint; the class requested and offered; the agent in the room → SendData to it (a user "
+    "text also joins the history when transcripts are kept)",
+    "user_media": "media request/prepare/stop/revoke of a user source; client epoch current, an "
+    "active endpoint; the source requested and offered (a request is granted at once); "
+    "UpdatePermissions when what may be published changes",
+    "agent_media": "media request/prepare/stop/revoke of an agent source; client epoch current, "
+    "an active endpoint; the source requested; the agent in the room → SendData to it (a "
+    f"request opens a running operation, at most {MAX_OPERATIONS})",
+    "resolve": "operation.confirm / operation.cancel / media.decide; client epoch current, an "
+    "active endpoint, confirmation requested and offered; the operation moves (an answer after "
+    "expiresAt is refused); the agent hears `operation.update`; the task follows",
+    "continue_task": "ContinueTask; the task INPUT_REQUIRED, the requirement open, "
+    "expectedVersion the task's; as `resolve`, and the message joins the history",
+    "requirement_expired": "the requirement's timer; the operation expires; as `resolve`",
+    "track_changed": "track published/unpublished of the active endpoint (current epoch) or "
+    "the agent (the room's epoch), camera or screen share → the source live/stopped",
+}
+
+
+def event_name(event: InteractionEvent) -> InteractionEventName:
+    """The name under which `event` appears in ALLOWED (an answer is named by where it came
+    from)."""
     match event:
         case Deliver():
-            return _deliver(session, event)
+            return "deliver"
         case UserMedia():
-            return _user_media(session, event)
+            return "user_media"
         case AgentMedia():
-            return _agent_media(session, event, now)
+            return "agent_media"
         case Resolve():
-            return _confirmation_offered(session) or _resolve(session, event, now)
+            match event.via:
+                case "interaction":
+                    return "resolve"
+                case "continue":
+                    return "continue_task"
+                case "timer":
+                    return "requirement_expired"
+                case _:
+                    assert_never(event.via)
+        case TrackChanged():
+            return "track_changed"
         case _:
             assert_never(event)
 
 
-def _not_interactive(session: Session) -> Rejected | None:
-    if session.state in INTERACTIVE_STATES and session.active_endpoint_id is not None:
+def apply(session: Session, event: InteractionEvent, *, now: str) -> Accepted[Session] | Rejected:
+    """The rules for an interaction, an answer to an operation or a track change (settled
+    afterwards by `state_machines.decide`, the entry to call)."""
+    name = event_name(event)
+    match event:
+        case Deliver():
+            return _interactive(session, event.epoch, name) or _deliver(session, event)
+        case UserMedia():
+            return _interactive(session, event.epoch, name) or _user_media(session, event)
+        case AgentMedia():
+            return _interactive(session, event.epoch, name) or _agent_media(session, event, now)
+        case Resolve() if event.via == "interaction":
+            return (
+                _interactive(session, event.epoch, name)
+                or _confirmation_offered(session)
+                or _resolve(session, event, now)
+            )
+        case Resolve():
+            return _live(session, name) or _resolve(session, event, now)
+        case TrackChanged():
+            return _track(session, event)
+        case _:
+            assert_never(event)
+
+
+def _interactive(session: Session, epoch: int, name: InteractionEventName) -> Rejected | None:
+    """A command of the active endpoint: the client's epoch first, then the table's states."""
+    stale = stale_epoch(session, epoch)
+    if stale is not None:
+        return stale
+    if session.state in ALLOWED[name] and session.active_endpoint_id is not None:
         return None
     return Rejected(
         reason=RejectReason.INVALID_STATE,
@@ -149,6 +231,18 @@ def _not_interactive(session: Session) -> Rejected | None:
         allowed=(),
         current_epoch=session.epoch,
         detail="interactions need a live session with an active endpoint: join it first",
+    )
+
+
+def _live(session: Session, name: InteractionEventName) -> Rejected | None:
+    """An answer from ContinueTask or a timer: the table's states."""
+    if session.state in ALLOWED[name]:
+        return None
+    return Rejected(
+        reason=RejectReason.INVALID_STATE,
+        state=session.state,
+        current_epoch=session.epoch,
+        detail="the session is not live",
     )
 
 
@@ -346,14 +440,6 @@ def _operation_event(op: Operation, event: Resolve) -> operations.OperationEvent
 
 
 def _resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | Rejected:
-    live = LIVE_STATES if event.via == "timer" else ANSWERABLE_STATES
-    if event.via != "interaction" and session.state not in live:
-        return Rejected(
-            reason=RejectReason.INVALID_STATE,
-            state=session.state,
-            current_epoch=session.epoch,
-            detail="the session is not live",
-        )
     target = _target(session, event)
     if isinstance(target, Rejected):
         return target

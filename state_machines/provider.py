@@ -17,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from typing import Literal, assert_never
+from typing import Final, Literal, assert_never
 
 import msgspec
 
@@ -36,9 +36,12 @@ from state_machines.interactions import (
     with_media,
 )
 from state_machines.operation import Requirement
-from state_machines.session_model import Session, by_id, replace
+from state_machines.session_model import Session, SessionState, by_id, replace
 
 ReportedState = Literal["joined", "listening", "thinking", "speaking", "left"]
+ProviderEventName = Literal[
+    "request_operation", "update_operation", "report_agent_state", "append_transcript"
+]
 
 
 class RequestOperation(msgspec.Struct, frozen=True, tag=True):
@@ -85,6 +88,41 @@ class AppendTranscript(msgspec.Struct, frozen=True, tag=True):
 
 ProviderEvent = RequestOperation | UpdateOperation | ReportAgentState | AppendTranscript
 
+# The session states each call applies in (after the room fence); none moves the session's state.
+ALLOWED: Final[dict[ProviderEventName, tuple[SessionState, ...]]] = {
+    "request_operation": ANSWERABLE_STATES,
+    "update_operation": ANSWERABLE_STATES,
+    "report_agent_state": ANSWERABLE_STATES,
+    "append_transcript": ANSWERABLE_STATES,
+}
+
+NOTES: Final[dict[ProviderEventName, str]] = {
+    "request_operation": f"at most {MAX_OPERATIONS} operations; a media request asks for a "
+    "requested (and, for the user, offered) source; with a requirement the operation awaits "
+    "confirmation (task INPUT_REQUIRED), without it runs at once",
+    "update_operation": "the operation → running, succeeded or failed (running again changes "
+    "nothing); a media request settles its source (UpdatePermissions when that changes what may be "
+    "published)",
+    "report_agent_state": "last writer wins; the same state again changes nothing",
+    "append_transcript": "only when transcripts are kept (else capability unavailable); the "
+    "line joins the history, idempotent by itemId",
+}
+
+
+def event_name(event: ProviderEvent) -> ProviderEventName:
+    """The name under which `event` appears in ALLOWED."""
+    match event:
+        case RequestOperation():
+            return "request_operation"
+        case UpdateOperation():
+            return "update_operation"
+        case ReportAgentState():
+            return "report_agent_state"
+        case AppendTranscript():
+            return "append_transcript"
+        case _:
+            assert_never(event)
+
 
 def apply(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Session] | Rejected:
     """The rules for a provider call (settled afterwards by `state_machines.decide`, the entry
@@ -122,7 +160,7 @@ def _fenced(session: Session, event: ProviderEvent) -> Rejected | None:
             epoch_reason=why,
             detail=f"the call belongs to room epoch {event.room_epoch}, not the current room",
         )
-    if session.state not in ANSWERABLE_STATES:
+    if session.state not in ALLOWED[event_name(event)]:
         return Rejected(
             reason=RejectReason.INVALID_STATE,
             state=session.state,

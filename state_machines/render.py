@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from state_machines import endpoint, media, operation, session, task
+from state_machines import endpoint, interactions, media, operation, provider, session, task
 
 _HEADER = """\
 # State machines
@@ -45,6 +45,13 @@ def _mermaid(
 def _table(rows: Iterable[tuple[str, str, str, str]], header: str) -> list[str]:
     lines = [header, "|---|---|---|---|"]
     lines += [f"| {a} | `{event}` | {b} | {note} |" for a, event, b, note in rows]
+    return [*lines, ""]
+
+
+def _allowed_table(rows: Iterable[tuple[str, tuple[str, ...], str]]) -> list[str]:
+    """One row per event: the session states it applies in (it keeps the state), its guards."""
+    lines = ["| event | session states | guard and effects |", "|---|---|---|"]
+    lines += [f"| `{event}` | {', '.join(states)} | {note} |" for event, states, note in rows]
     return [*lines, ""]
 
 
@@ -132,9 +139,43 @@ def _media() -> list[str]:
     ]
 
 
+def _interactions() -> list[str]:
+    return [
+        "## Interactions",
+        "",
+        "What the user does inside a session, the answers to operations and track webhooks "
+        "(§7, §8). None moves the session's state (so no diagram); in any other state the event "
+        "is rejected with `invalid_state`.",
+        "",
+        *_allowed_table((e, s, interactions.NOTES[e]) for e, s in interactions.ALLOWED.items()),
+    ]
+
+
+def _provider() -> list[str]:
+    return [
+        "## Provider calls",
+        "",
+        "What the agent asks of a session (§8, §10). Fenced first by room: the agent of the "
+        "current room, with an epoch issued since that room was provisioned (else `stale_epoch`); "
+        "none moves the session's state, and in any other state the call is rejected with "
+        "`invalid_state`.",
+        "",
+        *_allowed_table((e, s, provider.NOTES[e]) for e, s in provider.ALLOWED.items()),
+    ]
+
+
 def render_markdown() -> str:
     """The whole of docs/state-machines.md."""
-    sections = [_HEADER, *_session(), *_endpoint(), *_task(), *_operation(), *_media()]
+    sections = [
+        _HEADER,
+        *_session(),
+        *_interactions(),
+        *_provider(),
+        *_endpoint(),
+        *_task(),
+        *_operation(),
+        *_media(),
+    ]
     return "\n".join(sections).rstrip("\n") + "\n"
 
 

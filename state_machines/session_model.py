@@ -43,6 +43,7 @@ FAILED: Final = "failed"
 
 LIVE_STATES: Final[tuple[SessionState, ...]] = (PROVISIONING, READY, JOINING, ACTIVE, RECONNECTING)
 TERMINAL_STATES: Final[tuple[SessionState, ...]] = (ENDED, FAILED)
+SESSION_STATES: Final[tuple[SessionState, ...]] = (*LIVE_STATES, ENDING, *TERMINAL_STATES)
 
 _TASK_EVENTS: Final[dict[TaskState, TaskEvent]] = {
     task.COMPLETED: "complete",

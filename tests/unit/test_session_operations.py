@@ -529,3 +529,46 @@ def test_the_agent_leaving_ends_delivery_whatever_it_reports() -> None:
     assert gone.agent_identity is None
     reported = run(gone, agent.ReportAgentState(1, 1, "listening"))
     refused(reported, Deliver(1, "c", "input.text", '{"text":"hi"}'), RejectReason.INVALID_STATE)
+
+
+def test_the_interaction_and_provider_tables_name_every_event() -> None:
+    from typing import get_args
+
+    from state_machines import interactions
+
+    for table in (interactions.ALLOWED, interactions.NOTES):
+        assert tuple(table) == get_args(interactions.InteractionEventName)
+    for table in (agent.ALLOWED, agent.NOTES):
+        assert tuple(table) == get_args(agent.ProviderEventName)
+
+
+@pytest.mark.parametrize(
+    "state",
+    ["provisioning", "ready", "joining", "active", "reconnecting", "ending", "ended", "failed"],
+)
+def test_an_event_is_refused_in_every_state_its_table_leaves_out(state: str) -> None:
+    import msgspec
+
+    from state_machines import interactions
+
+    session = msgspec.structs.replace(run(live(), ask()), state=state)
+    expire = Resolve(command_id="x", decision="expire", via="timer", operation_id="op-1",
+                     requirement_id="req-1")  # fmt: skip
+    events: list[interactions.InteractionEvent | agent.ProviderEvent] = [
+        Deliver(1, "c", "response.interrupt", "{}"),
+        confirm(),
+        cont(version=session.task_version),
+        expire,
+        agent.ReportAgentState(1, 1, "thinking"),
+    ]
+    for event in events:
+        if isinstance(event, agent.ProviderEvent):
+            allowed = agent.ALLOWED[agent.event_name(event)]
+        else:
+            allowed = interactions.ALLOWED[interactions.event_name(event)]
+        outcome = step(session, event)
+        if state in allowed:
+            assert isinstance(outcome, Accepted), (state, event, outcome)
+        else:
+            assert isinstance(outcome, Rejected), (state, event)
+            assert outcome.reason is RejectReason.INVALID_STATE
