@@ -2,17 +2,16 @@
 session meets — client commands, LiveKit webhooks, timers, effect follow-ups, provider calls.
 
 Routing is one `match` over `AnyEvent` that ends in `assert_never`: an event added to a union
-but handled nowhere fails type checking. Each family (`session`, `interactions`, `provider`)
-applies its own rules; what every accepted decision shares is done once, afterwards, by
-`settle`.
+but handled nowhere fails type checking. Each family (`session_rules`, `interactions`,
+`provider`) applies its own rules; what every accepted decision shares is done once, afterwards,
+by `settle`.
 """
 
 from __future__ import annotations
 
 from typing import assert_never
 
-from state_machines import interactions, provider
-from state_machines import session as lifecycle
+from state_machines import interactions, provider, session_rules
 from state_machines._base import Accepted, Rejected
 from state_machines.interactions import (
     AgentMedia,
@@ -72,7 +71,7 @@ def decide(session: Session, event: AnyEvent, *, now: str) -> Accepted[Session] 
             | Cancel()
             | RoomDeleted()
         ):
-            outcome = lifecycle.apply(session, event, now=now)
+            outcome = session_rules.apply(session, event, now=now)
         case Deliver() | UserMedia() | AgentMedia() | Resolve() | TrackChanged():
             outcome = interactions.apply(session, event, now=now)
         case RequestOperation() | UpdateOperation() | ReportAgentState() | AppendTranscript():

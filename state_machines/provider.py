@@ -25,15 +25,14 @@ from state_machines import media
 from state_machines import operation as operations
 from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import AppendHistory
-from state_machines.interactions import (
+from state_machines.interaction_media import settled_media, with_media
+from state_machines.interaction_model import (
     ANSWERABLE_STATES,
     MAX_OPERATIONS,
     capability_missing,
     find_operation,
     replace_state,
-    settled_media,
     too_many_operations,
-    with_media,
 )
 from state_machines.operation import Requirement
 from state_machines.session_model import Session, SessionState, by_id, replace

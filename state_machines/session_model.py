@@ -1,4 +1,4 @@
-"""The session value and the changes to it that cannot be refused (used by `session.decide`).
+"""The session value and the changes to it that cannot be refused (used by `session_rules`).
 
 `session.py` holds the table and the guards; the functions here only build the next value once a
 guard has let an event through, so none of them returns a rejection. Import the public names from

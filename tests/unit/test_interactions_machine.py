@@ -1,5 +1,5 @@
-"""Interactions and user media consent in the pure core (state_machines/interactions.py,
-through `state_machines.decide`)."""
+"""Interactions and user media consent in the pure core (state_machines/interactions.py and
+interaction_media.py, through `state_machines.decide`)."""
 
 from __future__ import annotations
 

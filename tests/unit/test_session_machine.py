@@ -1,5 +1,5 @@
-"""The session lifecycle (state_machines/session.py, through `state_machines.decide`): table,
-epochs, handoff, rebind, end."""
+"""The session lifecycle (state_machines/session.py and session_rules.py, through
+`state_machines.decide`): table, epochs, handoff, rebind, end."""
 
 from __future__ import annotations
 
