@@ -1,12 +1,14 @@
 """The functional core: pure lifecycles, no I/O, no clock, no randomness."""
 
 from state_machines._base import Accepted, Rejected, RejectReason
+from state_machines.core import AnyEvent, decide
 from state_machines.effects import (
+    AppendHistory,
     CreateRoom,
     DeleteRoom,
     DispatchAgent,
-    Effect,
     MintJoinToken,
+    OutboxEffect,
     RemoveParticipant,
     SendData,
     UpdatePermissions,
@@ -39,12 +41,13 @@ from state_machines.task import TaskCore
 
 __all__ = [
     "Accepted",
+    "AnyEvent",
+    "AppendHistory",
     "Cancel",
     "Capabilities",
     "CreateRoom",
     "DeleteRoom",
     "DispatchAgent",
-    "Effect",
     "End",
     "Endpoint",
     "EndpointState",
@@ -60,6 +63,7 @@ __all__ = [
     "Operation",
     "OperationEvent",
     "OperationState",
+    "OutboxEffect",
     "ParticipantJoined",
     "ParticipantLeft",
     "Provisioned",
@@ -80,4 +84,5 @@ __all__ = [
     "SourceState",
     "TaskCore",
     "UpdatePermissions",
+    "decide",
 ]

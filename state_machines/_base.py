@@ -12,6 +12,8 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from state_machines.effects import AppendHistory, MintJoinToken, OutboxEffect
+
 S = TypeVar("S")
 
 
@@ -29,10 +31,25 @@ class RejectReason(StrEnum):
 
 
 class Accepted(msgspec.Struct, Generic[S], frozen=True):
-    """The event applies: the new state, and the effects the shell must carry out."""
+    """The event applies: the new state, and what the shell must do about it, by kind.
+
+    - `outbox`: LiveKit calls, stored in the commit and carried out after it by the runner;
+    - `token`: the join token the shell signs into the command's result (never stored);
+    - `history`: messages appended to the task history in the same commit.
+
+    One shape for every machine: the endpoint, operation, media and task machines only ever
+    fill `state` (they have no effects of their own); a session decision fills the rest.
+    """
 
     state: S
-    effects: tuple[msgspec.Struct, ...] = ()
+    outbox: tuple[OutboxEffect, ...] = ()
+    token: MintJoinToken | None = None
+    history: tuple[AppendHistory, ...] = ()
+
+    @property
+    def has_effects(self) -> bool:
+        """Whether the shell has anything to do besides storing `state`."""
+        return bool(self.outbox or self.history) or self.token is not None
 
 
 class Rejected(msgspec.Struct, frozen=True):

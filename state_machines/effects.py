@@ -1,8 +1,10 @@
 """Effects: what the shell must do after a transition commits (LiveKit calls, token minting).
 
-Plain, frozen, tagged values (`{"type": "CreateRoom", ...}` on the wire), so the shell can store
-them in its outbox as one `Effect` union and run them later. Publish sources use LiveKit's exact
-names: an unknown name silently allows nothing (realtime-profile §9).
+Plain, frozen, tagged values (`{"type": "CreateRoom", ...}` on the wire). The LiveKit calls form
+the `OutboxEffect` union the shell stores in its outbox and runs later; a join token
+(`MintJoinToken`) and history entries (`AppendHistory`) are handled in the commit itself and
+travel in their own fields of `Accepted`, so they can never reach the outbox. Publish sources
+use LiveKit's exact names: an unknown name silently allows nothing (realtime-profile §9).
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class UpdatePermissions(msgspec.Struct, frozen=True, tag=True):
 
 
 class MintJoinToken(msgspec.Struct, frozen=True, tag=True):
-    """A join token for `identity` into exactly `room`, carrying `epoch` in its metadata."""
+    """A join token for `identity` into exactly `room`, carrying `epoch` in its metadata (never
+    an outbox entry: the shell signs it into the command's result)."""
 
     room: str
     identity: str
@@ -83,13 +86,7 @@ class AppendHistory(msgspec.Struct, frozen=True, tag=True):
     parts_json: str
 
 
-Effect = (
-    CreateRoom
-    | DispatchAgent
-    | RemoveParticipant
-    | DeleteRoom
-    | UpdatePermissions
-    | MintJoinToken
-    | SendData
-    | AppendHistory
+# the LiveKit calls the outbox runner carries out, at least once each, in commit order
+OutboxEffect = (
+    CreateRoom | DispatchAgent | RemoveParticipant | DeleteRoom | UpdatePermissions | SendData
 )

@@ -13,7 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, assert_never
 
 import msgspec
 
@@ -61,26 +61,47 @@ class MediaSources(msgspec.Struct, frozen=True, kw_only=True):
     agent_screen: SourceState = OFF
 
     def get(self, side: MediaSide, source: MediaSource) -> SourceState:
-        match (side, source):
-            case ("user", "camera"):
+        match _field(side, source):
+            case "user_camera":
                 return self.user_camera
-            case ("user", "screen"):
+            case "user_screen":
                 return self.user_screen
-            case ("agent", "camera"):
+            case "agent_camera":
                 return self.agent_camera
-            case _:
+            case "agent_screen":
                 return self.agent_screen
+            case _ as field:
+                assert_never(field)
 
     def with_state(self, side: MediaSide, source: MediaSource, state: SourceState) -> MediaSources:
-        match (side, source):
-            case ("user", "camera"):
-                return msgspec.structs.replace(self, user_camera=state)
-            case ("user", "screen"):
-                return msgspec.structs.replace(self, user_screen=state)
-            case ("agent", "camera"):
-                return msgspec.structs.replace(self, agent_camera=state)
-            case _:
-                return msgspec.structs.replace(self, agent_screen=state)
+        return msgspec.structs.replace(self, **{_field(side, source): state})
+
+
+_Field = Literal["user_camera", "user_screen", "agent_camera", "agent_screen"]
+
+
+def _field(side: MediaSide, source: MediaSource) -> _Field:
+    """The field of MediaSources that holds the `side` `source` (matched one by one, so a new
+    side or source fails type checking here)."""
+    match side:
+        case "user":
+            match source:
+                case "camera":
+                    return "user_camera"
+                case "screen":
+                    return "user_screen"
+                case _:
+                    assert_never(source)
+        case "agent":
+            match source:
+                case "camera":
+                    return "agent_camera"
+                case "screen":
+                    return "agent_screen"
+                case _:
+                    assert_never(source)
+        case _:
+            assert_never(side)
 
 
 def allowed_events(state: SourceState) -> tuple[MediaEvent, ...]:

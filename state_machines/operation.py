@@ -16,7 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, assert_never
 
 import msgspec
 
@@ -189,8 +189,10 @@ def event_name(event: OperationEvent) -> OperationEventName:
             return "succeed"
         case Fail():
             return "fail"
-        case _:
+        case Update():
             return "update"
+        case _:
+            assert_never(event)
 
 
 def allowed_events(state: OperationState) -> tuple[OperationEventName, ...]:
@@ -252,8 +254,10 @@ def _requirement_check(op: Operation, event: OperationEvent) -> str | None:
             return _mismatch(op, event.requirement_id, event.action_digest)
         case Expire():
             return _mismatch(op, event.requirement_id, None)
-        case _:
+        case Start() | AskConfirmation() | Cancel() | Succeed() | Fail() | Update():
             return None
+        case _:
+            assert_never(event)
 
 
 def decide(op: Operation, event: OperationEvent, *, now: str) -> Accepted[Operation] | Rejected:
@@ -285,6 +289,8 @@ def decide(op: Operation, event: OperationEvent, *, now: str) -> Accepted[Operat
             changed = msgspec.structs.replace(changed, result_json=event.result_json)
         case Fail():
             changed = msgspec.structs.replace(changed, error_json=event.error_json)
-        case _:
+        case Start() | Confirm() | Deny() | Cancel() | Expire() | Update():
             pass
+        case _:
+            assert_never(event)
     return Accepted(changed)

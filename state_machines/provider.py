@@ -17,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Final, Literal, assert_never
 
 import msgspec
 
@@ -25,20 +25,22 @@ from state_machines import media
 from state_machines import operation as operations
 from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import AppendHistory
-from state_machines.interactions import (
+from state_machines.interaction_media import settled_media, with_media
+from state_machines.interaction_model import (
     ANSWERABLE_STATES,
     MAX_OPERATIONS,
     capability_missing,
     find_operation,
     replace_state,
-    settled_media,
     too_many_operations,
-    with_media,
 )
 from state_machines.operation import Requirement
-from state_machines.session_model import Session, by_id, replace, settle_task
+from state_machines.session_model import Session, SessionState, by_id, replace
 
 ReportedState = Literal["joined", "listening", "thinking", "speaking", "left"]
+ProviderEventName = Literal[
+    "request_operation", "update_operation", "report_agent_state", "append_transcript"
+]
 
 
 class RequestOperation(msgspec.Struct, frozen=True, tag=True):
@@ -85,9 +87,45 @@ class AppendTranscript(msgspec.Struct, frozen=True, tag=True):
 
 ProviderEvent = RequestOperation | UpdateOperation | ReportAgentState | AppendTranscript
 
+# The session states each call applies in (after the room fence); none moves the session's state.
+ALLOWED: Final[dict[ProviderEventName, tuple[SessionState, ...]]] = {
+    "request_operation": ANSWERABLE_STATES,
+    "update_operation": ANSWERABLE_STATES,
+    "report_agent_state": ANSWERABLE_STATES,
+    "append_transcript": ANSWERABLE_STATES,
+}
 
-def decide(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Session] | Rejected:
-    """Apply a provider call to `session`."""
+NOTES: Final[dict[ProviderEventName, str]] = {
+    "request_operation": f"at most {MAX_OPERATIONS} operations; a media request asks for a "
+    "requested (and, for the user, offered) source; with a requirement the operation awaits "
+    "confirmation (task INPUT_REQUIRED), without it runs at once",
+    "update_operation": "the operation → running, succeeded or failed (running again changes "
+    "nothing); a media request settles its source (UpdatePermissions when that changes what may be "
+    "published)",
+    "report_agent_state": "last writer wins; the same state again changes nothing",
+    "append_transcript": "only when transcripts are kept (else capability unavailable); the "
+    "line joins the history, idempotent by itemId",
+}
+
+
+def event_name(event: ProviderEvent) -> ProviderEventName:
+    """The name under which `event` appears in ALLOWED."""
+    match event:
+        case RequestOperation():
+            return "request_operation"
+        case UpdateOperation():
+            return "update_operation"
+        case ReportAgentState():
+            return "report_agent_state"
+        case AppendTranscript():
+            return "append_transcript"
+        case _:
+            assert_never(event)
+
+
+def apply(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Session] | Rejected:
+    """The rules for a provider call (settled afterwards by `state_machines.decide`, the entry
+    to call)."""
     refused = _fenced(session, event)
     if refused is not None:
         return refused
@@ -99,9 +137,11 @@ def decide(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Sess
         case ReportAgentState():
             if event.state == session.agent_state:
                 return Accepted(session)  # nothing new: no commit, no event
-            return Accepted(replace(session, agent_state=event.state, updated_at=now))
-        case _:
+            return Accepted(replace(session, agent_state=event.state))
+        case AppendTranscript():
             return _transcript(session, event)
+        case _:
+            assert_never(event)
 
 
 def _fenced(session: Session, event: ProviderEvent) -> Rejected | None:
@@ -119,7 +159,7 @@ def _fenced(session: Session, event: ProviderEvent) -> Rejected | None:
             epoch_reason=why,
             detail=f"the call belongs to room epoch {event.room_epoch}, not the current room",
         )
-    if session.state not in ANSWERABLE_STATES:
+    if session.state not in ALLOWED[event_name(event)]:
         return Rejected(
             reason=RejectReason.INVALID_STATE,
             state=session.state,
@@ -154,10 +194,7 @@ def _request(session: Session, event: RequestOperation, now: str) -> Accepted[Se
     )
     if event.requirement is None:
         opened = replace(opened, state=operations.RUNNING)
-    changed = replace(
-        session, operations=(*session.operations, opened), media=sources, updated_at=now
-    )
-    return Accepted(settle_task(changed, now))
+    return Accepted(replace(session, operations=(*session.operations, opened), media=sources))
 
 
 def _media_refused(
@@ -191,8 +228,10 @@ def _update(session: Session, event: UpdateOperation, now: str) -> Accepted[Sess
             change = operations.Update()
         case "succeeded":
             change = operations.Succeed(event.result_json)
-        case _:
+        case "failed":
             change = operations.Fail(event.error_json)
+        case _:
+            assert_never(event.state)
     moved = operations.decide(op, change, now=now)
     if isinstance(moved, Rejected):
         return msgspec.structs.replace(moved, current_epoch=session.epoch)
@@ -200,16 +239,13 @@ def _update(session: Session, event: UpdateOperation, now: str) -> Accepted[Sess
         return Accepted(session)
     done = moved.state
     changed = replace(
-        session,
-        operations=tuple(done if item is op else item for item in session.operations),
-        updated_at=now,
+        session, operations=tuple(done if item is op else item for item in session.operations)
     )
-    step = with_media(changed, settled_media(changed, done), now)
-    return Accepted(settle_task(step.state, now), step.effects)
+    return with_media(changed, settled_media(changed, done))
 
 
 def _transcript(session: Session, event: AppendTranscript) -> Accepted[Session] | Rejected:
     if session.transcript != "on":
         return capability_missing("transcript")
     parts = json.dumps([{"text": event.text}], separators=(",", ":"))
-    return Accepted(session, (AppendHistory(event.item_id, event.role, parts),))
+    return Accepted(session, history=(AppendHistory(event.item_id, event.role, parts),))

@@ -9,23 +9,18 @@ Invariants:
 - ended and failed absorb: the only event they accept is the idempotent `end`, which changes
   nothing;
 - a rejection is a value and changes nothing; events of an older room or epoch are fenced.
+
+This module holds the table, the guards and the fences; `session_rules` what each event does.
 """
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, assert_never
 
 from state_machines import endpoint as endpoints
 from state_machines import task
 from state_machines._base import Accepted, Rejected, RejectReason
-from state_machines.effects import (
-    CreateRoom,
-    DispatchAgent,
-    Effect,
-    RemoveParticipant,
-    UpdatePermissions,
-)
-from state_machines.endpoint import Endpoint
+from state_machines.effects import CreateRoom, DispatchAgent
 from state_machines.session_events import (
     Cancel,
     End,
@@ -61,25 +56,10 @@ from state_machines.session_model import (
     RoomName,
     Session,
     SessionState,
-    Step,
     advance_task,
-    by_id,
-    by_key,
     derive_task_state,
-    device_sources,
-    end,
-    fail,
-    finish,
-    hand_off,
-    is_idle,
-    join_token,
-    moved,
     parse_room_name,
-    put,
-    rebind,
-    replace,
     room_name,
-    settle_task,
 )
 from state_machines.task import TaskCore
 
@@ -113,7 +93,6 @@ __all__ = [
     "SessionEventName",
     "SessionState",
     "allowed_events",
-    "decide",
     "derive_task_state",
     "event_name",
     "new_session",
@@ -223,31 +202,10 @@ def new_session(
     return Accepted(session, (CreateRoom(room, 1), DispatchAgent(room, 1)))
 
 
-def decide(session: Session, event: SessionEvent, *, now: str) -> Accepted[Session] | Rejected:
-    """Apply `event`: the next session with its effects, or a rejection that changes nothing."""
-    fenced = _fence(session, event)
-    if fenced is not None:
-        return fenced
-    name = event_name(event)
-    target = TRANSITIONS.get((session.state, name))
-    if target is None:
-        return _invalid(session, f"a session in {session.state} does not accept `{name}`")
-    step = _apply(session, event, target, now)
-    if isinstance(step, Rejected):
-        return step
-    after, effects = step
-    after = settle_task(after, now)
-    if is_idle(after) and not is_idle(session):
-        after = replace(after, idles=session.idles + 1)
-    if after != session:
-        after = replace(after, updated_at=now)
-    return Accepted(after, effects)
-
-
 # --- guards -------------------------------------------------------------------------------------
 
 
-def _fence(session: Session, event: SessionEvent) -> Rejected | None:
+def fence(session: Session, event: SessionEvent) -> Rejected | None:
     """Epoch checks come before the state machine: stale commands and old-room events."""
     match event:
         case RegisterEndpoint() | Join():
@@ -267,9 +225,11 @@ def _fence(session: Session, event: SessionEvent) -> Rejected | None:
             )
         case RoomLost():
             current = event.room == session.room
-        case _:
+        case IdleTimeout() | MaxDuration() | End() | Cancel():
             current = True
-    return None if current else _invalid(session, f"fenced: `{event_name(event)}` is not current")
+        case _:
+            assert_never(event)
+    return None if current else invalid(session, f"fenced: `{event_name(event)}` is not current")
 
 
 def stale_epoch(session: Session, epoch: int) -> Rejected | None:
@@ -290,165 +250,32 @@ def stale_epoch(session: Session, epoch: int) -> Rejected | None:
     )
 
 
-def _is_active(session: Session, identity: str, epoch: int) -> bool:
+def is_active(session: Session, identity: str, epoch: int) -> bool:
     return identity == session.active_endpoint_id and epoch == session.epoch
 
 
-def _awaits_active(session: Session) -> bool:
+def awaits_active(session: Session) -> bool:
     """Joining or reconnecting: the active endpoint's participant is expected in the room."""
     return session.state in (JOINING, RECONNECTING)
 
 
-def _is_superseded(session: Session, identity: str) -> bool:
+def is_superseded(session: Session, identity: str) -> bool:
     return any(
         item.endpoint_id == identity and item.state == endpoints.SUPERSEDED
         for item in session.endpoints
     )
 
 
-def _rebinds_exhausted(session: Session) -> bool:
+def rebinds_exhausted(session: Session) -> bool:
     return session.rebinds >= MAX_REBINDS
 
 
-def _is_handoff(session: Session, endpoint_id: str) -> bool:
+def is_handoff(session: Session, endpoint_id: str) -> bool:
     """Another endpoint is active, joining or reconnecting: this join supersedes it."""
     return session.active_endpoint_id not in (None, endpoint_id)
 
 
-# --- rules --------------------------------------------------------------------------------------
-
-
-def _apply(
-    session: Session, event: SessionEvent, target: SessionState, now: str
-) -> Step | Rejected:
-    match event:
-        case Provisioned():
-            # the agent's participant_joined may overtake the dispatch confirmation
-            agent = "dispatched" if session.agent_state == "dispatching" else session.agent_state
-            return replace(session, state=target, agent_state=agent), ()
-        case ProvisioningFailed():
-            return fail(session, target, event.reason, now)
-        case ProvisioningTimeout():
-            return fail(session, target, "provisioning_timeout", now)
-        case RegisterEndpoint():
-            return _register(session, event, now)
-        case Join():
-            return _join(session, event, target, now)
-        case ParticipantJoined():
-            return _participant_joined(session, event, target)
-        case ParticipantLeft():
-            return _participant_left(session, event, target)
-        case GraceExpired():
-            if event.endpoint_id != session.active_endpoint_id:
-                return _invalid(session, f"{event.endpoint_id} is no longer the active endpoint")
-            return replace(session, state=target, active_endpoint_id=None), ()
-        case IdleTimeout():
-            if session.active_endpoint_id is not None:
-                return _invalid(session, "an endpoint is active: the session is not idle")
-            if event.idle not in (-1, session.idles):
-                return _invalid(session, "the session was active since this timer was armed")
-            return end(session, target, "idle_timeout")
-        case MaxDuration():
-            return end(session, target, "max_duration")
-        case RoomLost():
-            if _rebinds_exhausted(session):
-                return fail(session, FALLBACK[session.state, "room_lost"], "room_lost", now)
-            return rebind(session, target, now)
-        case End():
-            if (session.state, "end") in IDEMPOTENT:
-                return session, ()
-            return end(session, target, event.reason)
-        case Cancel():
-            return end(replace(session, canceled=True), target, "canceled")
-        case _:
-            return finish(session, target, now), ()
-
-
-def _register(session: Session, event: RegisterEndpoint, now: str) -> Step | Rejected:
-    known = by_key(session, event.client_endpoint_key)
-    if known is not None:
-        again = endpoints.decide(known, "reregister")
-        if isinstance(again, Rejected):
-            return _endpoint_refused(session, again)
-        updated = replace(again.state, capabilities=event.capabilities)
-        return replace(session, endpoints=put(session.endpoints, updated)), ()
-    if len(session.endpoints) >= event.max_endpoints:
-        return Rejected(
-            reason=RejectReason.LIMIT_EXCEEDED,
-            state=session.state,
-            current_epoch=session.epoch,
-            limit="endpoints_per_session",
-            detail=f"a session has at most {event.max_endpoints} endpoints",
-        )
-    added = Endpoint(
-        endpoint_id=event.endpoint_id,
-        client_endpoint_key=event.client_endpoint_key,
-        capabilities=event.capabilities,
-        registered_at=now,
-    )
-    return replace(session, endpoints=(*session.endpoints, added)), ()
-
-
-def _join(session: Session, event: Join, target: SessionState, now: str) -> Step | Rejected:
-    known = by_id(session, event.endpoint_id)
-    if known is None:
-        return Rejected(
-            reason=RejectReason.ENDPOINT_NOT_FOUND,
-            state=session.state,
-            current_epoch=session.epoch,
-            detail=f"no endpoint {event.endpoint_id} in this session",
-        )
-    joining = endpoints.decide(known, "join")
-    if isinstance(joining, Rejected):
-        return _endpoint_refused(session, joining)
-    effects: tuple[Effect, ...] = ()
-    previous = session.active_endpoint_id
-    if previous is not None and _is_handoff(session, known.endpoint_id):
-        session, effects = hand_off(session, previous)
-    joined = replace(joining.state, joined_at=now, joined_epoch=session.epoch)
-    session = replace(
-        session,
-        state=target,
-        active_endpoint_id=joined.endpoint_id,
-        endpoints=put(session.endpoints, joined),
-    )
-    return session, (*effects, join_token(session, joined))
-
-
-def _participant_joined(
-    session: Session, event: ParticipantJoined, target: SessionState
-) -> Step | Rejected:
-    if event.is_agent:
-        return replace(session, agent_state="joined", agent_identity=event.identity), ()
-    if _awaits_active(session) and _is_active(session, event.identity, event.epoch):
-        connected = moved(session.endpoints, "connected", (event.identity,))
-        # the token it joined with may predate a grant or a revoke made while it was away:
-        # the permission it gets now is the one its grants allow
-        caps = next(e.capabilities for e in session.endpoints if e.endpoint_id == event.identity)
-        permission = UpdatePermissions(
-            session.room, event.identity, caps.audio_output, device_sources(session, caps)
-        )
-        return replace(session, state=target, endpoints=connected), (permission,)
-    if _is_superseded(session, event.identity):
-        # LiveKit cannot revoke a token: a superseded device that re-joins is removed again
-        return session, (RemoveParticipant(session.room, event.identity),)
-    return _invalid(session, f"participant {event.identity} is not awaited in {session.state}")
-
-
-def _participant_left(
-    session: Session, event: ParticipantLeft, target: SessionState
-) -> Step | Rejected:
-    if event.is_agent:
-        return replace(session, agent_state="left", agent_identity=None), ()
-    if not _is_active(session, event.identity, event.epoch):
-        return _invalid(session, f"participant {event.identity} is not the active endpoint")
-    disconnected = moved(session.endpoints, "disconnected", (event.identity,))
-    return replace(
-        session, state=target, endpoints=disconnected, disconnects=session.disconnects + 1
-    ), ()
-
-
-def _invalid(session: Session, detail: str) -> Rejected:
+def invalid(session: Session, detail: str) -> Rejected:
     return Rejected(
         reason=RejectReason.INVALID_STATE,
         state=session.state,
@@ -456,8 +283,3 @@ def _invalid(session: Session, detail: str) -> Rejected:
         current_epoch=session.epoch,
         detail=detail,
     )
-
-
-def _endpoint_refused(session: Session, refused: Rejected) -> Rejected:
-    """The endpoint's own state refuses: report that state and the endpoint events it allows."""
-    return replace(refused, current_epoch=session.epoch)

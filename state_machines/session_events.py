@@ -13,7 +13,7 @@ the epoch at which their timer was armed.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, assert_never
 
 import msgspec
 
@@ -181,5 +181,7 @@ def event_name(event: SessionEvent) -> SessionEventName:
             return "end"
         case Cancel():
             return "cancel"
-        case _:
+        case RoomDeleted():
             return "room_deleted"
+        case _:
+            assert_never(event)

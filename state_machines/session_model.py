@@ -1,4 +1,4 @@
-"""The session value and the changes to it that cannot be refused (used by `session.decide`).
+"""The session value and the changes to it that cannot be refused (used by `session_rules`).
 
 `session.py` holds the table and the guards; the functions here only build the next value once a
 guard has let an event through, so none of them returns a rejection. Import the public names from
@@ -15,11 +15,11 @@ import msgspec
 from state_machines import endpoint as endpoints
 from state_machines import operation as operations
 from state_machines import task
+from state_machines._base import Accepted
 from state_machines.effects import (
     CreateRoom,
     DeleteRoom,
     DispatchAgent,
-    Effect,
     MintJoinToken,
     RemoveParticipant,
 )
@@ -43,6 +43,7 @@ FAILED: Final = "failed"
 
 LIVE_STATES: Final[tuple[SessionState, ...]] = (PROVISIONING, READY, JOINING, ACTIVE, RECONNECTING)
 TERMINAL_STATES: Final[tuple[SessionState, ...]] = (ENDED, FAILED)
+SESSION_STATES: Final[tuple[SessionState, ...]] = (*LIVE_STATES, ENDING, *TERMINAL_STATES)
 
 _TASK_EVENTS: Final[dict[TaskState, TaskEvent]] = {
     task.COMPLETED: "complete",
@@ -106,7 +107,6 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     task_requirement: str | None = None
 
 
-Step = tuple[Session, tuple[Effect, ...]]
 replace = msgspec.structs.replace
 
 
@@ -247,7 +247,7 @@ def join_token(session: Session, joined: Endpoint) -> MintJoinToken:
     )
 
 
-def hand_off(session: Session, previous: str) -> Step:
+def hand_off(session: Session, previous: str) -> tuple[Session, RemoveParticipant]:
     """Another endpoint takes over: epoch + 1, the previous one superseded and removed."""
     epoch = session.epoch + 1
     superseded = replace(
@@ -256,13 +256,13 @@ def hand_off(session: Session, previous: str) -> Step:
         bumps=(*session.bumps, EpochBump(epoch, "superseded")),
         endpoints=moved(session.endpoints, "supersede", (previous,)),
     )
-    return superseded, (RemoveParticipant(session.room, previous),)
+    return superseded, RemoveParticipant(session.room, previous)
 
 
-def end(session: Session, target: SessionState, reason: str) -> Step:
+def end(session: Session, target: SessionState, reason: str) -> Accepted[Session]:
     """Ending: the task is terminal from here, the room is deleted behind it."""
     ending = replace(session, state=target, end_reason=reason)
-    return ending, (DeleteRoom(session.room, session.room_epoch),)
+    return Accepted(ending, (DeleteRoom(session.room, session.room_epoch),))
 
 
 def finish(session: Session, target: SessionState, now: str) -> Session:
@@ -277,12 +277,12 @@ def finish(session: Session, target: SessionState, now: str) -> Session:
     )
 
 
-def fail(session: Session, target: SessionState, reason: str, now: str) -> Step:
+def fail(session: Session, target: SessionState, reason: str, now: str) -> Accepted[Session]:
     """Failed: over at once, nothing left to clean up in LiveKit."""
-    return finish(replace(session, end_reason=reason), target, now), ()
+    return Accepted(finish(replace(session, end_reason=reason), target, now))
 
 
-def rebind(session: Session, target: SessionState, now: str) -> Step:
+def rebind(session: Session, target: SessionState, now: str) -> Accepted[Session]:
     """The room is lost: epoch + 1, a new room named with it, every device must join again.
     The agent that asked for the open operations is gone with the room: they are canceled."""
     epoch = session.epoch + 1
@@ -305,4 +305,4 @@ def rebind(session: Session, target: SessionState, now: str) -> Step:
         active_endpoint_id=None,
         endpoints=reset,
     )
-    return rebound, (CreateRoom(room, epoch), DispatchAgent(room, epoch))
+    return Accepted(rebound, (CreateRoom(room, epoch), DispatchAgent(room, epoch)))

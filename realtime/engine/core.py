@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import msgspec
 
@@ -28,38 +28,15 @@ from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, PendingEffect, SessionRecord, TaskRecord
 from realtime.store.sessions import Loaded, SessionStore
 from realtime.telemetry import Telemetry, note_transition
-from state_machines import (
-    Accepted,
-    Effect,
-    MintJoinToken,
-    Rejected,
-    Session,
-    SessionEvent,
-    interactions,
-    provider,
-)
+from state_machines import Accepted, OutboxEffect, Rejected, Session, decide
+from state_machines import AnyEvent as AnyEvent  # what `execute` applies, named for methods/
 from state_machines import session as machine
 from state_machines.effects import AppendHistory
-from state_machines.interactions import InteractionEvent
-from state_machines.provider import ProviderEvent
 from state_machines.session_model import open_requirement
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS: Final = 8
-INTERACTION_EVENTS: Final = (
-    interactions.Deliver,
-    interactions.UserMedia,
-    interactions.AgentMedia,
-    interactions.Resolve,
-    interactions.TrackChanged,
-)
-PROVIDER_EVENTS: Final = (
-    provider.RequestOperation,
-    provider.UpdateOperation,
-    provider.ReportAgentState,
-    provider.AppendTranscript,
-)
 MAX_HISTORY: Final = 1000  # a task keeps its newest messages
 RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
 _ENCODER: Final = msgspec.json.Encoder()
@@ -102,7 +79,6 @@ class Note:
 # builds a command's stored result from the committed session, its version, the (token-free)
 # join media and the task as committed
 Render = Callable[[Session, int, dict[str, Any] | None, wire.Task], dict[str, Any]]
-AnyEvent = SessionEvent | InteractionEvent | ProviderEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +136,9 @@ def _event(
     return _EVENT_ENCODER.encode(entry)
 
 
-def _pending(version: int, epoch: int, effects: list[Effect]) -> list[tuple[str, PendingEffect]]:
+def _pending(
+    version: int, epoch: int, effects: tuple[OutboxEffect, ...]
+) -> list[tuple[str, PendingEffect]]:
     """Outbox entries; ids `<version>-<n>` sort in commit order."""
     return [
         (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=epoch))
@@ -254,30 +232,16 @@ def task_record_for(
     )
 
 
-def _decide(session: Session, event: AnyEvent, now: str) -> Accepted[Session] | Rejected:
-    """The one core function that owns `event`."""
-    if isinstance(event, INTERACTION_EVENTS):
-        return interactions.decide(session, event, now=now)
-    if isinstance(event, PROVIDER_EVENTS):
-        return provider.decide(session, event, now=now)
-    return machine.decide(session, event, now=now)
-
-
 def _without_known_history(
     decision: Accepted[Session], task: TaskRecord | None
 ) -> Accepted[Session]:
     """Appending a message the history already holds is a no-op (transcript items and
     messages are idempotent by id)."""
-    entries = [effect for effect in decision.effects if isinstance(effect, AppendHistory)]
-    if not entries or task is None or task.task.history is msgspec.UNSET:
+    if not decision.history or task is None or task.task.history is msgspec.UNSET:
         return decision
     known = {message.message_id for message in task.task.history}
-    kept = tuple(
-        effect
-        for effect in decision.effects
-        if not (isinstance(effect, AppendHistory) and effect.message_id in known)
-    )
-    return Accepted(decision.state, kept)
+    kept = tuple(entry for entry in decision.history if entry.message_id not in known)
+    return msgspec.structs.replace(decision, history=kept)
 
 
 class Engine:
@@ -363,11 +327,11 @@ class Engine:
                 )
             now_ms = self.now_ms()
             event = event_for(record.session)
-            decision = _decide(record.session, event, wire.timestamp(now_ms))
+            decision = decide(record.session, event, now=wire.timestamp(now_ms))
             if isinstance(decision, Rejected):
                 raise reject(decision, record.session)
             decision = _without_known_history(decision, loaded.task)
-            if decision.state == record.session and not decision.effects:
+            if decision.state == record.session and not decision.has_effects:
                 # an idempotent no-op (e.g. ending an ended session): no transition, but a
                 # command's outcome is stored, so a retry replays these bytes (profile §6)
                 if command is None or render is None:
@@ -397,7 +361,7 @@ class Engine:
         """Commit a new session (version 0 → 1); False when it already exists."""
         session = decision.state
         now_ms = self.now_ms()
-        pending = _pending(1, session.epoch, [cast(Effect, e) for e in decision.effects])
+        pending = _pending(1, session.epoch, decision.outbox)
         event = _event(None, session, 1, now_ms, None, task.task.status)
         with self.telemetry.redis_span("commit", session.session_id):
             committed = await self.sessions.commit(
@@ -432,34 +396,28 @@ class Engine:
         version = loaded.version + 1
         claims: dict[str, Any] | None = None
         media: dict[str, Any] | None = None
-        effects: list[Effect] = []
-        history: list[AppendHistory] = []
-        for effect in decision.effects:
-            if isinstance(effect, AppendHistory):
-                history.append(effect)
-            elif isinstance(effect, MintJoinToken):
-                claims = join_token_claims(
-                    self.settings,
-                    room=effect.room,
-                    identity=effect.identity,
-                    name=loaded.record.principal_name,
-                    epoch=effect.epoch,
-                    session_id=session_id,
-                    can_subscribe=effect.can_subscribe,
-                    publish_sources=effect.publish_sources,
-                    now=now_ms // 1000,
-                )
-                media = {
-                    "binding": "livekit-webrtc-v1",
-                    "url": self.settings.livekit_public_url or "",
-                    "room": effect.room,
-                    "identity": effect.identity,
-                    "token": "",
-                    "expiresAt": wire.timestamp(int(claims["exp"]) * 1000),
-                }
-            else:
-                effects.append(cast(Effect, effect))
-        task = self._task_for(loaded, new, now_ms, history)
+        token = decision.token
+        if token is not None:
+            claims = join_token_claims(
+                self.settings,
+                room=token.room,
+                identity=token.identity,
+                name=loaded.record.principal_name,
+                epoch=token.epoch,
+                session_id=session_id,
+                can_subscribe=token.can_subscribe,
+                publish_sources=token.publish_sources,
+                now=now_ms // 1000,
+            )
+            media = {
+                "binding": "livekit-webrtc-v1",
+                "url": self.settings.livekit_public_url or "",
+                "room": token.room,
+                "identity": token.identity,
+                "token": "",
+                "expiresAt": wire.timestamp(int(claims["exp"]) * 1000),
+            }
+        task = self._task_for(loaded, new, now_ms, list(decision.history))
         outcome_bytes = b""
         outcome: CommandOutcome | None = None
         if command is not None and render is not None:
@@ -475,7 +433,7 @@ class Engine:
             task.task.status,
             note,
         )
-        pending = _pending(version, new.epoch, effects)
+        pending = _pending(version, new.epoch, decision.outbox)
         with self.telemetry.redis_span("commit", session_id):
             committed = await self.sessions.commit(
                 session_id,

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 from realtime.auth import mint_provider_token
 from realtime.effects.livekit import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
@@ -25,7 +25,7 @@ from state_machines import (
     CreateRoom,
     DeleteRoom,
     DispatchAgent,
-    Effect,
+    OutboxEffect,
     Provisioned,
     RemoveParticipant,
     RoomDeleted,
@@ -44,7 +44,7 @@ POLL_INTERVAL_S: Final = 0.5
 PROVIDER_TOKEN_MARGIN_S: Final = 600  # a provider token outlives the longest session by this
 
 
-def _still_wanted(effect: Effect, session: Session | None) -> bool:
+def _still_wanted(effect: OutboxEffect, session: Session | None) -> bool:
     """Provisioning of a room the session no longer uses (failed, ended, rebound) is dropped;
     clean-up effects (remove, delete) always run."""
     if isinstance(effect, CreateRoom | DispatchAgent):
@@ -195,7 +195,7 @@ class Runner:
         }
 
     async def _perform(
-        self, session_id: str, effect: Effect, session: Session | None
+        self, session_id: str, effect: OutboxEffect, session: Session | None
     ) -> SessionEvent | None:
         if isinstance(effect, CreateRoom):
             await self.gateway.create_room(
@@ -224,7 +224,7 @@ class Runner:
         if isinstance(effect, SendData):
             await self.gateway.send_data(effect.room, effect.destination, effect.body)
             return None
-        raise TypeError(f"the runner cannot carry out {type(effect).__name__}")
+        assert_never(effect)
 
     async def loop(self, stop: asyncio.Event) -> None:
         """Worker: retry outboxes that are due until `stop` is set."""

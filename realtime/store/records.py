@@ -8,7 +8,7 @@ from typing import Any, Final
 import msgspec
 
 from realtime.a2a.types import Task
-from state_machines import Effect, Session
+from state_machines import OutboxEffect, Session
 
 TASK_SCHEMA: Final = 1
 
@@ -74,7 +74,7 @@ class CommandOutcome(msgspec.Struct, kw_only=True, rename="camel"):
 class PendingEffect(msgspec.Struct, kw_only=True, rename="camel"):
     """An outbox entry: one effect of one commit, carried out at least once."""
 
-    effect: Effect
+    effect: OutboxEffect
     epoch: int
     attempts: int = 0
 

@@ -78,7 +78,7 @@ def test_an_accepted_event_changes_only_the_state(
 
     assert isinstance(outcome, Accepted)
     assert outcome.state == device(EXPECTED[state, event])
-    assert outcome.effects == ()
+    assert not outcome.has_effects
     assert accepts(device(state), event)
 
 

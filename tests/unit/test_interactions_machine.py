@@ -1,4 +1,5 @@
-"""Interactions and user media consent in the pure core (state_machines/interactions.py)."""
+"""Interactions and user media consent in the pure core (state_machines/interactions.py and
+interaction_media.py, through `state_machines.decide`)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import json
 
 import pytest
 
-from state_machines import Accepted, Rejected, RejectReason, SendData, UpdatePermissions
+from state_machines import Accepted, Rejected, RejectReason, SendData, UpdatePermissions, decide
 from state_machines.endpoint import Capabilities
-from state_machines.interactions import Deliver, TrackChanged, UserMedia, decide
+from state_machines.interactions import Deliver, TrackChanged, UserMedia
 from state_machines.session import (
     GraceExpired,
     Join,
@@ -20,7 +21,6 @@ from state_machines.session import (
     Session,
     new_session,
 )
-from state_machines.session import decide as decide_session
 
 T0 = "2026-01-01T00:00:00.000Z"
 T1 = "2026-01-01T00:00:01.000Z"
@@ -29,7 +29,7 @@ CAPS = Capabilities(True, True, True, False, ("text",))
 
 def run(session: Session, *events: object) -> Session:
     for event in events:
-        outcome = decide_session(session, event, now=T1)  # type: ignore[arg-type]
+        outcome = decide(session, event, now=T1)  # type: ignore[arg-type]
         assert isinstance(outcome, Accepted), outcome
         session = outcome.state
     return session
@@ -71,7 +71,7 @@ def refused(session: Session, event: object, reason: RejectReason) -> Rejected:
 
 def test_text_goes_to_the_agent_with_command_id_and_epoch() -> None:
     outcome = accepted(live(), Deliver(1, "cmd-1", "input.text", '{"text":"hi"}'))
-    (effect,) = outcome.effects
+    (effect,) = outcome.outbox
     assert isinstance(effect, SendData)
     assert effect.destination == ("agent-1",)
     assert json.loads(effect.body) == {
@@ -94,9 +94,9 @@ def test_a_reconnecting_device_gets_the_permission_its_grants_allow() -> None:
     session = accepted(live(), UserMedia(1, "c", "camera", "request")).state
     session = run(session, ParticipantLeft(1, "ep-a", False))
     revoked = accepted(session, UserMedia(1, "c2", "camera", "revoke")).state
-    back = decide_session(revoked, ParticipantJoined(1, "ep-a", False), now=T1)
+    back = decide(revoked, ParticipantJoined(1, "ep-a", False), now=T1)
     assert isinstance(back, Accepted)
-    assert back.effects == (UpdatePermissions("aim-s1-e1", "ep-a", True, ("microphone",)),)
+    assert back.outbox == (UpdatePermissions("aim-s1-e1", "ep-a", True, ("microphone",)),)
 
 
 def test_grants_reach_only_devices_that_offer_the_source() -> None:
@@ -127,7 +127,7 @@ def test_interactions_need_an_active_endpoint_and_the_current_epoch() -> None:
 def test_camera_request_grants_and_updates_the_full_permission_set() -> None:
     outcome = accepted(live(), UserMedia(1, "c", "camera", "request"))
     assert outcome.state.media.user_camera == "granted"
-    (permission,) = outcome.effects
+    (permission,) = outcome.outbox
     assert permission == UpdatePermissions("aim-s1-e1", "ep-a", True, ("microphone", "camera"))
 
 
@@ -141,21 +141,21 @@ def test_screen_not_offered_by_the_device_is_unavailable() -> None:
 def test_published_track_makes_the_source_live_and_revoke_removes_the_permission() -> None:
     session = accepted(live(), UserMedia(1, "c", "camera", "request")).state
     prepared = accepted(session, UserMedia(1, "c2", "camera", "prepare"))
-    assert prepared.effects == ()  # the permission does not change
+    assert not prepared.has_effects  # the permission does not change
     live_now = accepted(prepared.state, TrackChanged(1, "ep-a", "camera", True)).state
     assert live_now.media.user_camera == "live"
     stopped = accepted(live_now, TrackChanged(1, "ep-a", "camera", False)).state
     assert stopped.media.user_camera == "stopped"
     revoked = accepted(stopped, UserMedia(1, "c3", "camera", "revoke"))
     assert revoked.state.media.user_camera == "revoked"
-    assert revoked.effects == ()  # stopped already dropped camera from the permission
+    assert not revoked.has_effects  # stopped already dropped camera from the permission
 
 
 def test_revoking_a_live_source_removes_it_live() -> None:
     session = accepted(live(), UserMedia(1, "c", "camera", "request")).state
     session = accepted(session, TrackChanged(1, "ep-a", "camera", True)).state
     revoked = accepted(session, UserMedia(1, "c2", "camera", "revoke"))
-    assert revoked.effects == (UpdatePermissions("aim-s1-e1", "ep-a", True, ("microphone",)),)
+    assert revoked.outbox == (UpdatePermissions("aim-s1-e1", "ep-a", True, ("microphone",)),)
 
 
 def test_a_media_step_out_of_order_is_invalid() -> None:
@@ -186,15 +186,15 @@ def test_media_without_an_active_endpoint_record_changes_no_permission() -> None
         **{**{f: getattr(session, f) for f in session.__struct_fields__}, "endpoints": ()}
     )
     outcome = accepted(orphan, TrackChanged(1, "ep-a", "camera", True))
-    assert outcome.effects == ()
+    assert not outcome.has_effects
 
 
 def test_a_grace_timer_of_an_earlier_drop_is_stale() -> None:
     session = run(live(), ParticipantLeft(1, "ep-a", False))
     first_drop = session.disconnects
     session = run(session, ParticipantJoined(1, "ep-a", False), ParticipantLeft(1, "ep-a", False))
-    stale = decide_session(session, GraceExpired(1, "ep-a", first_drop), now=T1)
+    stale = decide(session, GraceExpired(1, "ep-a", first_drop), now=T1)
     assert isinstance(stale, Rejected)
-    current = decide_session(session, GraceExpired(1, "ep-a", session.disconnects), now=T1)
+    current = decide(session, GraceExpired(1, "ep-a", session.disconnects), now=T1)
     assert isinstance(current, Accepted)
     assert current.state.state == "ready"

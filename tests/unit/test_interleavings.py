@@ -1,4 +1,4 @@
-"""Random interleavings of webhooks, timers and commands against `state_machines.session.decide`.
+"""Random interleavings of webhooks, timers and commands against `state_machines.decide`.
 
 LiveKit delivers webhooks late, twice, out of order or not at all; timers are never cancelled and
 fire after the session moved on; clients retry with stale epochs. Whatever the order, the session
@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from state_machines import Accepted, Rejected, RejectReason
+from state_machines import Accepted, Rejected, RejectReason, decide
 from state_machines.effects import CreateRoom, DeleteRoom, DispatchAgent, RemoveParticipant
 from state_machines.endpoint import Capabilities
 from state_machines.session import (
@@ -39,7 +39,6 @@ from state_machines.session import (
     RoomLost,
     Session,
     SessionEvent,
-    decide,
     derive_task_state,
     new_session,
     room_name,
@@ -269,7 +268,7 @@ def check_step(before: Session, event: SessionEvent, outcome: Accepted[Session] 
     assert not must_be_fenced(before, event), f"{event} was not fenced in {before.state}"
     if before.state in TERMINAL_STATES:
         assert after == before, "a terminal session changed"
-        assert outcome.effects == ()
+        assert not outcome.has_effects
     if before.state in OVER:
         assert after.state in OVER, f"{before.state} went back to {after.state}"
     assert before.epoch <= after.epoch <= before.epoch + 1
@@ -278,7 +277,7 @@ def check_step(before: Session, event: SessionEvent, outcome: Accepted[Session] 
     assert after.task_version - before.task_version == int(after.task_state != before.task_state)
     if before.task_state != "TASK_STATE_WORKING":
         assert after.task_state == before.task_state, "a terminal task changed"
-    effects = outcome.effects
+    effects = outcome.outbox
     for effect in effects:
         if isinstance(effect, RemoveParticipant):
             assert effect.identity != after.active_endpoint_id
@@ -290,6 +289,7 @@ def check_step(before: Session, event: SessionEvent, outcome: Accepted[Session] 
         assert after.room_epoch == after.epoch == before.epoch + 1
         assert after.bumps[-1].reason == "rebound"
         assert sorted(type(e).__name__ for e in effects) == ["CreateRoom", "DispatchAgent"]
+        assert (outcome.token, outcome.history) == (None, ())
 
 
 def run(session: Session, steps: list[tuple[Any, ...]]) -> Session:
@@ -364,4 +364,4 @@ def test_a_superseded_endpoint_that_reconnects_is_removed_and_changes_nothing() 
     old = decide(session, ParticipantJoined(1, "ep-a", False), now=T0)
     assert isinstance(old, Accepted)
     assert old.state == session
-    assert old.effects == (RemoveParticipant(session.room, "ep-a"),)
+    assert old.outbox == (RemoveParticipant(session.room, "ep-a"),)

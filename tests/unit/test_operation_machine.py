@@ -141,7 +141,7 @@ def test_an_accepted_event_moves_to_the_documented_state(
 
     assert isinstance(outcome, Accepted)
     assert outcome.state.state == EXPECTED[state, name]
-    assert outcome.effects == ()
+    assert not outcome.has_effects
     assert (outcome.state.operation_id, outcome.state.created_at) == ("op-1", T0)
 
 

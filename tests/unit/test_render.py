@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from state_machines import endpoint, media, operation, session, task
+from state_machines import endpoint, interactions, media, operation, provider, session, task
 from state_machines.render import render_markdown
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "state-machines.md"
@@ -63,3 +63,24 @@ def test_running_the_module_prints_the_document(
     runpy.run_module("state_machines.render", run_name="__main__")
 
     assert capsys.readouterr().out == render_markdown()
+
+
+def test_the_interaction_and_provider_tables_are_in_the_document() -> None:
+    text = render_markdown()
+
+    for heading in ("## Interactions", "## Provider calls"):
+        assert heading in text
+
+
+@pytest.mark.parametrize(
+    ("allowed", "notes"),
+    [(interactions.ALLOWED, interactions.NOTES), (provider.ALLOWED, provider.NOTES)],
+    ids=["interactions", "provider"],
+)
+def test_every_event_that_keeps_the_state_has_a_row(
+    allowed: dict[str, tuple[str, ...]], notes: dict[str, str]
+) -> None:
+    text = render_markdown()
+
+    for event, states in allowed.items():
+        assert f"| `{event}` | {', '.join(states)} | {notes[event]} |" in text

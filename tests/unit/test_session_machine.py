@@ -1,4 +1,5 @@
-"""The session lifecycle (state_machines/session.py): table, epochs, handoff, rebind, end."""
+"""The session lifecycle (state_machines/session.py and session_rules.py, through
+`state_machines.decide`): table, epochs, handoff, rebind, end."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from state_machines import Accepted, Rejected, RejectReason
+from state_machines import Accepted, Rejected, RejectReason, decide
 from state_machines.effects import (
     CreateRoom,
     DeleteRoom,
     DispatchAgent,
-    Effect,
     MintJoinToken,
+    OutboxEffect,
     RemoveParticipant,
     UpdatePermissions,
 )
@@ -49,7 +50,6 @@ from state_machines.session import (
     SessionEventName,
     SessionState,
     allowed_events,
-    decide,
     derive_task_state,
     event_name,
     new_session,
@@ -235,7 +235,10 @@ def test_events_and_effects_encode_as_tagged_unions() -> None:
         MintJoinToken("r", "ep", 1, True, ("microphone",)),
     ]
     assert msgspec.json.decode(msgspec.json.encode(events), type=list[SessionEvent]) == events
-    assert msgspec.json.decode(msgspec.json.encode(effects), type=list[Effect]) == effects
+    assert (
+        msgspec.json.decode(msgspec.json.encode(effects), type=list[OutboxEffect | MintJoinToken])
+        == effects
+    )
     assert b'"type":"CreateRoom"' in msgspec.json.encode(effects[0])
 
 
@@ -268,7 +271,7 @@ def test_a_new_session_provisions_a_room_of_epoch_one_and_dispatches_the_agent()
     )
     assert (session.task_state, session.task_version) == ("TASK_STATE_WORKING", 1)
     assert (session.created_at, session.updated_at, session.agent_state) == (T0, T0, "dispatching")
-    assert created.effects == (CreateRoom("aim-s1-e1", 1), DispatchAgent("aim-s1-e1", 1))
+    assert created.outbox == (CreateRoom("aim-s1-e1", 1), DispatchAgent("aim-s1-e1", 1))
 
 
 def test_room_names_carry_the_epoch() -> None:
@@ -309,7 +312,7 @@ def test_provisioned_makes_the_session_ready_with_the_agent_dispatched() -> None
 
     assert (outcome.state.state, outcome.state.agent_state) == ("ready", "dispatched")
     assert outcome.state.updated_at == T1
-    assert outcome.effects == ()
+    assert not outcome.has_effects
 
 
 def test_an_agent_that_joined_before_the_confirmation_stays_joined() -> None:
@@ -390,7 +393,7 @@ def test_registering_adds_an_endpoint_without_effects_or_an_epoch_bump() -> None
     assert outcome.state.endpoints == (
         Endpoint(endpoint_id="ep-a", client_endpoint_key="a", capabilities=CAPS, registered_at=T1),
     )
-    assert (outcome.state.epoch, outcome.effects) == (1, ())
+    assert (outcome.state.epoch, outcome.has_effects) == (1, False)
 
 
 def test_registering_the_same_key_again_keeps_the_endpoint_and_updates_its_capabilities() -> None:
@@ -435,7 +438,10 @@ def test_joining_issues_a_token_for_the_room_and_marks_the_endpoint_active() -> 
     assert (session.state, session.active_endpoint_id, session.epoch) == ("joining", "ep-a", 1)
     assert session.endpoints[0].state == "joining"
     assert (session.endpoints[0].joined_at, session.endpoints[0].joined_epoch) == (T1, 1)
-    assert outcome.effects == (MintJoinToken("aim-s1-e1", "ep-a", 1, True, ("microphone",)),)
+    assert (outcome.outbox, outcome.token) == (
+        (),
+        MintJoinToken("aim-s1-e1", "ep-a", 1, True, ("microphone",)),
+    )
 
 
 @pytest.mark.parametrize(
@@ -445,7 +451,7 @@ def test_the_token_follows_the_capabilities(
     caps: Capabilities, subscribe: bool, sources: tuple[str, ...]
 ) -> None:
     session = run(ready(), register("a", caps=caps))
-    token = outcome_of(session, Join(1, "ep-a")).effects[0]
+    token = outcome_of(session, Join(1, "ep-a")).token
 
     assert isinstance(token, MintJoinToken)
     assert (token.can_subscribe, token.publish_sources) == (subscribe, sources)
@@ -476,8 +482,8 @@ def test_a_join_by_another_endpoint_hands_off_with_a_new_epoch() -> None:
         "aim-s1-e1",
     )
     assert [e.state for e in session.endpoints] == ["superseded", "joining"]
-    assert outcome.effects == (
-        RemoveParticipant("aim-s1-e1", "ep-a"),
+    assert (outcome.outbox, outcome.token) == (
+        (RemoveParticipant("aim-s1-e1", "ep-a"),),
         MintJoinToken("aim-s1-e1", "ep-b", 2, True, ("microphone",)),
     )
 
@@ -514,7 +520,7 @@ def test_a_superseded_device_entering_the_room_is_removed_again() -> None:
     outcome = outcome_of(session, ParticipantJoined(1, "ep-a", False))
 
     assert outcome.state is session
-    assert outcome.effects == (RemoveParticipant("aim-s1-e1", "ep-a"),)
+    assert outcome.outbox == (RemoveParticipant("aim-s1-e1", "ep-a"),)
 
 
 def test_the_active_endpoint_with_a_token_of_an_older_epoch_is_not_counted() -> None:
@@ -580,7 +586,7 @@ def test_idle_timeout_ends_a_ready_session() -> None:
 
     assert (outcome.state.state, outcome.state.end_reason) == ("ending", "idle_timeout")
     assert (outcome.state.task_state, outcome.state.task_version) == ("TASK_STATE_COMPLETED", 2)
-    assert outcome.effects == (DeleteRoom("aim-s1-e1", 1),)
+    assert outcome.outbox == (DeleteRoom("aim-s1-e1", 1),)
 
 
 def test_the_session_counts_its_idle_periods_and_an_earlier_periods_timer_is_stale() -> None:
@@ -625,7 +631,7 @@ def test_losing_the_room_rebinds_to_a_new_room_at_a_new_epoch() -> None:
         ("superseded", 1),
         ("registered", None),
     ]
-    assert outcome.effects == (CreateRoom("aim-s1-e3", 3), DispatchAgent("aim-s1-e3", 3))
+    assert outcome.outbox == (CreateRoom("aim-s1-e3", 3), DispatchAgent("aim-s1-e3", 3))
     assert session.task_state == "TASK_STATE_WORKING"
 
 
@@ -658,7 +664,7 @@ def test_end_makes_the_task_completed_at_once_and_deletes_the_room(state: Sessio
     session = outcome.state
     assert (session.state, session.end_reason, session.canceled) == ("ending", "user_hangup", False)
     assert (session.task_state, session.task_version) == ("TASK_STATE_COMPLETED", 2)
-    assert outcome.effects == (DeleteRoom("aim-s1-e1", 1),)
+    assert outcome.outbox == (DeleteRoom("aim-s1-e1", 1),)
 
 
 @pytest.mark.parametrize("state", ENDED_LIKE)
@@ -668,7 +674,7 @@ def test_ending_a_finished_session_returns_it_unchanged(state: SessionState) -> 
     outcome = outcome_of(session, End("again"))
 
     assert outcome.state is session
-    assert outcome.effects == ()
+    assert not outcome.has_effects
 
 
 def test_cancel_makes_the_task_canceled() -> None:
@@ -751,7 +757,7 @@ class SessionLifecycle(RuleBasedStateMachine):
         observe(f"accepted: {before.state} --{name}--> {after.state}")
         if before.state in TERMINAL_STATES:
             assert after is before
-            assert outcome.effects == ()
+            assert not outcome.has_effects
         assert after.epoch >= before.epoch
         assert after.task_version - before.task_version == int(
             after.task_state != before.task_state

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from state_machines import Accepted, Rejected, RejectReason, SendData, UpdatePermissions
+from state_machines import Accepted, Rejected, RejectReason, SendData, UpdatePermissions, decide
 from state_machines import provider as agent
 from state_machines.effects import AppendHistory
 from state_machines.endpoint import Capabilities
@@ -20,7 +20,6 @@ from state_machines.interactions import (
     Resolve,
     TrackChanged,
     UserMedia,
-    decide,
 )
 from state_machines.operation import Requirement
 from state_machines.session import (
@@ -34,7 +33,6 @@ from state_machines.session import (
     Session,
     new_session,
 )
-from state_machines.session import decide as decide_session
 from state_machines.task import INPUT_REQUIRED, WORKING
 
 T0 = "2026-01-01T00:00:00.000Z"
@@ -53,11 +51,7 @@ def run(session: Session, *events: object) -> Session:
 
 
 def step(session: Session, event: object) -> Accepted[Session] | Rejected:
-    if isinstance(event, agent.ProviderEvent):
-        return agent.decide(session, event, now=T1)
-    if isinstance(event, Deliver | UserMedia | AgentMedia | Resolve | TrackChanged):
-        return decide(session, event, now=T1)
-    return decide_session(session, event, now=T1)  # type: ignore[arg-type]
+    return decide(session, event, now=T1)  # type: ignore[arg-type]
 
 
 def live(
@@ -173,8 +167,8 @@ def test_continue_approve_runs_the_operation_and_keeps_the_message() -> None:
     assert isinstance(outcome, Accepted)
     assert op_state(outcome.state) == "running"
     assert outcome.state.task_state == WORKING
-    assert note in outcome.effects
-    update = next(e for e in outcome.effects if isinstance(e, SendData))
+    assert note in outcome.history
+    update = next(e for e in outcome.outbox if isinstance(e, SendData))
     assert json.loads(update.body)["payload"] == {"operationId": "op-1", "state": "running"}
 
 
@@ -248,7 +242,7 @@ def test_resolutions_without_the_agent_send_no_message() -> None:
     session = run(live(agent_joined=False), ask())
     outcome = step(session, confirm())
     assert isinstance(outcome, Accepted)
-    assert not any(isinstance(e, SendData) for e in outcome.effects)
+    assert not any(isinstance(e, SendData) for e in outcome.outbox)
 
 
 # --- media requests of the agent -------------------------------------------------------------
@@ -269,7 +263,7 @@ def test_the_agent_asks_for_the_camera_and_the_user_allows_it() -> None:
     outcome = step(session, decide_media("allow"))
     assert isinstance(outcome, Accepted)
     assert outcome.state.media.user_camera == "granted"
-    permission = next(e for e in outcome.effects if isinstance(e, UpdatePermissions))
+    permission = next(e for e in outcome.outbox if isinstance(e, UpdatePermissions))
     assert "camera" in permission.publish_sources
 
 
@@ -315,7 +309,7 @@ def test_the_user_asks_the_agent_for_its_screen() -> None:
     asked = outcome.state
     assert asked.media.agent_screen == "requested"
     assert op_state(asked, "op-a") == "running"
-    body = json.loads(next(e for e in outcome.effects if isinstance(e, SendData)).body)
+    body = json.loads(next(e for e in outcome.outbox if isinstance(e, SendData)).body)
     assert body["type"] == "media.request"
     assert body["payload"] == {"side": "agent", "source": "screen", "operationId": "op-a"}
     done = run(asked, agent.UpdateOperation(1, "op-a", "succeeded", "{}"))
@@ -325,7 +319,7 @@ def test_the_user_asks_the_agent_for_its_screen() -> None:
     stopped = step(live_screen, AgentMedia(1, "c-10", "screen", "stop", ""))
     assert isinstance(stopped, Accepted)
     assert stopped.state.media.agent_screen == "stopped"
-    assert json.loads(stopped.effects[0].body)["type"] == "media.stop"  # type: ignore[attr-defined]
+    assert json.loads(stopped.outbox[0].body)["type"] == "media.stop"  # type: ignore[union-attr]
 
 
 def test_a_failed_agent_media_request_leaves_the_source_off() -> None:
@@ -388,17 +382,20 @@ def test_transcript_lines_need_retention() -> None:
     refused(live(), line, RejectReason.CAPABILITY_UNAVAILABLE)
     outcome = step(live(transcript="on"), line)
     assert isinstance(outcome, Accepted)
-    assert outcome.effects == (AppendHistory("item-1", "agent", '[{"text":"hello"}]'),)
+    assert (outcome.outbox, outcome.history) == (
+        (),
+        (AppendHistory("item-1", "agent", '[{"text":"hello"}]'),),
+    )
 
 
 def test_user_text_joins_the_history_only_with_retention() -> None:
     text = Deliver(1, "c-1", "input.text", '{"text":"hi"}')
     kept = step(live(transcript="on"), text)
     assert isinstance(kept, Accepted)
-    assert AppendHistory("c-1", "user", '[{"text":"hi"}]') in kept.effects
+    assert AppendHistory("c-1", "user", '[{"text":"hi"}]') in kept.history
     plain = step(live(), text)
     assert isinstance(plain, Accepted)
-    assert not any(isinstance(e, AppendHistory) for e in plain.effects)
+    assert not plain.history
 
 
 @pytest.mark.parametrize(
@@ -476,7 +473,7 @@ def test_an_older_media_operation_never_settles_a_source_asked_for_again() -> No
     late_success = step(asked_again, agent.UpdateOperation(1, "op-a", "succeeded", "{}"))
     assert isinstance(late_success, Accepted)
     assert late_success.state.media.user_camera == "requested"  # still the user's to decide
-    assert not late_success.effects
+    assert not late_success.has_effects
     cancel_old = Resolve(command_id="c", decision="cancel", via="interaction", epoch=1,
                          operation_id="op-a")  # fmt: skip
     assert run(asked_again, cancel_old).media.user_camera == "requested"
@@ -532,3 +529,46 @@ def test_the_agent_leaving_ends_delivery_whatever_it_reports() -> None:
     assert gone.agent_identity is None
     reported = run(gone, agent.ReportAgentState(1, 1, "listening"))
     refused(reported, Deliver(1, "c", "input.text", '{"text":"hi"}'), RejectReason.INVALID_STATE)
+
+
+def test_the_interaction_and_provider_tables_name_every_event() -> None:
+    from typing import get_args
+
+    from state_machines import interactions
+
+    for table in (interactions.ALLOWED, interactions.NOTES):
+        assert tuple(table) == get_args(interactions.InteractionEventName)
+    for table in (agent.ALLOWED, agent.NOTES):
+        assert tuple(table) == get_args(agent.ProviderEventName)
+
+
+@pytest.mark.parametrize(
+    "state",
+    ["provisioning", "ready", "joining", "active", "reconnecting", "ending", "ended", "failed"],
+)
+def test_an_event_is_refused_in_every_state_its_table_leaves_out(state: str) -> None:
+    import msgspec
+
+    from state_machines import interactions
+
+    session = msgspec.structs.replace(run(live(), ask()), state=state)
+    expire = Resolve(command_id="x", decision="expire", via="timer", operation_id="op-1",
+                     requirement_id="req-1")  # fmt: skip
+    events: list[interactions.InteractionEvent | agent.ProviderEvent] = [
+        Deliver(1, "c", "response.interrupt", "{}"),
+        confirm(),
+        cont(version=session.task_version),
+        expire,
+        agent.ReportAgentState(1, 1, "thinking"),
+    ]
+    for event in events:
+        if isinstance(event, agent.ProviderEvent):
+            allowed = agent.ALLOWED[agent.event_name(event)]
+        else:
+            allowed = interactions.ALLOWED[interactions.event_name(event)]
+        outcome = step(session, event)
+        if state in allowed:
+            assert isinstance(outcome, Accepted), (state, event, outcome)
+        else:
+            assert isinstance(outcome, Rejected), (state, event)
+            assert outcome.reason is RejectReason.INVALID_STATE

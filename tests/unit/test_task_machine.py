@@ -87,7 +87,7 @@ def test_an_accepted_event_lands_in_the_table_target_with_the_version_bumped(
 
     assert isinstance(outcome, Accepted)
     assert outcome.state == TaskCore(state=EXPECTED_TRANSITIONS[state, event], version=version + 1)
-    assert outcome.effects == ()
+    assert not outcome.has_effects
 
 
 @pytest.mark.parametrize(("state", "event"), REJECTED_PAIRS)

@@ -1,0 +1,215 @@
+"""The session's rules (realtime-profile §5, §6): what each event the table lets through does.
+
+`state_machines.session` holds the table, the guards and the fences; `apply` checks them in that
+order (fence, table, rule) and builds the next session with its effects. What every accepted
+decision shares (the task, the idle count, `updated_at`) is settled by `state_machines.decide`.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from state_machines import endpoint as endpoints
+from state_machines._base import Accepted, Rejected, RejectReason
+from state_machines.effects import OutboxEffect, RemoveParticipant, UpdatePermissions
+from state_machines.endpoint import Endpoint
+from state_machines.session import (
+    FALLBACK,
+    IDEMPOTENT,
+    TRANSITIONS,
+    awaits_active,
+    fence,
+    invalid,
+    is_active,
+    is_handoff,
+    is_superseded,
+    rebinds_exhausted,
+)
+from state_machines.session_events import (
+    Cancel,
+    End,
+    GraceExpired,
+    IdleTimeout,
+    Join,
+    MaxDuration,
+    ParticipantJoined,
+    ParticipantLeft,
+    Provisioned,
+    ProvisioningFailed,
+    ProvisioningTimeout,
+    RegisterEndpoint,
+    RoomDeleted,
+    RoomLost,
+    SessionEvent,
+    event_name,
+)
+from state_machines.session_model import (
+    Session,
+    SessionState,
+    by_id,
+    by_key,
+    device_sources,
+    end,
+    fail,
+    finish,
+    hand_off,
+    join_token,
+    moved,
+    put,
+    rebind,
+    replace,
+)
+
+
+def apply(session: Session, event: SessionEvent, *, now: str) -> Accepted[Session] | Rejected:
+    """The session's rules for `event`: the next session with its effects, or a rejection that
+    changes nothing. The task, the idle count and `updated_at` are settled afterwards by
+    `state_machines.decide`, the entry to call."""
+    fenced = fence(session, event)
+    if fenced is not None:
+        return fenced
+    name = event_name(event)
+    target = TRANSITIONS.get((session.state, name))
+    if target is None:
+        return invalid(session, f"a session in {session.state} does not accept `{name}`")
+    return _rule(session, event, target, now)
+
+
+def _rule(
+    session: Session, event: SessionEvent, target: SessionState, now: str
+) -> Accepted[Session] | Rejected:
+    match event:
+        case Provisioned():
+            # the agent's participant_joined may overtake the dispatch confirmation
+            agent = "dispatched" if session.agent_state == "dispatching" else session.agent_state
+            return Accepted(replace(session, state=target, agent_state=agent))
+        case ProvisioningFailed():
+            return fail(session, target, event.reason, now)
+        case ProvisioningTimeout():
+            return fail(session, target, "provisioning_timeout", now)
+        case RegisterEndpoint():
+            return _register(session, event, now)
+        case Join():
+            return _join(session, event, target, now)
+        case ParticipantJoined():
+            return _participant_joined(session, event, target)
+        case ParticipantLeft():
+            return _participant_left(session, event, target)
+        case GraceExpired():
+            if event.endpoint_id != session.active_endpoint_id:
+                return invalid(session, f"{event.endpoint_id} is no longer the active endpoint")
+            return Accepted(replace(session, state=target, active_endpoint_id=None))
+        case IdleTimeout():
+            if session.active_endpoint_id is not None:
+                return invalid(session, "an endpoint is active: the session is not idle")
+            if event.idle not in (-1, session.idles):
+                return invalid(session, "the session was active since this timer was armed")
+            return end(session, target, "idle_timeout")
+        case MaxDuration():
+            return end(session, target, "max_duration")
+        case RoomLost():
+            if rebinds_exhausted(session):
+                return fail(session, FALLBACK[session.state, "room_lost"], "room_lost", now)
+            return rebind(session, target, now)
+        case End():
+            if (session.state, "end") in IDEMPOTENT:
+                return Accepted(session)
+            return end(session, target, event.reason)
+        case Cancel():
+            return end(replace(session, canceled=True), target, "canceled")
+        case RoomDeleted():
+            return Accepted(finish(session, target, now))
+        case _:
+            assert_never(event)
+
+
+def _register(session: Session, event: RegisterEndpoint, now: str) -> Accepted[Session] | Rejected:
+    known = by_key(session, event.client_endpoint_key)
+    if known is not None:
+        again = endpoints.decide(known, "reregister")
+        if isinstance(again, Rejected):
+            return _endpoint_refused(session, again)
+        updated = replace(again.state, capabilities=event.capabilities)
+        return Accepted(replace(session, endpoints=put(session.endpoints, updated)))
+    if len(session.endpoints) >= event.max_endpoints:
+        return Rejected(
+            reason=RejectReason.LIMIT_EXCEEDED,
+            state=session.state,
+            current_epoch=session.epoch,
+            limit="endpoints_per_session",
+            detail=f"a session has at most {event.max_endpoints} endpoints",
+        )
+    added = Endpoint(
+        endpoint_id=event.endpoint_id,
+        client_endpoint_key=event.client_endpoint_key,
+        capabilities=event.capabilities,
+        registered_at=now,
+    )
+    return Accepted(replace(session, endpoints=(*session.endpoints, added)))
+
+
+def _join(
+    session: Session, event: Join, target: SessionState, now: str
+) -> Accepted[Session] | Rejected:
+    known = by_id(session, event.endpoint_id)
+    if known is None:
+        return Rejected(
+            reason=RejectReason.ENDPOINT_NOT_FOUND,
+            state=session.state,
+            current_epoch=session.epoch,
+            detail=f"no endpoint {event.endpoint_id} in this session",
+        )
+    joining = endpoints.decide(known, "join")
+    if isinstance(joining, Rejected):
+        return _endpoint_refused(session, joining)
+    outbox: tuple[OutboxEffect, ...] = ()
+    previous = session.active_endpoint_id
+    if previous is not None and is_handoff(session, known.endpoint_id):
+        session, removal = hand_off(session, previous)
+        outbox = (removal,)
+    joined = replace(joining.state, joined_at=now, joined_epoch=session.epoch)
+    session = replace(
+        session,
+        state=target,
+        active_endpoint_id=joined.endpoint_id,
+        endpoints=put(session.endpoints, joined),
+    )
+    return Accepted(session, outbox, token=join_token(session, joined))
+
+
+def _participant_joined(
+    session: Session, event: ParticipantJoined, target: SessionState
+) -> Accepted[Session] | Rejected:
+    if event.is_agent:
+        return Accepted(replace(session, agent_state="joined", agent_identity=event.identity))
+    if awaits_active(session) and is_active(session, event.identity, event.epoch):
+        connected = moved(session.endpoints, "connected", (event.identity,))
+        # the token it joined with may predate a grant or a revoke made while it was away:
+        # the permission it gets now is the one its grants allow
+        caps = next(e.capabilities for e in session.endpoints if e.endpoint_id == event.identity)
+        permission = UpdatePermissions(
+            session.room, event.identity, caps.audio_output, device_sources(session, caps)
+        )
+        return Accepted(replace(session, state=target, endpoints=connected), (permission,))
+    if is_superseded(session, event.identity):
+        # LiveKit cannot revoke a token: a superseded device that re-joins is removed again
+        return Accepted(session, (RemoveParticipant(session.room, event.identity),))
+    return invalid(session, f"participant {event.identity} is not awaited in {session.state}")
+
+
+def _participant_left(
+    session: Session, event: ParticipantLeft, target: SessionState
+) -> Accepted[Session] | Rejected:
+    if event.is_agent:
+        return Accepted(replace(session, agent_state="left", agent_identity=None))
+    if not is_active(session, event.identity, event.epoch):
+        return invalid(session, f"participant {event.identity} is not the active endpoint")
+    disconnected = moved(session.endpoints, "disconnected", (event.identity,))
+    return Accepted(
+        replace(session, state=target, endpoints=disconnected, disconnects=session.disconnects + 1)
+    )
+
+
+def _endpoint_refused(session: Session, refused: Rejected) -> Rejected:
+    """The endpoint's own state refuses: report that state and the endpoint events it allows."""
+    return replace(refused, current_epoch=session.epoch)
