@@ -6,6 +6,7 @@ from importlib import metadata
 from typing import Any, get_args
 
 from realtime.a2a.params import InteractionType
+from realtime.a2a.sessions import MEDIA_BINDING
 from realtime.a2a.types import REALTIME_EXTENSION
 from realtime.rpc.registry import CANCEL, INVOKE, METHODS, READ
 from realtime.settings import Settings
@@ -55,7 +56,7 @@ def build_agent_card(settings: Settings) -> dict[str, Any]:
                     "required": False,
                     "params": {
                         "methods": [name for name in METHODS if name.startswith("aim.realtime.")],
-                        "mediaBindings": ["livekit-webrtc-v1"],
+                        "mediaBindings": [MEDIA_BINDING],
                         "interactionTypes": list(INTERACTION_TYPES),
                         "interactionClasses": ["text", "pointer", "tool", "confirmation"],
                         "providerCapabilities": sorted(settings.provider_capabilities),

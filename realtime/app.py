@@ -63,13 +63,11 @@ async def running(
     events = EventStore(redis)
     gateway = LiveKitGateway(settings)
     engine = Engine(settings, sessions, clock=clock, telemetry=telemetry)
-    lease_ms = settings.worker_lease_s * 1000
     metrics = metrics or Metrics(None)
     runner = Runner(
         engine,
         gateway,
         public_base_url=settings.public_base_url,
-        lease_ms=lease_ms,
         metrics=metrics,
     )
     services = Services(
@@ -89,7 +87,7 @@ async def running(
     loops = (
         [
             asyncio.create_task(runner.loop(stop)),
-            asyncio.create_task(Timers(engine, lease_ms=lease_ms, metrics=metrics).loop(stop)),
+            asyncio.create_task(Timers(engine, metrics=metrics).loop(stop)),
         ]
         if run_worker
         else []

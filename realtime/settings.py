@@ -97,6 +97,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """Build settings from environment variables; raise SettingsError naming each bad one."""
         reader = _Reader(environ)
+        defaults = cls()  # every default is written once, on its field
         secret = reader.text("AIM_AUTH_HS256_SECRET")
         generated = False
         if secret is None and reader.text("AIM_AUTH_JWKS_URL") is None:
@@ -137,7 +138,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             auth_issuer=issuer,
             auth_audience=audience,
             auth_tenant_claim=reader.text("AIM_AUTH_TENANT_CLAIM"),
-            auth_leeway_s=reader.integer("AIM_AUTH_LEEWAY_S", 30, low=0, high=30),
+            auth_leeway_s=reader.integer(
+                "AIM_AUTH_LEEWAY_S", defaults.auth_leeway_s, low=0, high=30
+            ),
             livekit_url=livekit_url,
             livekit_public_url=(
                 reader.url("AIM_LIVEKIT_PUBLIC_URL", ("http", "https", "ws", "wss")) or livekit_url
@@ -148,34 +151,63 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             agent_name=reader.text("AIM_AGENT_NAME") or "aim-realtime-agent",
             provider_capabilities=reader.capabilities("AIM_PROVIDER_CAPABILITIES"),
             provider_token_secret=reader.secret("AIM_PROVIDER_TOKEN_SECRET"),
-            join_token_ttl_s=reader.integer("AIM_JOIN_TOKEN_TTL_S", 300, low=10, high=86400),
-            provisioning_timeout_s=reader.integer(
-                "AIM_PROVISIONING_TIMEOUT_S", 15, low=1, high=3600
+            join_token_ttl_s=reader.integer(
+                "AIM_JOIN_TOKEN_TTL_S", defaults.join_token_ttl_s, low=10, high=86400
             ),
-            idle_timeout_s=reader.integer("AIM_IDLE_TIMEOUT_S", 300, low=1, high=86400),
-            reconnect_grace_s=reader.integer("AIM_RECONNECT_GRACE_S", 60, low=1, high=3600),
-            max_session_s=reader.integer("AIM_MAX_SESSION_S", 3600, low=1, high=7 * 86400),
-            requirement_ttl_s=reader.integer("AIM_REQUIREMENT_TTL_S", 120, low=1, high=86400),
+            provisioning_timeout_s=reader.integer(
+                "AIM_PROVISIONING_TIMEOUT_S", defaults.provisioning_timeout_s, low=1, high=3600
+            ),
+            idle_timeout_s=reader.integer(
+                "AIM_IDLE_TIMEOUT_S", defaults.idle_timeout_s, low=1, high=86400
+            ),
+            reconnect_grace_s=reader.integer(
+                "AIM_RECONNECT_GRACE_S", defaults.reconnect_grace_s, low=1, high=3600
+            ),
+            max_session_s=reader.integer(
+                "AIM_MAX_SESSION_S", defaults.max_session_s, low=1, high=7 * 86400
+            ),
+            requirement_ttl_s=reader.integer(
+                "AIM_REQUIREMENT_TTL_S", defaults.requirement_ttl_s, low=1, high=86400
+            ),
             max_sessions_per_principal=reader.integer(
-                "AIM_MAX_SESSIONS_PER_PRINCIPAL", 5, low=1, high=10000
+                "AIM_MAX_SESSIONS_PER_PRINCIPAL",
+                defaults.max_sessions_per_principal,
+                low=1,
+                high=10000,
             ),
             max_endpoints_per_session=reader.integer(
-                "AIM_MAX_ENDPOINTS_PER_SESSION", 8, low=1, high=64
+                "AIM_MAX_ENDPOINTS_PER_SESSION", defaults.max_endpoints_per_session, low=1, high=64
             ),
-            rate_limit_rps=reader.number("AIM_RATE_LIMIT_RPS", 100.0, low=0.0, high=1e6),
-            worker_lease_s=reader.integer("AIM_WORKER_LEASE_S", 30, low=1, high=3600),
-            reconcile_interval_s=reader.integer("AIM_RECONCILE_INTERVAL_S", 60, low=0, high=86400),
+            rate_limit_rps=reader.number(
+                "AIM_RATE_LIMIT_RPS", defaults.rate_limit_rps, low=0.0, high=1e6
+            ),
+            worker_lease_s=reader.integer(
+                "AIM_WORKER_LEASE_S", defaults.worker_lease_s, low=1, high=3600
+            ),
+            reconcile_interval_s=reader.integer(
+                "AIM_RECONCILE_INTERVAL_S", defaults.reconcile_interval_s, low=0, high=86400
+            ),
             # at least 10 s: LiveKit's clock and ours may differ by a little
-            reconcile_grace_s=reader.integer("AIM_RECONCILE_GRACE_S", 120, low=10, high=86400),
-            task_ttl_s=reader.integer("AIM_TASK_TTL_S", 7 * 24 * 3600, low=60, high=365 * 86400),
-            sse_heartbeat_s=reader.number("AIM_SSE_HEARTBEAT_S", 15.0, low=0.01, high=3600.0),
-            sse_buffer_events=reader.integer("AIM_SSE_BUFFER_EVENTS", 256, low=1, high=100_000),
-            http_idle_timeout_s=reader.integer("AIM_HTTP_IDLE_TIMEOUT_S", 75, low=1, high=3600),
+            reconcile_grace_s=reader.integer(
+                "AIM_RECONCILE_GRACE_S", defaults.reconcile_grace_s, low=10, high=86400
+            ),
+            task_ttl_s=reader.integer(
+                "AIM_TASK_TTL_S", defaults.task_ttl_s, low=60, high=365 * 86400
+            ),
+            sse_heartbeat_s=reader.number(
+                "AIM_SSE_HEARTBEAT_S", defaults.sse_heartbeat_s, low=0.01, high=3600.0
+            ),
+            sse_buffer_events=reader.integer(
+                "AIM_SSE_BUFFER_EVENTS", defaults.sse_buffer_events, low=1, high=100_000
+            ),
+            http_idle_timeout_s=reader.integer(
+                "AIM_HTTP_IDLE_TIMEOUT_S", defaults.http_idle_timeout_s, low=1, high=3600
+            ),
             http_request_timeout_s=reader.integer(
-                "AIM_HTTP_REQUEST_TIMEOUT_S", 30, low=1, high=3600
+                "AIM_HTTP_REQUEST_TIMEOUT_S", defaults.http_request_timeout_s, low=1, high=3600
             ),
             http_max_connections=reader.integer(
-                "AIM_HTTP_MAX_CONNECTIONS", 2048, low=1, high=1_000_000
+                "AIM_HTTP_MAX_CONNECTIONS", defaults.http_max_connections, low=1, high=1_000_000
             ),
         )
         if reader.problems:

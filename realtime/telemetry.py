@@ -32,7 +32,6 @@ ATTR_RPC_ERROR_MESSAGE: Final = "rpc.jsonrpc.error_message"
 ATTR_SESSION_ID: Final = "aim.session.id"
 ATTR_SESSION_EPOCH: Final = "aim.session.epoch"
 ATTR_COMMAND_ID: Final = "aim.command.id"
-ATTR_TASK_ID: Final = "aim.task.id"
 ATTR_PRINCIPAL: Final = "aim.principal.key"
 ATTR_DB_SYSTEM: Final = "db.system"
 ATTR_DB_OPERATION: Final = "db.operation"
@@ -198,9 +197,6 @@ class RpcSpan:
         if code in (-32603, -31012):
             self._span.set_status(Status(StatusCode.ERROR, message))
 
-    def add_event(self, name: str, attributes: Mapping[str, str | int]) -> None:
-        self._span.add_event(name, dict(attributes))
-
 
 class Telemetry:
     """Spans for the service; a no-op tracer when no provider is configured."""
@@ -221,11 +217,6 @@ class Telemetry:
             set_status_on_exception=False,
         ) as span:
             yield RpcSpan(span)
-
-    @contextlib.contextmanager
-    def child_span(self, name: str, attributes: Mapping[str, str | int]) -> Iterator[None]:
-        with self._tracer.start_as_current_span(name, attributes=dict(attributes)):
-            yield
 
     @contextlib.contextmanager
     def redis_span(self, operation: str, session_id: str) -> Iterator[None]:

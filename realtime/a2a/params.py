@@ -301,10 +301,6 @@ class SessionCreate(Params, frozen=True):
     retention: Retention
 
 
-class EmptyParams(Params, frozen=True):
-    """Placeholder for methods whose parameters are decoded later (not used on the wire)."""
-
-
 P = TypeVar("P", bound=Params)
 
 PARAMS_TYPES: Final[Mapping[str, type[Params]]] = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -11,9 +11,9 @@ from realtime.a2a.types import Wire
 from state_machines import Endpoint as EndpointSnapshot
 from state_machines import Operation as OperationSnapshot
 from state_machines import Session as SessionSnapshot
+from state_machines import operation as operations
 
-MEDIA_BINDING = "livekit-webrtc-v1"
-OPERATION_TERMINAL = frozenset({"succeeded", "failed", "canceled", "expired"})
+MEDIA_BINDING: Final = "livekit-webrtc-v1"  # params.py spells it once more, as a Literal
 
 
 class Capabilities(Wire, frozen=True):
@@ -163,7 +163,7 @@ def session_view(session: SessionSnapshot, *, version: int, media_url: str) -> S
         ),
         endpoints=[endpoint_view(endpoint) for endpoint in session.endpoints],
         pending_operation_ids=[
-            op.operation_id for op in session.operations if op.state not in OPERATION_TERMINAL
+            op.operation_id for op in session.operations if not operations.is_terminal(op.state)
         ],
     )
 

@@ -20,6 +20,7 @@ from typing import Any, Final
 import msgspec
 
 from realtime.a2a import types as wire
+from realtime.a2a.sessions import MEDIA_BINDING
 from realtime.effects.livekit import join_token_claims, sign_join_token
 from realtime.engine.rejections import reject
 from realtime.engine.schedule import armed_by
@@ -410,7 +411,7 @@ class Engine:
                 now=now_ms // 1000,
             )
             media = {
-                "binding": "livekit-webrtc-v1",
+                "binding": MEDIA_BINDING,
                 "url": self.settings.livekit_public_url or "",
                 "room": token.room,
                 "identity": token.identity,

@@ -37,7 +37,6 @@ from state_machines import (
 
 log = logging.getLogger(__name__)
 
-LEASE_MS: Final = 30_000
 BACKOFF_BASE_MS: Final = 500
 BACKOFF_MAX_MS: Final = 60_000
 POLL_INTERVAL_S: Final = 0.5
@@ -72,16 +71,16 @@ class Runner:
         gateway: LiveKitGateway,
         *,
         public_base_url: str,
-        lease_ms: int = LEASE_MS,
+        lease_ms: int | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.engine = engine
         self.metrics = metrics or Metrics(None)
-        self.lease_ms = lease_ms
+        # AIM_WORKER_LEASE_S unless a test asks for another
+        self.lease_ms = lease_ms or engine.settings.worker_lease_s * 1000
         self.sessions = engine.sessions
         self.gateway = gateway
         self.public_base_url = public_base_url
-        self.failures = 0
 
     async def run(self, session_id: str) -> bool:
         """Empty the session's outbox; False when an effect failed (it stays for a retry)."""
@@ -138,7 +137,6 @@ class Runner:
         self, session_id: str, effect_id: str, entry: PendingEffect, exc: Exception
     ) -> None:
         entry.attempts += 1
-        self.failures += 1
         self.metrics.effect_failed(type(entry.effect).__name__)
         level = logging.ERROR if isinstance(exc, LiveKitRejected) else logging.WARNING
         log.log(
