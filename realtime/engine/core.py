@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,6 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
+from realtime.a2a import projection
 from realtime.a2a import types as wire
 from realtime.a2a.sessions import MEDIA_BINDING
 from realtime.effects.livekit import join_token_claims, sign_join_token
@@ -33,12 +33,10 @@ from state_machines import Accepted, OutboxEffect, Rejected, Session, decide
 from state_machines import AnyEvent as AnyEvent  # what `execute` applies, named for methods/
 from state_machines import session as machine
 from state_machines.effects import AppendHistory
-from state_machines.session_model import open_requirement
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS: Final = 8
-MAX_HISTORY: Final = 1000  # a task keeps its newest messages
 RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
 _ENCODER: Final = msgspec.json.Encoder()
 _CANONICAL: Final = msgspec.json.Encoder(order="sorted")
@@ -147,58 +145,6 @@ def _pending(
     ]
 
 
-def task_metadata(session: Session) -> dict[str, Any]:
-    return {
-        wire.REALTIME_EXTENSION: {
-            "sessionId": session.session_id,
-            "sessionEpoch": session.epoch,
-            "sessionState": session.state,
-            "taskVersion": session.task_version,
-        }
-    }
-
-
-def requirement_message(session: Session) -> wire.Message | msgspec.UnsetType:
-    """The status message of an INPUT_REQUIRED task: the action's title and the requirement
-    a client answers with ContinueTask (profile §8)."""
-    waiting = open_requirement(session)
-    if waiting is None or waiting.requirement is None:
-        return msgspec.UNSET
-    action = msgspec.json.decode(waiting.action_json or "{}")
-    title = action.get("title") if isinstance(action, dict) else None
-    requirement = waiting.requirement
-    return wire.Message(
-        message_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"requirement:{requirement.requirement_id}")),
-        role="ROLE_AGENT",
-        parts=[
-            wire.Part(text=str(title or "The agent asks for your confirmation.")),
-            wire.Part(
-                data={
-                    "requirementId": requirement.requirement_id,
-                    "operationId": waiting.operation_id,
-                    "action": action,
-                    "actionDigest": requirement.action_digest,
-                    "expectedVersion": session.task_version,
-                },
-                media_type="application/json",
-            ),
-        ],
-        context_id=session.context_id,
-        task_id=session.task_id,
-    )
-
-
-def history_message(session: Session, entry: AppendHistory) -> wire.Message:
-    parts = msgspec.json.decode(entry.parts_json, type=list[wire.Part])
-    return wire.Message(
-        message_id=entry.message_id,
-        role="ROLE_USER" if entry.role == "user" else "ROLE_AGENT",
-        parts=parts,
-        context_id=session.context_id,
-        task_id=session.task_id,
-    )
-
-
 def task_record_for(
     session: Session,
     owner: str,
@@ -206,30 +152,17 @@ def task_record_for(
     now_ms: int,
     history: list[AppendHistory] | None = None,
 ) -> TaskRecord:
-    """The session's task as it follows the session (a new status time on every task change),
-    with `history` appended."""
+    """The session's task record as it follows the session (a new status time on every task
+    change), with `history` appended."""
     changed = previous.version != session.task_version
-    status_ms = now_ms if changed else previous.status_ms
-    status = (
-        wire.TaskStatus(
-            state=session.task_state,
-            timestamp=wire.timestamp(now_ms),
-            message=requirement_message(session),
-        )
-        if changed
-        else previous.task.status
-    )
-    task = msgspec.structs.replace(previous.task, status=status, metadata=task_metadata(session))
-    if history:
-        kept = list(task.history) if task.history is not msgspec.UNSET else []
-        kept += [history_message(session, entry) for entry in history]
-        task = msgspec.structs.replace(task, history=kept[-MAX_HISTORY:])
     return TaskRecord(
         owner=owner,
         version=session.task_version,
         created_at=previous.created_at,
-        status_ms=status_ms,
-        task=task,
+        status_ms=now_ms if changed else previous.status_ms,
+        task=projection.project(
+            session, previous.task, changed=changed, now_ms=now_ms, history=history
+        ),
     )
 
 
@@ -540,10 +473,6 @@ class Engine:
                 version=0,
                 created_at=session.created_at,
                 status_ms=now_ms,
-                task=wire.Task(
-                    id=session.task_id,
-                    context_id=session.context_id,
-                    status=wire.TaskStatus(state=session.task_state, timestamp=session.created_at),
-                ),
+                task=projection.new_task(session),
             )
         return task_record_for(session, loaded.record.owner, previous, now_ms, history)

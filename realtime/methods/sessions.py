@@ -12,7 +12,8 @@ import msgspec
 from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
-from realtime.engine.core import Command, Render, params_digest, task_metadata
+from realtime.a2a.projection import task_metadata
+from realtime.engine.core import Command, Render, params_digest
 from realtime.errors import (
     CommandConflict,
     CommandNotFound,

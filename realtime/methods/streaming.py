@@ -18,6 +18,7 @@ import msgspec
 
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
+from realtime.a2a.projection import realtime_metadata
 from realtime.engine.hub import LaggedError, parse_id
 from realtime.errors import TaskNotFound, UnsupportedOperation, invalid_params
 from realtime.methods import messages, tasks
@@ -105,15 +106,9 @@ class TaskStream:
             hub.unsubscribe(subscription)
 
 
-def realtime_metadata(session_id: str, event: Event) -> dict[str, Any]:
-    return {
-        wire.REALTIME_EXTENSION: {
-            "sessionId": session_id,
-            "sessionEpoch": event.epoch,
-            "sessionState": event.to,
-            "taskVersion": event.task_version,
-        }
-    }
+def event_metadata(session_id: str, event: Event) -> dict[str, Any]:
+    """The task's metadata as it was when `event` was committed."""
+    return realtime_metadata(session_id, event.epoch, event.to, event.task_version)
 
 
 def status_update(task: wire.Task, event: Event) -> dict[str, Any]:
@@ -122,7 +117,7 @@ def status_update(task: wire.Task, event: Event) -> dict[str, Any]:
             "taskId": task.id,
             "contextId": task.context_id,
             "status": event.status,
-            "metadata": realtime_metadata(keys.tag_for_task(task.id), event),
+            "metadata": event_metadata(keys.tag_for_task(task.id), event),
         }
     }
 
@@ -140,7 +135,7 @@ def task_at(task: wire.Task, entry: Entry) -> wire.Task:
     event = _EVENT.decode(entry[1])
     status = msgspec.convert(event.status, wire.TaskStatus)
     return msgspec.structs.replace(
-        task, status=status, metadata=realtime_metadata(keys.tag_for_task(task.id), event)
+        task, status=status, metadata=event_metadata(keys.tag_for_task(task.id), event)
     )
 
 

@@ -13,13 +13,13 @@ import pytest
 from redis.crc import key_slot
 
 from realtime.a2a import types as wire
+from realtime.a2a.projection import task_metadata
 from realtime.engine.core import (
     MAX_ATTEMPTS,
     Applied,
     Command,
     Engine,
     params_digest,
-    task_metadata,
 )
 from realtime.errors import ServiceError
 from realtime.rpc.errors import code_of, error_object
