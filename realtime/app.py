@@ -18,12 +18,12 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from realtime.agent_card import build_agent_card
 from realtime.auth import Authenticator
-from realtime.effects.livekit import LiveKitGateway
 from realtime.engine.core import Engine
-from realtime.engine.hub import EventHub
 from realtime.engine.reconciler import Reconciler
 from realtime.engine.runner import Runner
 from realtime.engine.timers import Timers
+from realtime.fanout import EventHub
+from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.methods.context import Services
 from realtime.routes import ROUTES, AgentCardBody
 from realtime.rpc.dispatch import Dispatcher, RateLimiter

@@ -124,7 +124,7 @@ async def _check_async(settings: Settings) -> int:
     if settings.livekit_url is None:
         print("livekit: not configured (AIM_LIVEKIT_URL unset); media calls will fail")
     else:
-        from realtime.effects.livekit import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
+        from realtime.livekit_adapter.api import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 
         gateway = LiveKitGateway(settings)
         try:

@@ -11,9 +11,9 @@ from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.response import Stream
 
-from realtime.effects.webhooks import WebhookRejected
-from realtime.effects.webhooks import verify as verify_webhook
 from realtime.errors import Unavailable
+from realtime.livekit_adapter.webhooks import WebhookRejected
+from realtime.livekit_adapter.webhooks import verify as verify_webhook
 from realtime.methods import webhooks
 from realtime.rpc.dispatch import Dispatcher, SseEvent
 from realtime.rpc.envelope import body_error

@@ -21,10 +21,10 @@ import msgspec
 from realtime.a2a import projection
 from realtime.a2a import types as wire
 from realtime.a2a.sessions import MEDIA_BINDING
-from realtime.effects.livekit import join_token_claims, sign_join_token
 from realtime.engine.rejections import reject
 from realtime.engine.schedule import armed_by
 from realtime.errors import CommandConflict, SessionNotFound, Unavailable
+from realtime.livekit_adapter.api import join_token_claims, sign_join_token
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, PendingEffect, SessionRecord, TaskRecord
 from realtime.store.sessions import Loaded, SessionStore

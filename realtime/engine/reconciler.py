@@ -31,16 +31,16 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
-from realtime.effects.livekit import (
+from realtime.engine.core import Cause, Command, Engine, Note, params_digest
+from realtime.engine.schedule import Timer
+from realtime.errors import ServiceError, Unavailable
+from realtime.livekit_adapter.api import (
     LiveKitGateway,
     LiveKitRejected,
     LiveKitUnavailable,
     LiveParticipant,
     LiveRoom,
 )
-from realtime.engine.core import Cause, Command, Engine, Note, params_digest
-from realtime.engine.schedule import Timer
-from realtime.errors import ServiceError, Unavailable
 from realtime.store.leases import DutyLease
 from realtime.telemetry import Metrics
 from state_machines import RoomLost, Session

@@ -16,9 +16,9 @@ import uuid
 from typing import Any, Final, assert_never
 
 from realtime.auth import mint_provider_token
-from realtime.effects.livekit import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 from realtime.engine.core import Engine
 from realtime.errors import ServiceError, Unavailable
+from realtime.livekit_adapter.api import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 from realtime.store.records import PendingEffect
 from realtime.telemetry import Metrics
 from state_machines import (

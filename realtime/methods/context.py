@@ -14,8 +14,8 @@ from realtime.a2a.params import Params
 from realtime.a2a.types import timestamp
 from realtime.auth import Principal
 from realtime.engine.core import Engine
-from realtime.engine.hub import EventHub
 from realtime.engine.runner import Runner
+from realtime.fanout import EventHub
 from realtime.settings import Settings
 from realtime.store.events import EventStore
 from realtime.store.sessions import SessionStore

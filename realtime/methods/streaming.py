@@ -19,8 +19,8 @@ import msgspec
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
 from realtime.a2a.projection import realtime_metadata
-from realtime.engine.hub import LaggedError, parse_id
 from realtime.errors import TaskNotFound, UnsupportedOperation, invalid_params
+from realtime.fanout import LaggedError, parse_id
 from realtime.methods import messages, tasks
 from realtime.methods.context import Call, Services
 from realtime.store import keys

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from realtime.effects.webhooks import Notice
 from realtime.engine.core import Command, params_digest
 from realtime.errors import ServiceError, Unavailable
+from realtime.livekit_adapter.webhooks import Notice
 from realtime.methods.context import Services
 from state_machines import ParticipantJoined, ParticipantLeft, RoomLost, SessionEvent
 from state_machines.interactions import InteractionEvent, TrackChanged

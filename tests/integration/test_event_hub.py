@@ -10,7 +10,7 @@ import uuid
 import pytest
 from redis.crc import key_slot
 
-from realtime.engine.hub import EventHub, LaggedError, Subscription, parse_id
+from realtime.fanout import EventHub, LaggedError, Subscription, parse_id
 from realtime.store import keys
 from realtime.store.events import EventStore, slot_groups
 from realtime.store.redis_client import RedisClient

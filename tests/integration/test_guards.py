@@ -11,10 +11,10 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import pytest
 
-from realtime.effects.livekit import LiveKitGateway
 from realtime.engine.core import Engine
-from realtime.engine.hub import EventHub, LaggedError, Subscription
 from realtime.engine.runner import Runner
+from realtime.fanout import EventHub, LaggedError, Subscription
+from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.store import keys
 from realtime.store.events import Entry, EventStore
 from realtime.store.redis_client import RedisClient

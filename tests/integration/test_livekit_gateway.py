@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from livekit.api import TokenVerifier
 
-from realtime.effects.livekit import (
+from realtime.livekit_adapter.api import (
     LiveKitGateway,
     LiveKitNotConfigured,
     LiveKitRejected,
