@@ -20,9 +20,9 @@ import jwt
 import msgspec
 from jwt.exceptions import InvalidSubjectError
 
+from realtime.errors import REALM, AuthError
 from realtime.settings import MIN_HS256_SECRET_BYTES, Settings
 
-REALM = "aim-realtime"
 _HS_ALGS = ("HS256",)
 _JWKS_KEY_TYPES = {"RS256": "RSA", "ES256": "EC"}
 _MAX_LEEWAY_S = 30
@@ -46,36 +46,6 @@ class Principal(msgspec.Struct, frozen=True):
         """Stable opaque owner key; the NUL separator keeps (tenant, subject) pairs distinct."""
         raw = f"{self.tenant or ''}\x00{self.subject}".encode()
         return hashlib.sha256(raw).hexdigest()[:32]
-
-
-class AuthError(Exception):
-    """A 401 or 403 answer, with the `WWW-Authenticate` value RFC 6750 asks for."""
-
-    def __init__(
-        self, status: int, reason: str, message: str, *, required_scope: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.required_scope = required_scope
-        self.www_authenticate = _challenge(reason, message, required_scope)
-
-
-def _challenge(reason: str, message: str, scope: str | None) -> str:
-    base = f'Bearer realm="{REALM}"'
-    if reason == "invalid_token":
-        return f'{base}, error="invalid_token", error_description="{_header_safe(message)}"'
-    if reason == "invalid_request":
-        return f'{base}, error="invalid_request", error_description="{_header_safe(message)}"'
-    if reason == "insufficient_scope":
-        return f'{base}, error="insufficient_scope", scope="{_header_safe(scope or "")}"'
-    return base  # no credentials: RFC 6750 §3.1 says no error attribute
-
-
-def _header_safe(text: str) -> str:
-    # RFC 6750 allows only printable ASCII without '"' and '\' inside these quoted values
-    return "".join(c if " " <= c <= "~" and c not in '"\\' else "'" for c in text)
 
 
 def _missing(message: str) -> AuthError:

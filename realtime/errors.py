@@ -24,11 +24,11 @@ The tree::
      ├── CommandConflict           an id reused with other params
      ├── LimitExceeded             retry_after: seconds, when waiting helps
      ├── Unavailable               service: the upstream (redis | livekit) that failed; retry
-     └── InternalError             a bug: logged, never leaked
+     ├── InternalError             a bug: logged, never leaked
 
-Authentication failures are `realtime.auth.AuthError` (they choose the HTTP status and the
-WWW-Authenticate challenge); the same table translates them. Any other exception that escapes a
-handler is a bug, answered as InternalError.
+     └── AuthError                 401 or 403, with the WWW-Authenticate challenge (RFC 6750)
+
+Any other exception that escapes a handler is a bug, answered as InternalError.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ from collections.abc import Mapping, Sequence
 from typing import Final, Literal
 
 Service = Literal["redis", "livekit"]
+AuthReason = Literal[
+    "missing_credentials", "invalid_token", "invalid_request", "insufficient_scope"
+]
+REALM: Final = "aim-realtime"
 SERVER_GOING_AWAY: Final = "The server is shutting down; reconnect."
 
 
@@ -213,3 +217,37 @@ def invalid_params(field: str, description: str) -> InvalidParams:
     return InvalidParams(
         f"Invalid params: {field}: {description}", violations=[(field, description)]
     )
+
+
+class AuthError(ServiceError):
+    """A 401 or 403 answer, with the `WWW-Authenticate` value RFC 6750 asks for."""
+
+    def __init__(
+        self,
+        status: Literal[401, 403],
+        reason: AuthReason,
+        message: str,
+        *,
+        required_scope: str | None = None,
+    ) -> None:
+        super().__init__(message, details={"scope": required_scope} if required_scope else {})
+        self.status = status
+        self.reason = reason
+        self.required_scope = required_scope
+        self.www_authenticate = _challenge(reason, message, required_scope)
+
+
+def _challenge(reason: AuthReason, message: str, scope: str | None) -> str:
+    base = f'Bearer realm="{REALM}"'
+    match reason:
+        case "invalid_token" | "invalid_request":
+            return f'{base}, error="{reason}", error_description="{_header_safe(message)}"'
+        case "insufficient_scope":
+            return f'{base}, error="insufficient_scope", scope="{_header_safe(scope or "")}"'
+        case "missing_credentials":
+            return base  # no credentials: RFC 6750 §3.1 says no error attribute
+
+
+def _header_safe(text: str) -> str:
+    # RFC 6750 allows only printable ASCII without '"' and '\' inside these quoted values
+    return "".join(c if " " <= c <= "~" and c not in '"\\' else "'" for c in text)

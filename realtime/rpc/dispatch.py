@@ -23,8 +23,9 @@ import msgspec
 
 from realtime.a2a import v03
 from realtime.a2a.params import decode_params
-from realtime.auth import Authenticator, AuthError, Principal
+from realtime.auth import Authenticator, Principal
 from realtime.errors import (
+    AuthError,
     BodyTooLarge,
     ExtensionSupportRequired,
     InternalError,
@@ -74,17 +75,16 @@ class Served:
     v03: bool = False
 
 
-Failure = ServiceError | AuthError
-
-
-def error_body(error: Failure, request_id: RequestId | None, *, v03_shape: bool = False) -> bytes:
+def error_body(
+    error: ServiceError, request_id: RequestId | None, *, v03_shape: bool = False
+) -> bytes:
     body = error_object(error)
     if v03_shape:
         body = v03.error(body)
     return _ENCODER.encode({"jsonrpc": "2.0", "id": request_id, "error": body})
 
 
-def error_reply(error: Failure, served: Served) -> Reply:
+def error_reply(error: ServiceError, served: Served) -> Reply:
     """The one answer to a failed call on every JSON-RPC endpoint: the HTTP status of its row,
     the challenge of an authentication failure, `Retry-After` where waiting helps."""
     headers = dict(served.headers)
@@ -171,7 +171,7 @@ class Endpoint(abc.ABC):
                 if too_large:
                     raise BodyTooLarge(self.services.settings.max_body_bytes)
                 reply = await self._handle(body, headers, span, served)
-            except (ServiceError, AuthError) as exc:
+            except ServiceError as exc:
                 span.set_error(code_of(exc), exc.message)
                 reply = error_reply(exc, served)
             except Exception:  # the last line of defence: a bug, never leaked

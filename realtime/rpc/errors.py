@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
 from realtime import errors as e
-from realtime.auth import AuthError
 
 A2A_DOMAIN: Final = "a2a-protocol.org"
 AIM_DOMAIN: Final = "urn:aim:a2a:realtime:v1"
@@ -63,8 +62,8 @@ AUTH_ROWS: Final[Mapping[int, Row]] = {
 }
 
 
-def row(error: e.ServiceError | AuthError) -> Row:
-    if isinstance(error, AuthError):
+def row(error: e.ServiceError) -> Row:
+    if isinstance(error, e.AuthError):
         return AUTH_ROWS[error.status]
     for cls in type(error).__mro__:
         found = TABLE.get(cls)
@@ -73,17 +72,11 @@ def row(error: e.ServiceError | AuthError) -> Row:
     raise LookupError(f"no JSON-RPC row for {type(error).__name__}")  # a bug: every leaf has one
 
 
-def code_of(error: e.ServiceError | AuthError) -> int:
+def code_of(error: e.ServiceError) -> int:
     return row(error).code
 
 
-def details_of(error: e.ServiceError | AuthError) -> Mapping[str, object]:
-    if isinstance(error, AuthError):
-        return {"scope": error.required_scope} if error.required_scope else {}
-    return error.details
-
-
-def error_object(error: e.ServiceError | AuthError) -> dict[str, Any]:
+def error_object(error: e.ServiceError) -> dict[str, Any]:
     """The JSON-RPC error object with A2A 1.0 `data` (ErrorInfo, then BadRequest)."""
     found = row(error)
     data: list[dict[str, Any]] = [
@@ -91,17 +84,16 @@ def error_object(error: e.ServiceError | AuthError) -> dict[str, Any]:
             "@type": ERROR_INFO_TYPE,
             "reason": found.reason,
             "domain": found.domain,
-            "metadata": {k: _as_metadata_value(v) for k, v in details_of(error).items()},
+            "metadata": {k: _as_metadata_value(v) for k, v in error.details.items()},
         }
     ]
-    violations = error.violations if isinstance(error, e.ServiceError) else ()
-    if violations:
+    if error.violations:
         data.append(
             {
                 "@type": BAD_REQUEST_TYPE,
                 "fieldViolations": [
                     {"field": field, "description": description}
-                    for field, description in violations
+                    for field, description in error.violations
                 ],
             }
         )

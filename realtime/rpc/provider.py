@@ -13,8 +13,8 @@ from typing import Final
 import msgspec
 
 from realtime.a2a.provider import decode_provider_params
-from realtime.auth import AuthError, ProviderGrant, verify_provider_token
-from realtime.errors import MethodNotFound
+from realtime.auth import ProviderGrant, verify_provider_token
+from realtime.errors import AuthError, MethodNotFound
 from realtime.methods.provider import PROVIDER_METHODS
 from realtime.rpc.dispatch import Endpoint, Reply, Served
 from realtime.telemetry import ATTR_PRINCIPAL, ATTR_SESSION_ID, RpcSpan

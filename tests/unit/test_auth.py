@@ -18,7 +18,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from realtime.auth import Authenticator, AuthError, Principal, mint_dev_token
+from realtime.auth import Authenticator, Principal, mint_dev_token
+from realtime.errors import AuthError
 from realtime.settings import Settings
 
 NOW = 1_800_000_000.0

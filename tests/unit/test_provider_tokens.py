@@ -8,10 +8,10 @@ import pytest
 from realtime.auth import (
     PROVIDER_AUDIENCE,
     Authenticator,
-    AuthError,
     mint_provider_token,
     verify_provider_token,
 )
+from realtime.errors import AuthError
 from realtime.settings import Settings, SettingsError
 
 SECRET = "p" * 40
