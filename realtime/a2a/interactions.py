@@ -7,7 +7,8 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from realtime.a2a.params import Digest, Params, Uuid, decode_as
+from realtime.a2a.params import Params, decode_as
+from realtime.a2a.scalars import Digest, Uuid
 from realtime.errors import invalid_params
 
 MAX_PAYLOAD_BYTES: Final = 16 * 1024

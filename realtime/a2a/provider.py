@@ -12,7 +12,8 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from realtime.a2a.params import Epoch, Params, Uuid, decode_as
+from realtime.a2a.params import Params, decode_as
+from realtime.a2a.scalars import Epoch, Uuid
 from realtime.errors import invalid_params
 
 MAX_RESULT_BYTES: Final = 16 * 1024
