@@ -8,12 +8,10 @@ commit (outbox) and carried out right after it by the runner.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Final
 
 import msgspec
@@ -21,15 +19,23 @@ import msgspec
 from realtime.a2a import projection
 from realtime.a2a import types as wire
 from realtime.a2a.sessions import MEDIA_BINDING
+from realtime.engine.entries import (
+    Command,
+    Note,
+    event_entry,
+    outbox_entries,
+    outcome_of,
+    task_record_for,
+)
 from realtime.engine.rejections import reject
 from realtime.engine.schedule import armed_by
 from realtime.errors import CommandConflict, SessionNotFound, Unavailable
 from realtime.livekit_adapter.api import join_token_claims, sign_join_token
 from realtime.settings import Settings
-from realtime.store.records import CommandOutcome, PendingEffect, SessionRecord, TaskRecord
+from realtime.store.records import CommandOutcome, SessionRecord, TaskRecord
 from realtime.store.sessions import Loaded, SessionStore
 from realtime.telemetry import Telemetry, note_transition
-from state_machines import Accepted, OutboxEffect, Rejected, Session, decide
+from state_machines import Accepted, Rejected, Session, decide
 from state_machines import AnyEvent as AnyEvent  # what `execute` applies, named for methods/
 from state_machines import session as machine
 from state_machines.effects import AppendHistory
@@ -39,40 +45,6 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS: Final = 8
 RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
 _ENCODER: Final = msgspec.json.Encoder()
-_CANONICAL: Final = msgspec.json.Encoder(order="sorted")
-_EVENT_ENCODER: Final = msgspec.json.Encoder()
-
-
-def params_digest(method: str, params: Any) -> str:
-    """sha256 of the canonical params (sorted keys, commandId left out; epoch included)."""
-    body = msgspec.to_builtins(params)
-    body.pop("commandId", None)
-    return "sha256:" + hashlib.sha256(_CANONICAL.encode([method, body])).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """What identifies a client command for exactly-once handling."""
-
-    method: str
-    command_id: str
-    digest: str
-
-
-class Cause(StrEnum):
-    """Who made a change that no client command, webhook or timer asked for (an event entry's
-    `cause`; profile §17)."""
-
-    RECONCILER = "reconciler"
-
-
-@dataclass(frozen=True, slots=True)
-class Note:
-    """What an event entry says about a change the service made on its own: why, and what it
-    corrected (`kind`, the `room`, an `identity` ...)."""
-
-    cause: Cause
-    correction: Mapping[str, str]
 
 
 # builds a command's stored result from the committed session, its version, the (token-free)
@@ -86,84 +58,6 @@ class Applied:
     version: int
     response: bytes | None  # the command's result JSON (identical for every replay)
     task: TaskRecord | None  # the task as committed (None for a replay or a no-op)
-
-
-def _outcome(
-    command: Command,
-    session: Session,
-    now_ms: int,
-    result: dict[str, Any],
-    claims: dict[str, Any] | None,
-) -> CommandOutcome:
-    """What is stored for an applied command: its identity, digest and token-free result."""
-    return CommandOutcome(
-        command_id=command.command_id,
-        method=command.method,
-        digest=command.digest,
-        session_epoch=session.epoch,
-        created_at=wire.timestamp(now_ms),
-        result=msgspec.Raw(_ENCODER.encode(result)),
-        token_claims=claims,
-    )
-
-
-def _event(
-    from_state: str | None,
-    session: Session,
-    version: int,
-    now_ms: int,
-    command_id: str | None,
-    status: wire.TaskStatus,
-    note: Note | None = None,
-) -> bytes:
-    """One entry of the session's event stream; `status` is the task's status as committed, so
-    a subscriber renders the statusUpdate of any past event from the entry alone."""
-    entry: dict[str, Any] = {
-        "from": from_state,
-        "to": session.state,
-        "epoch": session.epoch,
-        "version": version,
-        "taskVersion": session.task_version,
-        "at": wire.timestamp(now_ms),
-        "status": status,
-    }
-    if command_id:
-        entry["commandId"] = command_id
-    if note is not None:
-        entry["cause"] = note.cause
-        entry["correction"] = dict(note.correction)
-    return _EVENT_ENCODER.encode(entry)
-
-
-def _pending(
-    version: int, epoch: int, effects: tuple[OutboxEffect, ...]
-) -> list[tuple[str, PendingEffect]]:
-    """Outbox entries; ids `<version>-<n>` sort in commit order."""
-    return [
-        (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=epoch))
-        for index, effect in enumerate(effects)
-    ]
-
-
-def task_record_for(
-    session: Session,
-    owner: str,
-    previous: TaskRecord,
-    now_ms: int,
-    history: list[AppendHistory] | None = None,
-) -> TaskRecord:
-    """The session's task record as it follows the session (a new status time on every task
-    change), with `history` appended."""
-    changed = previous.version != session.task_version
-    return TaskRecord(
-        owner=owner,
-        version=session.task_version,
-        created_at=previous.created_at,
-        status_ms=now_ms if changed else previous.status_ms,
-        task=projection.project(
-            session, previous.task, changed=changed, now_ms=now_ms, history=history
-        ),
-    )
 
 
 def _without_known_history(
@@ -295,8 +189,8 @@ class Engine:
         """Commit a new session (version 0 → 1); False when it already exists."""
         session = decision.state
         now_ms = self.now_ms()
-        pending = _pending(1, session.epoch, decision.outbox)
-        event = _event(None, session, 1, now_ms, None, task.task.status)
+        pending = outbox_entries(1, session.epoch, decision.outbox)
+        event = event_entry(None, session, 1, now_ms, None, task.task.status)
         with self.telemetry.redis_span("commit", session.session_id):
             committed = await self.sessions.commit(
                 session.session_id,
@@ -356,9 +250,9 @@ class Engine:
         outcome: CommandOutcome | None = None
         if command is not None and render is not None:
             result = render(new, version, media, task.task)
-            outcome = _outcome(command, new, now_ms, result, claims)
+            outcome = outcome_of(command, new, now_ms, result, claims)
             outcome_bytes = _ENCODER.encode(outcome)
-        event = _event(
+        event = event_entry(
             old.state,
             new,
             version,
@@ -367,7 +261,7 @@ class Engine:
             task.task.status,
             note,
         )
-        pending = _pending(version, new.epoch, decision.outbox)
+        pending = outbox_entries(version, new.epoch, decision.outbox)
         with self.telemetry.redis_span("commit", session_id):
             committed = await self.sessions.commit(
                 session_id,
@@ -412,7 +306,7 @@ class Engine:
                 return False
             session, now_ms = loaded.record.session, self.now_ms()
             task = self._task_for(loaded, session, now_ms)
-            event = _event(
+            event = event_entry(
                 session.state, session, loaded.version + 1, now_ms, None, task.task.status, note
             )
             with self.telemetry.redis_span("commit", session_id):
@@ -442,7 +336,7 @@ class Engine:
         session = loaded.record.session
         task = self._task_for(loaded, session, now_ms)
         result = render(session, loaded.version, None, task.task)
-        outcome = _outcome(command, session, now_ms, result, None)
+        outcome = outcome_of(command, session, now_ms, result, None)
         with self.telemetry.redis_span("remember", session_id):
             kept = await self.sessions.remember(
                 session_id,

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
-from realtime.engine.core import Cause, Command, Engine, Note, params_digest
+from realtime.engine.core import Engine
+from realtime.engine.entries import Cause, Command, Note, params_digest
 from realtime.engine.schedule import Timer
 from realtime.errors import ServiceError, Unavailable
 from realtime.livekit_adapter.api import (

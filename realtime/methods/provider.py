@@ -19,7 +19,8 @@ from msgspec import UNSET
 from realtime.a2a import provider as p
 from realtime.a2a import types as wire
 from realtime.auth import ProviderGrant
-from realtime.engine.core import AnyEvent, Command, params_digest
+from realtime.engine.core import AnyEvent
+from realtime.engine.entries import Command, params_digest
 from realtime.errors import CommandConflict, invalid_params
 from realtime.methods.context import Services
 from realtime.methods.operations import operation_result

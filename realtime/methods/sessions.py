@@ -13,7 +13,8 @@ from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
 from realtime.a2a.projection import task_metadata
-from realtime.engine.core import Command, Render, params_digest
+from realtime.engine.core import Render
+from realtime.engine.entries import Command, params_digest
 from realtime.errors import (
     CommandConflict,
     CommandNotFound,

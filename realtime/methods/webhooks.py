@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from realtime.engine.core import Command, params_digest
+from realtime.engine.entries import Command, params_digest
 from realtime.errors import ServiceError, Unavailable
 from realtime.livekit_adapter.webhooks import Notice
 from realtime.methods.context import Services

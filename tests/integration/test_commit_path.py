@@ -14,13 +14,8 @@ from redis.crc import key_slot
 
 from realtime.a2a import types as wire
 from realtime.a2a.projection import task_metadata
-from realtime.engine.core import (
-    MAX_ATTEMPTS,
-    Applied,
-    Command,
-    Engine,
-    params_digest,
-)
+from realtime.engine.core import MAX_ATTEMPTS, Applied, Engine
+from realtime.engine.entries import Command, params_digest
 from realtime.errors import ServiceError
 from realtime.rpc.errors import code_of, error_object
 from realtime.settings import Settings
