@@ -23,6 +23,7 @@ from state_machines.session_model import (
     RECONNECTING,
     Session,
     SessionState,
+    limit_exceeded,
 )
 
 DeliveredKind = Literal["input.text", "visual.select", "response.interrupt"]
@@ -165,12 +166,8 @@ def to_agent(session: Session, kind: str, command_id: str, payload: dict[str, ob
 
 
 def too_many_operations(session: Session) -> Rejected:
-    return Rejected(
-        reason=RejectReason.LIMIT_EXCEEDED,
-        state=session.state,
-        current_epoch=session.epoch,
-        limit="operations_per_session",
-        detail=f"a session keeps at most {MAX_OPERATIONS} operations",
+    return limit_exceeded(
+        session, "operations_per_session", f"a session keeps at most {MAX_OPERATIONS} operations"
     )
 
 

@@ -15,7 +15,7 @@ import msgspec
 from state_machines import endpoint as endpoints
 from state_machines import operation as operations
 from state_machines import task
-from state_machines._base import Accepted
+from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import (
     CreateRoom,
     DeleteRoom,
@@ -139,6 +139,17 @@ def parse_room_name(name: str) -> RoomName | None:
     (`parse_room_name(room_name(sid, epoch))` gives them back)."""
     match = _ROOM_NAME.fullmatch(name)
     return None if match is None else RoomName(match["sid"], int(match["epoch"]))
+
+
+def limit_exceeded(session: Session, limit: str, detail: str) -> Rejected:
+    """The refusal of a command that would pass one of the session's limits (named `limit`)."""
+    return Rejected(
+        reason=RejectReason.LIMIT_EXCEEDED,
+        state=session.state,
+        current_epoch=session.epoch,
+        limit=limit,
+        detail=detail,
+    )
 
 
 def open_requirement(session: Session) -> Operation | None:

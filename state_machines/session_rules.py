@@ -54,6 +54,7 @@ from state_machines.session_model import (
     finish,
     hand_off,
     join_token,
+    limit_exceeded,
     moved,
     put,
     rebind,
@@ -132,12 +133,10 @@ def _register(session: Session, event: RegisterEndpoint, now: str) -> Accepted[S
         updated = replace(again.state, capabilities=event.capabilities)
         return Accepted(replace(session, endpoints=put(session.endpoints, updated)))
     if len(session.endpoints) >= event.max_endpoints:
-        return Rejected(
-            reason=RejectReason.LIMIT_EXCEEDED,
-            state=session.state,
-            current_epoch=session.epoch,
-            limit="endpoints_per_session",
-            detail=f"a session has at most {event.max_endpoints} endpoints",
+        return limit_exceeded(
+            session,
+            "endpoints_per_session",
+            f"a session has at most {event.max_endpoints} endpoints",
         )
     added = Endpoint(
         endpoint_id=event.endpoint_id,
