@@ -16,12 +16,10 @@ from litestar import Litestar
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
+from realtime.a2a import projection
 from realtime.agent_card import build_agent_card
 from realtime.auth import Authenticator
 from realtime.engine.core import Engine
-from realtime.engine.reconciler import Reconciler
-from realtime.engine.runner import Runner
-from realtime.engine.timers import Timers
 from realtime.fanout import EventHub
 from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.methods.context import Services
@@ -37,6 +35,9 @@ from realtime.store.selection import open_store
 from realtime.store.sessions import SessionStore
 from realtime.store.tasks import TaskStore
 from realtime.telemetry import Metrics, Telemetry, meter_provider_from_env, provider_from_env
+from realtime.worker.reconciler import Reconciler
+from realtime.worker.runner import Runner
+from realtime.worker.timers import Timers
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ async def running(
     sessions = SessionStore(redis)
     events = EventStore(redis)
     gateway = LiveKitGateway(settings)
-    engine = Engine(settings, sessions, clock=clock, telemetry=telemetry)
+    engine = Engine(settings, sessions, project=projection.follow, clock=clock, telemetry=telemetry)
     metrics = metrics or Metrics(None)
     runner = Runner(
         engine,

@@ -86,7 +86,7 @@ def new_task(session: Session) -> wire.Task:
     )
 
 
-def project(
+def _project(
     session: Session,
     previous: wire.Task,
     *,
@@ -111,3 +111,22 @@ def project(
         kept += [history_message(session, entry) for entry in history]
         task = msgspec.structs.replace(task, history=kept[-MAX_HISTORY:])
     return task
+
+
+def follow(
+    session: Session,
+    previous: wire.Task | None,
+    *,
+    changed: bool,
+    now_ms: int,
+    history: tuple[AppendHistory, ...] = (),
+) -> wire.Task:
+    """The task `session` shows after a commit: `previous` (a new task when there is none yet)
+    as it follows the session. What the engine writes in every commit."""
+    return _project(
+        session,
+        previous if previous is not None else new_task(session),
+        changed=changed,
+        now_ms=now_ms,
+        history=list(history),
+    )

@@ -92,13 +92,24 @@ class Session(Wire, frozen=True):
     active_endpoint_id: str | UnsetType = UNSET
 
 
-class JoinMedia(Wire, frozen=True):
+class JoinMediaView(Wire, frozen=True):
+    """`media` of a JoinSession result: where and how the endpoint joins the room."""
+
     binding: str
     url: str
     room: str
     identity: str
     token: str
     expires_at: str
+
+
+class JoinResult(Wire, frozen=True):
+    """The JoinSession result. Its outcome is stored with an empty `media.token` (tokens are
+    not stored, profile §6): every reply signs the stored claims into it again."""
+
+    session: msgspec.Raw
+    endpoint: msgspec.Raw
+    media: JoinMediaView
 
 
 def endpoint_view(endpoint: EndpointSnapshot) -> Endpoint:

@@ -6,11 +6,12 @@ Inbound request parameters live in `params.py` and are strict.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
+
+from realtime.timestamps import timestamp as timestamp  # the wire's date-time format
 
 TaskState = Literal[
     "TASK_STATE_SUBMITTED",
@@ -91,9 +92,3 @@ class ListTasksResult(Wire, frozen=True):
 TERMINAL_STATES: Final[frozenset[str]] = frozenset(
     {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
 )
-
-
-def timestamp(ms: int) -> str:
-    """ProtoJSON timestamp: RFC 3339 UTC with milliseconds and `Z`."""
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"

@@ -1,1 +1,1 @@
-"""Load → decide → commit → effects: the one path every session change takes."""
+"""Load → decide → commit: the one path every session change takes, answered with values."""

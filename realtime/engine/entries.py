@@ -8,17 +8,15 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
-from realtime.a2a import projection
-from realtime.a2a import types as wire
-from realtime.store.records import CommandOutcome, PendingEffect, TaskRecord
+from realtime.store.records import CommandOutcome, PendingEffect, Task, TaskRecord
+from realtime.timestamps import timestamp
 from state_machines import OutboxEffect, Session
 from state_machines.effects import AppendHistory
 
-_ENCODER: Final = msgspec.json.Encoder()
 _CANONICAL: Final = msgspec.json.Encoder(order="sorted")
 _EVENT_ENCODER: Final = msgspec.json.Encoder()
 
@@ -59,17 +57,18 @@ def outcome_of(
     command: Command,
     session: Session,
     now_ms: int,
-    result: dict[str, Any],
+    result: bytes,
     claims: dict[str, Any] | None,
 ) -> CommandOutcome:
-    """What is stored for an applied command: its identity, digest and token-free result."""
+    """What is stored for an applied command: its identity, digest, its result as rendered by
+    the method (token-free) and the claims of its join token, if it issued one."""
     return CommandOutcome(
         command_id=command.command_id,
         method=command.method,
         digest=command.digest,
         session_epoch=session.epoch,
-        created_at=wire.timestamp(now_ms),
-        result=msgspec.Raw(_ENCODER.encode(result)),
+        created_at=timestamp(now_ms),
+        result=msgspec.Raw(result),
         token_claims=claims,
     )
 
@@ -80,10 +79,10 @@ def event_entry(
     version: int,
     now_ms: int,
     command_id: str | None,
-    status: wire.TaskStatus,
+    task: Task,
     note: Note | None = None,
 ) -> bytes:
-    """One entry of the session's event stream; `status` is the task's status as committed, so
+    """One entry of the session's event stream. It holds the status of `task` (as committed), so
     a subscriber renders the statusUpdate of any past event from the entry alone."""
     entry: dict[str, Any] = {
         "from": from_state,
@@ -91,8 +90,8 @@ def event_entry(
         "epoch": session.epoch,
         "version": version,
         "taskVersion": session.task_version,
-        "at": wire.timestamp(now_ms),
-        "status": status,
+        "at": timestamp(now_ms),
+        "status": task.status,
     }
     if command_id:
         entry["commandId"] = command_id
@@ -112,22 +111,44 @@ def outbox_entries(
     ]
 
 
+class TaskProjection(Protocol):
+    """The A2A task a session shows (`realtime.a2a.projection.follow`, handed to the engine by
+    the composition root): `previous` (None: the first) as it follows `session`, restamped when
+    it `changed`, with `history` appended."""
+
+    def __call__(
+        self,
+        session: Session,
+        previous: Task | None,
+        *,
+        changed: bool,
+        now_ms: int,
+        history: tuple[AppendHistory, ...],
+    ) -> Task: ...
+
+
 def task_record_for(
+    project: TaskProjection,
     session: Session,
     owner: str,
-    previous: TaskRecord,
+    previous: TaskRecord | None,
     now_ms: int,
-    history: list[AppendHistory] | None = None,
+    history: tuple[AppendHistory, ...] = (),
 ) -> TaskRecord:
     """The session's task record as it follows the session (a new status time on every task
-    change), with `history` appended."""
-    changed = previous.version != session.task_version
+    change), with `history` appended. A task record always exists beside its session; a missing
+    one is built again."""
+    changed = previous is None or previous.version != session.task_version
     return TaskRecord(
         owner=owner,
         version=session.task_version,
-        created_at=previous.created_at,
-        status_ms=now_ms if changed else previous.status_ms,
-        task=projection.project(
-            session, previous.task, changed=changed, now_ms=now_ms, history=history
+        created_at=previous.created_at if previous is not None else session.created_at,
+        status_ms=now_ms if changed or previous is None else previous.status_ms,
+        task=project(
+            session,
+            previous.task if previous is not None else None,
+            changed=changed,
+            now_ms=now_ms,
+            history=history,
         ),
     )

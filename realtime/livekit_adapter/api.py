@@ -1,4 +1,4 @@
-"""The only module that imports livekit: server API calls and join tokens (profile §9).
+"""LiveKit server API calls (profile §9); join tokens are in `tokens.py`.
 
 Every call is idempotent (an existing room is upserted, a missing room or participant counts as
 done, a dispatch is created only when none exists for the agent) and bounded by a timeout of our
@@ -12,11 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
 from typing import Any, Final, NamedTuple, TypeVar
 
 import aiohttp
-import jwt
 from livekit import api
 
 from realtime.settings import Settings
@@ -205,62 +203,3 @@ class LiveKitGateway:
                 raise
             return False
         return True
-
-
-def join_token_claims(
-    settings: Settings,
-    *,
-    room: str,
-    identity: str,
-    name: str,
-    epoch: int,
-    session_id: str,
-    can_subscribe: bool,
-    publish_sources: Sequence[str],
-    now: int,
-) -> dict[str, Any]:
-    """The claims of an endpoint's join token, built with livekit-api's grant types (§9)."""
-    if settings.livekit_api_key is None:
-        raise LiveKitNotConfigured("AIM_LIVEKIT_API_KEY is not set")
-    unknown = [source for source in publish_sources if source not in SOURCE_NAMES]
-    if unknown:  # an unknown source name silently allows nothing in LiveKit
-        raise ValueError(f"unknown LiveKit track sources: {unknown}")
-    grants = api.VideoGrants(
-        room_join=True,
-        room=room,
-        can_subscribe=can_subscribe,
-        can_publish=bool(publish_sources),
-        can_publish_sources=list(publish_sources),
-        can_publish_data=False,
-        can_update_own_metadata=False,
-    )
-    token = (
-        api.AccessToken(settings.livekit_api_key, settings.livekit_api_secret)
-        .with_identity(identity)
-        .with_name(name)
-        .with_metadata(
-            json.dumps(
-                {"sessionId": session_id, "endpointId": identity, "sessionEpoch": epoch},
-                separators=(",", ":"),
-            )
-        )
-        .with_ttl(timedelta(seconds=settings.join_token_ttl_s))
-        .with_grants(grants)
-    )
-    claims: dict[str, Any] = token.claims.asdict()
-    claims.update(
-        {
-            "sub": identity,
-            "iss": settings.livekit_api_key,
-            "nbf": now,
-            "exp": now + settings.join_token_ttl_s,
-        }
-    )
-    return claims
-
-
-def sign_join_token(settings: Settings, claims: dict[str, Any]) -> str:
-    """Deterministic: the same claims always give the byte-identical JWT (replays rely on it)."""
-    if settings.livekit_api_secret is None:
-        raise LiveKitNotConfigured("AIM_LIVEKIT_API_SECRET is not set")
-    return jwt.encode(claims, settings.livekit_api_secret, algorithm="HS256")

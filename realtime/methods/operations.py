@@ -11,11 +11,13 @@ from realtime.a2a import interactions as payloads
 from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
+from realtime.engine.core import Decided
 from realtime.engine.entries import Command, params_digest
 from realtime.errors import InvalidState, OperationNotFound, invalid_params
 from realtime.methods import tasks
+from realtime.methods.commands import command_of, load_own, run_command
 from realtime.methods.context import Call, Services
-from realtime.methods.sessions import run_command, session_result
+from realtime.methods.sessions import session_result
 from state_machines import Session, interactions
 from state_machines.effects import AppendHistory
 from state_machines.interactions import find_operation
@@ -98,9 +100,10 @@ async def send_interaction(services: Services, call: Call[p.SendInteractionParam
     payload = payloads.decode_payload(params.type, params.payload)
     event, operation_id = _event(services, params, payload)
 
-    def render(session: Session, version: int, media: Any, task: Any) -> dict[str, Any]:
+    def render(decided: Decided) -> dict[str, Any]:
+        session = decided.session
         result = {
-            "session": session_result(services, session, version),
+            "session": session_result(services, session, decided.version),
             "interaction": {
                 "commandId": params.command_id,
                 "type": params.type,
@@ -111,12 +114,19 @@ async def send_interaction(services: Services, call: Call[p.SendInteractionParam
             result["operation"] = operation_result(params.session_id, session, operation_id)
         return result
 
-    return await run_command(services, call, params.session_id, params.command_id, event, render)
+    return await run_command(
+        services,
+        params.session_id,
+        event,
+        owner=call.principal.key,
+        command=command_of(call, params.command_id),
+        render=render,
+    )
 
 
 async def get_operation(services: Services, call: Call[p.GetOperationParams]) -> Any:
     params = call.params
-    loaded = await services.engine.load_own(params.session_id, call.principal.key)
+    loaded = await load_own(services, params.session_id, call.principal.key)
     assert loaded.record is not None  # noqa: S101
     session = loaded.record.session
     return {"operation": operation_result(params.session_id, session, params.operation_id)}
@@ -173,12 +183,13 @@ async def continue_task(services: Services, call: Call[p.ContinueParams]) -> Any
         expected_version=params.expected_version,
         history=AppendHistory(message.message_id, "user", _ENCODER.encode(parts).decode()),
     )
-    applied = await services.engine.execute(
+    stored = await run_command(
+        services,
         session_id,
-        lambda _: event,
+        event,
         owner=owner,
         command=command,
-        render=lambda _session, _version, _media, task: {"task": task},
+        render=lambda decided: {"task": decided.task.task},
     )
-    task = _TASK.decode(applied.response or b"{}")["task"]
+    task = _TASK.decode(stored)["task"]
     return {"task": tasks.view(task, params.history_length)}

@@ -19,12 +19,13 @@ from msgspec import UNSET
 from realtime.a2a import provider as p
 from realtime.a2a import types as wire
 from realtime.auth import ProviderGrant
-from realtime.engine.core import AnyEvent
+from realtime.engine.core import AnyEvent, Decided
 from realtime.engine.entries import Command, params_digest
 from realtime.errors import CommandConflict, invalid_params
+from realtime.methods.commands import applied, run_command
 from realtime.methods.context import Services
 from realtime.methods.operations import operation_result
-from state_machines import Requirement, Session, provider
+from state_machines import Requirement, provider
 
 _TITLES: Final = {
     ("user", "camera"): "Allow the agent to see your camera",
@@ -61,13 +62,14 @@ async def _exactly_once(
     event: AnyEvent,
     operation_id: str,
 ) -> Any:
-    def render(session: Session, _version: int, _media: Any, _task: Any) -> dict[str, Any]:
-        return {"operation": operation_result(params.session_id, session, operation_id)}
+    def render(decided: Decided) -> dict[str, Any]:
+        return {"operation": operation_result(params.session_id, decided.session, operation_id)}
 
     try:
-        applied = await services.engine.execute(
+        return await run_command(
+            services,
             params.session_id,
-            lambda _: event,
+            event,
             owner=None,
             command=_command(method, params),
             render=render,
@@ -78,15 +80,13 @@ async def _exactly_once(
             "new requestId for a new request.",
             details={"requestId": params.request_id, "method": method},
         ) from None
-    return msgspec.Raw(applied.response or b"null")
 
 
 async def report_agent_state(
     services: Services, grant: ProviderGrant, params: p.ReportAgentStateParams
 ) -> Any:
     event = provider.ReportAgentState(params.session_epoch, grant.epoch, params.state)
-    applied = await services.engine.execute(params.session_id, lambda _: event, owner=None)
-    session = applied.session
+    session = applied(await services.engine.execute(params.session_id, event)).session
     return {
         "sessionId": session.session_id,
         "sessionEpoch": session.epoch,
@@ -159,7 +159,7 @@ async def append_transcript(
     event = provider.AppendTranscript(
         params.session_epoch, grant.epoch, params.item_id, params.role, params.text
     )
-    await services.engine.execute(params.session_id, lambda _: event, owner=None)
+    applied(await services.engine.execute(params.session_id, event))
     return {"itemId": params.item_id}
 
 

@@ -13,29 +13,36 @@ from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
 from realtime.a2a.projection import task_metadata
-from realtime.engine.core import Render
-from realtime.engine.entries import Command, params_digest
+from realtime.engine.core import Decided, Missing, Refused
 from realtime.errors import (
     CommandConflict,
     CommandNotFound,
     InternalError,
     InvalidState,
     LimitExceeded,
-    SessionNotFound,
     TaskNotCancelable,
     TaskNotFound,
     Unavailable,
 )
 from realtime.methods import tasks
+from realtime.methods.commands import (
+    applied,
+    command_of,
+    error_of,
+    load_own,
+    run_command,
+    stored_result,
+)
 from realtime.methods.context import Call, Services
 from realtime.store import keys
 from realtime.store.records import SessionRecord, TaskRecord
-from state_machines import Capabilities, Session, interactions
+from state_machines import Capabilities, Session
 from state_machines import session as machine
 
 PROVISIONING_WAIT_S: Final = 5.0
 PROVISIONING: Final = "provisioning"
 _CANONICAL: Final = msgspec.json.Encoder(order="sorted")
+_ENCODER: Final = msgspec.json.Encoder()
 
 
 def session_result(services: Services, session: Session, version: int) -> dict[str, Any]:
@@ -220,33 +227,8 @@ async def _prune_live(services: Services, owner: str) -> bool:
     return bool(stale)
 
 
-def command_of(call: Call[Any], command_id: str) -> Command:
-    return Command(call.method, command_id, params_digest(call.method, call.params))
-
-
-async def run_command(
-    services: Services,
-    call: Call[Any],
-    session_id: str,
-    command_id: str,
-    event: machine.SessionEvent | interactions.InteractionEvent,
-    render: Render,
-) -> msgspec.Raw:
-    """Apply a client command exactly once; its stored result, byte for byte."""
-    applied = await services.engine.execute(
-        session_id,
-        lambda _: event,
-        owner=call.principal.key,
-        command=command_of(call, command_id),
-        render=render,
-    )
-    return msgspec.Raw(applied.response or b"null")
-
-
 async def get_session(services: Services, call: Call[p.GetSessionParams]) -> Any:
-    loaded = await services.engine.load_own(
-        call.params.session_id, call.principal.key, with_outbox=True
-    )
+    loaded = await load_own(services, call.params.session_id, call.principal.key, with_outbox=True)
     assert loaded.record is not None  # noqa: S101
     view = session_result(services, loaded.record.session, loaded.version)
     outbox = loaded.outbox or []
@@ -271,52 +253,76 @@ async def register_endpoint(services: Services, call: Call[p.RegisterEndpointPar
         max_endpoints=services.settings.max_endpoints_per_session,
     )
 
-    def render(session: Session, version: int, media: Any, task: Any) -> dict[str, Any]:
+    def render(decided: Decided) -> dict[str, Any]:
+        session = decided.session
         endpoint = next(
             e for e in session.endpoints if e.client_endpoint_key == params.client_endpoint_key
         )
         return {
-            "session": session_result(services, session, version),
+            "session": session_result(services, session, decided.version),
             "endpoint": _endpoint(session, endpoint.endpoint_id),
         }
 
-    return await run_command(services, call, params.session_id, params.command_id, event, render)
+    return await run_command(
+        services,
+        params.session_id,
+        event,
+        owner=call.principal.key,
+        command=command_of(call, params.command_id),
+        render=render,
+    )
 
 
 async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> Any:
     params = call.params
 
-    def render(session: Session, version: int, media: Any, task: Any) -> dict[str, Any]:
-        return {
-            "session": session_result(services, session, version),
-            "endpoint": _endpoint(session, params.endpoint_id),
-            "media": media,
-        }
+    def render(decided: Decided) -> views.JoinResult:
+        join = decided.join
+        assert join is not None  # noqa: S101 - an accepted Join always issues a token
+        return views.JoinResult(
+            session=msgspec.Raw(
+                _ENCODER.encode(session_result(services, decided.session, decided.version))
+            ),
+            endpoint=msgspec.Raw(_ENCODER.encode(_endpoint(decided.session, params.endpoint_id))),
+            media=views.JoinMediaView(
+                binding=views.MEDIA_BINDING,
+                url=join.url,
+                room=join.room,
+                identity=join.identity,
+                token="",  # not stored: signed from the stored claims into every reply
+                expires_at=wire.timestamp(join.expires_at_ms),
+            ),
+        )
 
     return await run_command(
         services,
-        call,
         params.session_id,
-        params.command_id,
         machine.Join(params.session_epoch, params.endpoint_id),
-        render,
+        owner=call.principal.key,
+        command=command_of(call, params.command_id),
+        render=render,
     )
 
 
 async def end_session(services: Services, call: Call[p.EndSessionParams]) -> Any:
     params = call.params
 
-    def render(session: Session, version: int, media: Any, task: Any) -> dict[str, Any]:
-        return {"session": session_result(services, session, version)}
+    def render(decided: Decided) -> dict[str, Any]:
+        return {"session": session_result(services, decided.session, decided.version)}
 
     return await run_command(
-        services, call, params.session_id, params.command_id, machine.End(params.reason), render
+        services,
+        params.session_id,
+        machine.End(params.reason),
+        owner=call.principal.key,
+        command=command_of(call, params.command_id),
+        render=render,
     )
 
 
 async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any:
     params = call.params
-    await services.engine.load_own(params.session_id, call.principal.key)
+    await load_own(services, params.session_id, call.principal.key)
     outcome = await services.session_store.outcome(params.session_id, params.command_id)
     if outcome is None:
         raise CommandNotFound(
@@ -324,7 +330,7 @@ async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any
             "are stored; a rejected one can be sent again.",
             details={"commandId": params.command_id},
         )
-    result = msgspec.Raw(services.engine.render_outcome(outcome))
+    result = msgspec.Raw(stored_result(services.settings, outcome))
     return {
         "command": {
             "commandId": outcome.command_id,
@@ -352,17 +358,15 @@ async def cancel_realtime_task(
     """CancelTask of a realtime task ends its session (endReason `canceled`)."""
     metadata = record.task.metadata
     session_id = metadata[wire.REALTIME_EXTENSION]["sessionId"] if metadata else ""
-    try:
-        applied = await services.engine.execute(session_id, lambda _: machine.Cancel(), owner=owner)
-    except SessionNotFound:
-        raise TaskNotFound(record.task.id) from None
-    except InvalidState:
+    outcome = await services.engine.execute(session_id, machine.Cancel(), owner=owner)
+    if isinstance(outcome, Missing):
+        raise TaskNotFound(record.task.id)
+    if isinstance(outcome, Refused) and isinstance(error_of(outcome), InvalidState):
         raise TaskNotCancelable(
             f"Task {record.task.id} can no longer be canceled: its session is ending or over.",
             details={"taskId": record.task.id, "state": record.task.status.state},
-        ) from None
-    task = applied.task.task if applied.task is not None else record.task
-    return tasks.view(task, history_length)
+        )
+    return tasks.view(applied(outcome).task.task, history_length)
 
 
 async def cancel_task(services: Services, call: Call[p.TaskParams]) -> wire.Task:

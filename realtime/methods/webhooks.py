@@ -10,8 +10,11 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+import msgspec
+
+from realtime.engine.core import Applied, Contended, Replayed
 from realtime.engine.entries import Command, params_digest
-from realtime.errors import ServiceError, Unavailable
+from realtime.errors import Unavailable
 from realtime.livekit_adapter.webhooks import Notice
 from realtime.methods.context import Services
 from state_machines import ParticipantJoined, ParticipantLeft, RoomLost, SessionEvent
@@ -22,6 +25,7 @@ log = logging.getLogger(__name__)
 
 WEBHOOK_METHOD: Final = "livekit.webhook"
 LEFT_EVENTS: Final = frozenset({"participant_left", "participant_connection_aborted"})
+_ENCODER: Final = msgspec.json.Encoder()
 
 
 def session_event(notice: Notice, room_epoch: int) -> SessionEvent | InteractionEvent | None:
@@ -71,17 +75,26 @@ async def handle(services: Services, notice: Notice) -> str:
         if notice.event_id
         else None
     )
-    try:
-        applied = await services.engine.execute(
-            session_id,
-            lambda _: event,
-            owner=None,
-            command=command,
-            render=lambda *_: {"event": notice.event, "eventId": notice.event_id},
-        )
-    except Unavailable:
-        raise
-    except ServiceError as exc:
-        log.info("webhook %s for session %s ignored: %s", notice.event, session_id, exc.message)
-        return "ignored"
-    return "applied" if applied.task is not None else "duplicate"
+    outcome = await services.engine.execute(
+        session_id,
+        event,
+        command=command,
+        result=_ENCODER.encode({"event": notice.event, "eventId": notice.event_id}),
+    )
+    match outcome:
+        case Applied():
+            return "applied"
+        case Replayed():
+            return "duplicate"
+        case Contended():
+            raise Unavailable(
+                "The session is changing too fast to record this webhook.", service="redis"
+            )
+        case _:  # refused, for a session that is not there, or an event id seen for another event
+            log.info(
+                "webhook %s for session %s ignored: %s",
+                notice.event,
+                session_id,
+                type(outcome).__name__.lower(),
+            )
+            return "ignored"

@@ -7,7 +7,7 @@ from typing import Any, Final
 
 import msgspec
 
-from realtime.a2a.types import Task
+from realtime.a2a.types import Task as Task  # what a task record holds (engine/ names it from here)
 from state_machines import OutboxEffect, Session
 
 TASK_SCHEMA: Final = 1

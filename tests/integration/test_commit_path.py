@@ -13,10 +13,11 @@ import pytest
 from redis.crc import key_slot
 
 from realtime.a2a import types as wire
-from realtime.a2a.projection import task_metadata
-from realtime.engine.core import MAX_ATTEMPTS, Applied, Engine
+from realtime.a2a.projection import follow, task_metadata
+from realtime.engine.core import MAX_ATTEMPTS, Applied, Decided, Engine, Replayed
 from realtime.engine.entries import Command, params_digest
 from realtime.errors import ServiceError
+from realtime.methods.commands import apply_command, outcome_of, stored_result
 from realtime.rpc.errors import code_of, error_object
 from realtime.settings import Settings
 from realtime.store import keys
@@ -50,7 +51,7 @@ def settings() -> Settings:
 
 
 def engine_on(sessions: SessionStore) -> Engine:
-    return Engine(settings(), sessions)
+    return Engine(settings(), sessions, project=follow)
 
 
 async def new_session(engine: Engine, *, provisioned: bool = True) -> str:
@@ -86,21 +87,26 @@ async def new_session(engine: Engine, *, provisioned: bool = True) -> str:
     record = SessionRecord(owner=OWNER, principal_name="alice", session=session)
     assert await engine.create(record, decision, task)
     if provisioned:
-        await engine.execute(session_id, lambda _: Provisioned(1), owner=None)
+        assert isinstance(await engine.execute(session_id, Provisioned(1)), Applied)
     return session_id
 
 
-def render(session: machine.Session, version: int, media: Any, task: Any) -> dict[str, Any]:
+def render(decided: Decided) -> dict[str, Any]:
     return {
-        "version": version,
-        "state": session.state,
-        "endpoints": [e.client_endpoint_key for e in session.endpoints],
+        "version": decided.version,
+        "state": decided.session.state,
+        "endpoints": [e.client_endpoint_key for e in decided.session.endpoints],
     }
+
+
+def response(done: Applied | Replayed) -> bytes:
+    """What the client receives: the stored result."""
+    return stored_result(settings(), outcome_of(done))
 
 
 async def register(
     engine: Engine, session_id: str, device: str, command_id: str | None = None
-) -> Applied:
+) -> Applied | Replayed:
     command_id = command_id or new_id()
     params = {
         "sessionId": session_id,
@@ -116,16 +122,16 @@ async def register(
         max_endpoints=8,
     )
     command = Command(REGISTER, command_id, params_digest(REGISTER, params))
-    return await engine.execute(
-        session_id, lambda _: event, owner=OWNER, command=command, render=render
+    return await apply_command(
+        engine, session_id, event, owner=OWNER, command=command, render=render
     )
 
 
-async def end(engine: Engine, session_id: str, command_id: str) -> Applied:
+async def end(engine: Engine, session_id: str, command_id: str) -> Applied | Replayed:
     params = {"sessionId": session_id, "commandId": command_id, "reason": "done"}
     command = Command(END, command_id, params_digest(END, params))
-    return await engine.execute(
-        session_id, lambda _: machine.End("done"), owner=OWNER, command=command, render=render
+    return await apply_command(
+        engine, session_id, machine.End("done"), owner=OWNER, command=command, render=render
     )
 
 
@@ -221,7 +227,7 @@ async def test_commit_writes_everything_at_once_and_a_replay_writes_nothing(stor
 
     command_id = new_id()
     ended = await end(engine, session_id, command_id)
-    assert ended.task is not None
+    assert isinstance(ended, Applied)
     after = await layout(store, session_id)
     assert (after.version, after.outcomes, after.events, after.outbox) == (2, 1, 2, 3)
     assert await store.client.ttl(keys.commands_key(session_id)) > 0
@@ -247,8 +253,8 @@ async def test_commit_writes_everything_at_once_and_a_replay_writes_nothing(stor
 
     # the same command again: the stored outcome, nothing written
     replayed = await end(engine, session_id, command_id)
-    assert replayed.task is None
-    assert replayed.response == ended.response
+    assert isinstance(replayed, Replayed)
+    assert response(replayed) == response(ended)
     assert await layout(store, session_id) == after
 
     # even a commit whose expected version matches is a replay when its commandId is known
@@ -294,7 +300,7 @@ async def test_commits_survive_a_script_flush(store):
     await store.client.script_flush()
     assert await store.client.script_exists(store.scripts.commit.sha) == [False]
     applied = await register(engine, session_id, "phone")
-    assert applied.task is not None
+    assert isinstance(applied, Applied)
     assert (await layout(store, session_id)).version == before.version + 1
     assert await store.client.script_exists(store.scripts.commit.sha) == [True]
 
@@ -368,12 +374,12 @@ async def test_a_version_conflict_reloads_and_applies_both_in_order(store):
 
     assert (one.statuses, one.loads) == (["ok"], 1)
     assert (two.statuses, two.loads) == (["conflict", "ok"], 2)  # reloaded and decided again
-    assert msgspec.json.decode(a.response) == {
+    assert msgspec.json.decode(response(a)) == {
         "version": before.version + 1,
         "state": "ready",
         "endpoints": ["phone"],
     }
-    assert msgspec.json.decode(b.response) == {
+    assert msgspec.json.decode(response(b)) == {
         "version": before.version + 2,
         "state": "ready",
         "endpoints": ["phone", "laptop"],
@@ -404,9 +410,9 @@ async def test_concurrent_duplicates_apply_once(store):
 
     assert one.statuses == ["ok"]
     assert two.statuses == ["replay"]  # the script finds the outcome before the version check
-    assert a.task is not None
-    assert b.task is None
-    assert b.response == a.response
+    assert isinstance(a, Applied)
+    assert isinstance(b, Replayed)
+    assert response(b) == response(a)
     after = await layout(store, session_id)
     assert (after.version, after.events, after.outcomes) == (
         before.version + 1,

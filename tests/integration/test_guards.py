@@ -11,14 +11,15 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import pytest
 
+from realtime.a2a.projection import follow
 from realtime.engine.core import Engine
-from realtime.engine.runner import Runner
 from realtime.fanout import EventHub, LaggedError, Subscription
 from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.store import keys
 from realtime.store.events import Entry, EventStore
 from realtime.store.redis_client import RedisClient
 from realtime.store.sessions import SessionStore
+from realtime.worker.runner import Runner
 from tests.conftest import livekit_settings
 from tests.e2e.op_helpers import get_session, interact, open_session
 from tests.e2e.test_webhooks import deliver, room, webhook
@@ -51,7 +52,9 @@ async def test_a_runner_whose_lease_ran_out_during_a_hung_call_does_not_carry_on
     is slow to answer. When A's CreateRoom finally returns, A must stop: carrying on would run
     the dispatch a second time, and LiveKit does not de-duplicate dispatches."""
     settings = livekit_settings(livekit)
-    engine = Engine(settings, SessionStore(store))  # no inline runs: the test starts both runners
+    engine = Engine(
+        settings, SessionStore(store), project=follow
+    )  # no inline runs: the test starts both runners
     gateway = LiveKitGateway(settings)
     stalled = Runner(engine, gateway, public_base_url=settings.public_base_url, lease_ms=200)
     takeover = Runner(engine, gateway, public_base_url=settings.public_base_url)

@@ -10,9 +10,8 @@ from realtime.livekit_adapter.api import (
     LiveKitNotConfigured,
     LiveKitRejected,
     LiveKitUnavailable,
-    join_token_claims,
-    sign_join_token,
 )
+from realtime.livekit_adapter.tokens import join_token_claims, sign_join_token
 from realtime.settings import Settings
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings
 

@@ -24,12 +24,12 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from realtime.app import create_app, running
-from realtime.engine.reconciler import Reconciler
 from realtime.methods.context import Services
 from realtime.store import keys
 from realtime.store.leases import DutyLease
 from realtime.store.redis_client import RedisClient
 from realtime.telemetry import Metrics
+from realtime.worker.reconciler import Reconciler
 from tests.conftest import livekit_settings, serving
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
 from tests.e2e.test_webhooks import (
@@ -192,7 +192,7 @@ class Lines(logging.Handler):
 @pytest.fixture
 def reconciler_log() -> Iterator[Lines]:
     """What the reconciler logs (on its logger: the app replaces the root logger's handlers)."""
-    logger = logging.getLogger("realtime.engine.reconciler")
+    logger = logging.getLogger("realtime.worker.reconciler")
     handler = Lines()
     logger.addHandler(handler)
     previous = logger.level

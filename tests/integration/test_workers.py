@@ -274,7 +274,7 @@ class Collect(logging.Handler):
 def runner_log() -> Iterator[list[str]]:
     """What this process's outbox runner logs. On its logger itself: creating the Litestar app
     replaces the root logger's handlers (its default logging config), caplog's included."""
-    logger = logging.getLogger("realtime.engine.runner")
+    logger = logging.getLogger("realtime.worker.runner")
     handler = Collect()
     logger.addHandler(handler)
     try:

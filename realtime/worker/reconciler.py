@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
-from realtime.engine.core import Engine
+import msgspec
+
+from realtime.engine.core import Applied, Contended, Engine, Replayed
 from realtime.engine.entries import Cause, Command, Note, params_digest
 from realtime.engine.schedule import Timer
-from realtime.errors import ServiceError, Unavailable
+from realtime.errors import Unavailable
 from realtime.livekit_adapter.api import (
     LiveKitGateway,
     LiveKitRejected,
@@ -52,6 +54,7 @@ from state_machines.session import RoomName, SessionState, parse_room_name
 log = logging.getLogger(__name__)
 
 METHOD: Final = "reconciler"
+_ENCODER: Final = msgspec.json.Encoder()
 # at most this many sessions are considered for lost rooms per sweep (a bound on one sweep's
 # memory and Redis round trips); the timers index holds a few entries per recent session
 MAX_SESSIONS: Final = 10_000
@@ -95,6 +98,14 @@ class Report:
 
     def add(self, kind: Correction) -> None:
         self.corrections[kind] = self.corrections.get(kind, 0) + 1
+
+
+def _contended(session_id: str) -> Unavailable:
+    return Unavailable(
+        f"Session {session_id} is changing too fast to record a correction; the next sweep "
+        "tries again.",
+        service="redis",
+    )
 
 
 def room_missing_command(room: str) -> Command:
@@ -293,23 +304,28 @@ class Reconciler:
                 return  # there after all (created after the listing)
         await self._keep_lease()
         correction = {"kind": Correction.ROOM_MISSING, "room": room, "reason": Reason.ROOM_GONE}
-        try:
-            applied = await self.engine.execute(
-                session.session_id,
-                lambda _: RoomLost(room),
-                owner=None,
-                command=room_missing_command(room),
-                render=lambda *_: {"correction": Correction.ROOM_MISSING, "room": room},
-                note=Note(Cause.RECONCILER, correction),
-            )
-        except Unavailable:
-            raise
-        except ServiceError as exc:
-            # the session moved on (ended, or a late room_finished rebound it): nothing to do
-            log.debug("room %s of session %s: %s", room, session.session_id, exc.message)
-            return
-        if applied.task is None:
-            return  # another worker applied it first
+        outcome = await self.engine.execute(
+            session.session_id,
+            RoomLost(room),
+            command=room_missing_command(room),
+            result=_ENCODER.encode({"correction": Correction.ROOM_MISSING, "room": room}),
+            note=Note(Cause.RECONCILER, correction),
+        )
+        match outcome:
+            case Applied():
+                pass
+            case Contended():
+                raise _contended(session.session_id)
+            case Replayed():
+                return  # another worker applied it first
+            case _:  # the session moved on (ended, or a late room_finished rebound it)
+                log.debug(
+                    "room %s of session %s: %s",
+                    room,
+                    session.session_id,
+                    type(outcome).__name__.lower(),
+                )
+                return
         self._count(Correction.ROOM_MISSING, session.session_id, room, report, Reason.ROOM_GONE)
 
     async def _corrected(
@@ -329,7 +345,9 @@ class Reconciler:
             correction: dict[str, str] = {"kind": kind, "room": room, "reason": reason}
             if identity:
                 correction["identity"] = identity
-            await self.engine.record(session_id, Note(Cause.RECONCILER, correction))
+            recorded = await self.engine.record(session_id, Note(Cause.RECONCILER, correction))
+            if isinstance(recorded, Contended):
+                raise _contended(session_id)
 
     def _count(
         self,

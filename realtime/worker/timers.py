@@ -14,9 +14,9 @@ import contextlib
 import logging
 from typing import Final
 
-from realtime.engine.core import Engine
+from realtime.engine.core import Applied, Contended, Engine
 from realtime.engine.schedule import Timer
-from realtime.errors import ServiceError, Unavailable
+from realtime.errors import Unavailable
 from realtime.telemetry import Metrics
 from state_machines import (
     GraceExpired,
@@ -83,23 +83,29 @@ class Timers:
             await self.sessions.timer_done(member)
             return
         try:
-            applied = await self.engine.execute(
+            outcome = await self.engine.execute(
                 timer.session_id,
-                lambda _: event,
-                owner=None,
+                event,
                 # idle timers of earlier releases do not name their idle period: version-checked
                 only_at_version=(
                     timer.version if timer.kind == "idle" and not timer.endpoint_id else None
                 ),
             )
-            if applied.task is not None:
-                self.metrics.timer_fired(timer.kind)
-                log.info("timer %s fired for session %s", timer.kind, timer.session_id)
         except Unavailable:
             return  # keep the claim; the timer comes back when the lease runs out
-        except ServiceError as exc:
-            # refused: the session moved on (or is gone) since the timer was armed
-            log.debug("timer %s of session %s: %s", timer.kind, timer.session_id, exc.message)
+        match outcome:
+            case Applied():
+                self.metrics.timer_fired(timer.kind)
+                log.info("timer %s fired for session %s", timer.kind, timer.session_id)
+            case Contended():
+                return  # keep the claim, as when Redis is down
+            case _:  # refused: the session moved on (or is gone) since the timer was armed
+                log.debug(
+                    "timer %s of session %s: %s",
+                    timer.kind,
+                    timer.session_id,
+                    type(outcome).__name__.lower(),
+                )
         await self.sessions.timer_done(member)
 
     async def loop(self, stop: asyncio.Event) -> None:

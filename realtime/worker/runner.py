@@ -16,8 +16,8 @@ import uuid
 from typing import Any, Final, assert_never
 
 from realtime.auth import mint_provider_token
-from realtime.engine.core import Engine
-from realtime.errors import ServiceError, Unavailable
+from realtime.engine.core import Applied, Contended, Engine
+from realtime.errors import Unavailable
 from realtime.livekit_adapter.api import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 from realtime.store.records import PendingEffect
 from realtime.telemetry import Metrics
@@ -152,17 +152,18 @@ class Runner:
         await self.sessions.schedule(session_id, self.engine.now_ms() + backoff_ms(entry.attempts))
 
     async def _feed(self, session_id: str, event: SessionEvent) -> None:
-        try:
-            await self.engine.execute(session_id, lambda _: event, owner=None)
-        except Unavailable:
-            raise
-        except ServiceError as exc:
+        outcome = await self.engine.execute(session_id, event)
+        if isinstance(outcome, Contended):
+            raise Unavailable(
+                "The session is changing too fast to apply a follow-up.", service="redis"
+            )
+        if not isinstance(outcome, Applied):
             # the session moved on (e.g. ended while its room was being created): nothing to do
             log.info(
                 "follow-up %s of session %s not applied: %s",
                 type(event).__name__,
                 session_id,
-                exc.message,
+                type(outcome).__name__.lower(),
             )
 
     def dispatch_metadata(

@@ -1,0 +1,114 @@
+"""Join tokens (profile §9): the claims of an endpoint's token, built with livekit-api's grant
+types, and their signature. The profile stores claims, never tokens: signing the same claims
+again gives the byte-identical JWT, so a replayed JoinSession carries the token it first did."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import jwt
+from livekit import api
+
+from realtime.livekit_adapter.api import SOURCE_NAMES, LiveKitNotConfigured
+from realtime.settings import Settings
+from state_machines import MintJoinToken
+
+
+@dataclass(frozen=True, slots=True)
+class JoinMedia:
+    """What an endpoint needs to join its session's room: where, as whom, with which token."""
+
+    url: str  # the LiveKit URL clients connect to (AIM_LIVEKIT_PUBLIC_URL)
+    room: str
+    identity: str
+    token: str
+    expires_at_ms: int
+    claims: dict[str, Any]  # what a stored outcome keeps in place of the token
+
+
+def issue_join(
+    settings: Settings, mint: MintJoinToken, *, name: str, session_id: str, now_ms: int
+) -> JoinMedia:
+    """The join token the core asked for, signed."""
+    claims = join_token_claims(
+        settings,
+        room=mint.room,
+        identity=mint.identity,
+        name=name,
+        epoch=mint.epoch,
+        session_id=session_id,
+        can_subscribe=mint.can_subscribe,
+        publish_sources=mint.publish_sources,
+        now=now_ms // 1000,
+    )
+    return JoinMedia(
+        url=settings.livekit_public_url or "",
+        room=mint.room,
+        identity=mint.identity,
+        token=sign_join_token(settings, claims),
+        expires_at_ms=int(claims["exp"]) * 1000,
+        claims=claims,
+    )
+
+
+def join_token_claims(
+    settings: Settings,
+    *,
+    room: str,
+    identity: str,
+    name: str,
+    epoch: int,
+    session_id: str,
+    can_subscribe: bool,
+    publish_sources: Sequence[str],
+    now: int,
+) -> dict[str, Any]:
+    """The claims of an endpoint's join token, built with livekit-api's grant types (§9)."""
+    if settings.livekit_api_key is None:
+        raise LiveKitNotConfigured("AIM_LIVEKIT_API_KEY is not set")
+    unknown = [source for source in publish_sources if source not in SOURCE_NAMES]
+    if unknown:  # an unknown source name silently allows nothing in LiveKit
+        raise ValueError(f"unknown LiveKit track sources: {unknown}")
+    grants = api.VideoGrants(
+        room_join=True,
+        room=room,
+        can_subscribe=can_subscribe,
+        can_publish=bool(publish_sources),
+        can_publish_sources=list(publish_sources),
+        can_publish_data=False,
+        can_update_own_metadata=False,
+    )
+    token = (
+        api.AccessToken(settings.livekit_api_key, settings.livekit_api_secret)
+        .with_identity(identity)
+        .with_name(name)
+        .with_metadata(
+            json.dumps(
+                {"sessionId": session_id, "endpointId": identity, "sessionEpoch": epoch},
+                separators=(",", ":"),
+            )
+        )
+        .with_ttl(timedelta(seconds=settings.join_token_ttl_s))
+        .with_grants(grants)
+    )
+    claims: dict[str, Any] = token.claims.asdict()
+    claims.update(
+        {
+            "sub": identity,
+            "iss": settings.livekit_api_key,
+            "nbf": now,
+            "exp": now + settings.join_token_ttl_s,
+        }
+    )
+    return claims
+
+
+def sign_join_token(settings: Settings, claims: dict[str, Any]) -> str:
+    """Deterministic: the same claims always give the byte-identical JWT (replays rely on it)."""
+    if settings.livekit_api_secret is None:
+        raise LiveKitNotConfigured("AIM_LIVEKIT_API_SECRET is not set")
+    return jwt.encode(claims, settings.livekit_api_secret, algorithm="HS256")

@@ -1,0 +1,149 @@
+"""Commands for the methods: applied exactly once through the engine, answered with their stored
+result, and every outcome the engine does not apply turned into the error a caller acts on.
+
+A command's result is rendered by its method from the engine's `Decided` (the session, version,
+task and join media as they will be committed) and stored in the same commit; the reply is always
+the stored result, so the first answer and every replay are the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from realtime.a2a.sessions import JoinResult
+from realtime.engine.core import (
+    MAX_ATTEMPTS,
+    AnyEvent,
+    Applied,
+    Contended,
+    Decided,
+    Engine,
+    Missing,
+    Outcome,
+    Refused,
+    Replayed,
+    Reused,
+)
+from realtime.engine.entries import Command, params_digest
+from realtime.errors import CommandConflict, ServiceError, SessionNotFound, Unavailable
+from realtime.livekit_adapter.tokens import sign_join_token
+from realtime.methods.context import Call, Services
+from realtime.methods.rejections import reject
+from realtime.settings import Settings
+from realtime.store.records import CommandOutcome
+from realtime.store.sessions import Loaded
+
+_JOIN: Final = msgspec.json.Decoder(JoinResult)
+_ENCODER: Final = msgspec.json.Encoder()
+
+# a command's result from the decision it is stored with
+Render = Callable[[Decided], Any]
+
+
+def command_of(call: Call[Any], command_id: str) -> Command:
+    return Command(call.method, command_id, params_digest(call.method, call.params))
+
+
+async def load_own(
+    services: Services,
+    session_id: str,
+    owner: str,
+    command_id: str | None = None,
+    *,
+    with_outbox: bool = False,
+) -> Loaded:
+    """The caller's session (another principal's is not found, like a missing one)."""
+    loaded = await services.session_store.load(session_id, command_id, with_outbox=with_outbox)
+    if loaded.record is None or loaded.record.owner != owner:
+        raise SessionNotFound(session_id)
+    return loaded
+
+
+def error_of(outcome: Refused | Missing | Contended | Reused) -> ServiceError:
+    """The error an outcome that applied nothing is for the caller."""
+    match outcome:
+        case Refused(rejection, session):
+            return reject(rejection, session)
+        case Missing(session_id):
+            return SessionNotFound(session_id)
+        case Contended():
+            return Unavailable(
+                "The session is changing too fast to apply this command; retry it.",
+                service="redis",
+            )
+        case Reused(stored, command):
+            return CommandConflict(
+                f"commandId {command.command_id} was already used for a different "
+                f"{stored.method} request; use a new commandId for a new command.",
+                details={"commandId": command.command_id, "method": stored.method},
+            )
+
+
+def applied(outcome: Outcome) -> Applied:
+    """The applied event; any other outcome of an event without a command is raised."""
+    if isinstance(outcome, Applied):
+        return outcome
+    if isinstance(outcome, Replayed):  # only commands replay, and they go through run_command
+        raise TypeError("a replayed outcome for an event without a command")
+    raise error_of(outcome)
+
+
+def stored_result(settings: Settings, outcome: CommandOutcome) -> bytes:
+    """A command's result as stored; a JoinSession's with its token signed from the claims."""
+    if outcome.token_claims is None:
+        return bytes(outcome.result)
+    result = _JOIN.decode(outcome.result)
+    media = msgspec.structs.replace(
+        result.media, token=sign_join_token(settings, outcome.token_claims)
+    )
+    return _ENCODER.encode(msgspec.structs.replace(result, media=media))
+
+
+async def apply_command(
+    engine: Engine,
+    session_id: str,
+    event: AnyEvent,
+    *,
+    owner: str | None,
+    command: Command,
+    render: Render,
+) -> Applied | Replayed:
+    """Apply a command exactly once: decide, render its result, commit both (again after a
+    conflict). Applied (with its stored outcome) or Replayed; anything else is raised."""
+    for _ in range(MAX_ATTEMPTS):
+        decided = await engine.decide(session_id, event, owner=owner, command=command)
+        if isinstance(decided, Decided):
+            done = await engine.commit(decided, result=_ENCODER.encode(render(decided)))
+            if done is None:
+                continue  # another writer committed since the load: decide again
+            decided = done
+        if isinstance(decided, Applied | Replayed):
+            return decided
+        raise error_of(decided)
+    raise error_of(Contended(session_id))
+
+
+async def run_command(
+    services: Services,
+    session_id: str,
+    event: AnyEvent,
+    *,
+    owner: str | None,
+    command: Command,
+    render: Render,
+) -> msgspec.Raw:
+    """Apply a command exactly once; its stored result, byte for byte."""
+    done = await apply_command(
+        services.engine, session_id, event, owner=owner, command=command, render=render
+    )
+    return msgspec.Raw(stored_result(services.settings, outcome_of(done)))
+
+
+def outcome_of(done: Applied | Replayed) -> CommandOutcome:
+    """The stored outcome of an applied command."""
+    if done.outcome is None:  # the engine stores one with every command it applies
+        raise TypeError("a command applied without an outcome")
+    return done.outcome
