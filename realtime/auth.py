@@ -8,30 +8,29 @@ same clock drives token expiry and the JWKS refresh throttle.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import hashlib
-import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import jwt
 import msgspec
 from jwt.exceptions import InvalidSubjectError
 
-from realtime.errors import REALM, AuthError
+from realtime.errors import AuthError
+from realtime.jwks import JWKS_KEY_TYPES, JwksKeys, invalid_token
 from realtime.settings import MIN_HS256_SECRET_BYTES, Settings
 
 _HS_ALGS = ("HS256",)
-_JWKS_KEY_TYPES = {"RS256": "RSA", "ES256": "EC"}
 _MAX_LEEWAY_S = 30
 _MAX_TOKEN_CHARS = 8192  # far above any real token; stops huge headers reaching the decoder
-_REFRESH_THROTTLE_S = 30.0  # at most one JWKS fetch per window, whatever kids tokens name
-_KEYS_MAX_AGE_S = 3600.0  # refetch hourly so keys the issuer withdrew stop verifying
-_FETCH_TIMEOUT_S = 5.0
-
-_log = logging.getLogger(__name__)
+# a verified token is remembered (by its exact text) so its next call skips the signature check;
+# its time claims are checked on every call, and it is verified again after the TTL, so a key
+# the JWKS withdrew stops being honoured within it
+VERIFIED_MAX: Final = 4096
+VERIFIED_TTL_S: Final = 300.0
 
 
 class Principal(msgspec.Struct, frozen=True):
@@ -44,16 +43,26 @@ class Principal(msgspec.Struct, frozen=True):
     @property
     def key(self) -> str:
         """Stable opaque owner key; the NUL separator keeps (tenant, subject) pairs distinct."""
-        raw = f"{self.tenant or ''}\x00{self.subject}".encode()
-        return hashlib.sha256(raw).hexdigest()[:32]
+        return _owner_key(self.tenant, self.subject)
+
+
+@functools.lru_cache(maxsize=VERIFIED_MAX)
+def _owner_key(tenant: str | None, subject: str) -> str:
+    return hashlib.sha256(f"{tenant or ''}\x00{subject}".encode()).hexdigest()[:32]
+
+
+class _Verified(NamedTuple):
+    principal: Principal
+    times: tuple[float | None, float | None, float | None]  # exp, nbf, iat
+    until: float  # verified again from then on
+    keys: int  # the JWKS key set it was verified with (its generation); -1: the HS256 secret
 
 
 def _missing(message: str) -> AuthError:
     return AuthError(401, "missing_credentials", message)
 
 
-def _invalid(message: str) -> AuthError:
-    return AuthError(401, "invalid_token", message)
+_invalid = invalid_token
 
 
 class Authenticator:
@@ -64,15 +73,20 @@ class Authenticator:
         self._now = now
         self._secret = settings.auth_hs256_secret
         self._leeway = min(max(settings.auth_leeway_s, 0), _MAX_LEEWAY_S)
-        self._jwks = _JwksKeys(settings.auth_jwks_url, now) if settings.auth_jwks_url else None
+        self._jwks = JwksKeys(settings.auth_jwks_url, now) if settings.auth_jwks_url else None
         accepted = (_HS_ALGS if self._secret else ()) + (
-            tuple(_JWKS_KEY_TYPES) if self._jwks else ()
+            tuple(JWKS_KEY_TYPES) if self._jwks else ()
         )
         self._accepted = ", ".join(accepted) or "none (no token keys are configured)"
+        self._verified: dict[str, _Verified] = {}  # oldest first: evicted in insertion order
 
     async def authenticate(self, authorization: str | None) -> Principal:
         """Verify the bearer token in `authorization`; raise `AuthError` (401) when unusable."""
         token = _bearer_token(authorization)
+        known = self._verified.get(token)
+        if known is not None and self._now() < known.until and self._keys_held(known.keys):
+            self._check_times(known.times)
+            return known.principal
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -80,16 +94,33 @@ class Authenticator:
         alg = header.get("alg")
         alg = alg if isinstance(alg, str) else ""
         key: str | jwt.PyJWK
+        keys = -1
         # pin each algorithm family to its own key source: no HS/RS confusion, no 'none'
         if alg in _HS_ALGS and self._secret:
             key = self._secret
-        elif alg in _JWKS_KEY_TYPES and self._jwks is not None:
+        elif alg in JWKS_KEY_TYPES and self._jwks is not None:
             key = await self._jwks.key(header.get("kid"), alg)
+            keys = self._jwks.generation
         else:
             raise _invalid(f"the token's signing algorithm is not accepted; use {self._accepted}")
         claims = self._decode(token, key, alg)
-        self._check_times(claims)
-        return self._principal(claims)
+        times = (
+            _numeric_date(claims, "exp"),
+            _numeric_date(claims, "nbf"),
+            _numeric_date(claims, "iat"),
+        )
+        self._check_times(times)
+        principal = self._principal(claims)
+        self._verified.pop(token, None)
+        if len(self._verified) >= VERIFIED_MAX:
+            del self._verified[next(iter(self._verified))]
+        self._verified[token] = _Verified(principal, times, self._now() + VERIFIED_TTL_S, keys)
+        return principal
+
+    def _keys_held(self, generation: int) -> bool:
+        """Whether the keys a remembered token was verified with are still the current ones
+        (a JWKS refresh may have withdrawn its key)."""
+        return generation < 0 or (self._jwks is not None and self._jwks.generation == generation)
 
     def require_scope(self, principal: Principal, scope: str) -> None:
         """Raise `AuthError` (403, insufficient_scope) unless `principal` was granted `scope`."""
@@ -139,9 +170,9 @@ class Authenticator:
         except jwt.PyJWTError:
             raise _invalid("the bearer token could not be verified; get a new one") from None
 
-    def _check_times(self, claims: Mapping[str, Any]) -> None:
+    def _check_times(self, times: tuple[float | None, float | None, float | None]) -> None:
         now, leeway = self._now(), self._leeway
-        exp, nbf, iat = (_numeric_date(claims, name) for name in ("exp", "nbf", "iat"))
+        exp, nbf, iat = times
         if exp is not None and now >= exp + leeway:
             raise _invalid("the token has expired; get a new one")
         if nbf is not None and nbf > now + leeway:
@@ -210,74 +241,6 @@ def _scopes(claims: Mapping[str, Any]) -> frozenset[str]:
         else:
             raise _invalid(f"the token's '{name}' claim must be a string or an array of strings")
     return frozenset(found)
-
-
-class _JwksKeys:
-    """Signing keys from the JWKS URL, cached, with every refetch throttled.
-
-    A fetch happens when a token names an unknown `kid` or the keys are older than
-    `_KEYS_MAX_AGE_S`, but never twice within `_REFRESH_THROTTLE_S` (failed fetches count too),
-    so tokens with made-up kids cannot make the service hammer the issuer. If a refresh
-    fails, the keys already held keep working: a brief issuer outage must not log everyone out.
-    """
-
-    def __init__(self, url: str, now: Callable[[], float]) -> None:
-        # pyjwt's own caches are off: caching and throttling live here, on the injectable clock
-        self._client = jwt.PyJWKClient(
-            url, cache_jwk_set=False, timeout=_FETCH_TIMEOUT_S, headers={"User-Agent": REALM}
-        )
-        self._now = now
-        self._keys: dict[str, jwt.PyJWK] = {}
-        self._fetched_at: float | None = None
-        self._attempted_at: float | None = None
-        self._last_fetch_failed = False
-        self._lock = asyncio.Lock()
-
-    async def key(self, kid: object, alg: str) -> jwt.PyJWK:
-        if not isinstance(kid, str) or not kid:
-            raise _invalid("the token header has no 'kid' naming its signing key")
-        # a request for an unknown kid also waits for a fetch already in flight, which may bring it
-        if self._wants_fetch(kid) or (kid not in self._keys and self._lock.locked()):
-            async with self._lock:
-                if self._wants_fetch(kid):  # another request may have fetched meanwhile
-                    await self._fetch()
-        key = self._keys.get(kid)
-        if key is None:
-            if self._last_fetch_failed:
-                raise _invalid("the token signing keys (JWKS) could not be fetched; retry later")
-            raise _invalid("the token's signing key (kid) is not in the issuer's key set")
-        if key.key_type != _JWKS_KEY_TYPES[alg] or key.algorithm_name != alg:
-            raise _invalid("the token's algorithm does not match its signing key")
-        return key
-
-    def _wants_fetch(self, kid: str) -> bool:
-        now = self._now()
-        stale = self._fetched_at is None or now - self._fetched_at >= _KEYS_MAX_AGE_S
-        throttled = (
-            self._attempted_at is not None and now - self._attempted_at < _REFRESH_THROTTLE_S
-        )
-        return (kid not in self._keys or stale) and not throttled
-
-    async def _fetch(self) -> None:
-        self._attempted_at = self._now()
-        try:
-            # urllib blocks, so it runs in a worker thread to keep the event loop free
-            keys = await asyncio.to_thread(self._client.get_signing_keys, True)
-        except (jwt.PyJWTError, ValueError, OSError) as exc:
-            self._last_fetch_failed = True
-            _log.warning("could not fetch JWKS from %s: %s", self._client.uri, exc)
-            return
-        self._keys = {
-            key.key_id: key
-            for key in keys
-            if key.key_id and _JWKS_KEY_TYPES.get(key.algorithm_name) == key.key_type
-        }
-        self._fetched_at = self._now()
-        self._last_fetch_failed = False
-
-    async def aclose(self) -> None:
-        async with self._lock:
-            self._keys = {}
 
 
 def mint_dev_token(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
 import redis.asyncio as aioredis
@@ -20,7 +20,7 @@ from redis.crc import key_slot
 from redis.maint_notifications import MaintNotificationsConfig
 
 from realtime.errors import Unavailable
-from realtime.store.scripts import Scripts
+from realtime.store.scripts import SOURCES, Scripts
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,27 @@ class RedisClient:
         import fakeredis  # only loaded when no real Redis can be had
 
         return cls(fakeredis.FakeAsyncRedis(), embedded=True)
+
+    async def pipelined(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """`commands` in one pipeline: one round trip. A script runs in it as EVALSHA of its
+        `sha`; a server whose script cache is empty (a restart, SCRIPT FLUSH) answers NOSCRIPT,
+        and then every script is loaded and the whole pipeline sent once more, so its other
+        commands must be idempotent. (redis-py's own script objects would ask SCRIPT EXISTS in a
+        round trip of its own before every such pipeline.)"""
+        for attempt in range(2):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)
+                try:
+                    async with translated_errors():
+                        return list(await pipe.execute())
+                except redis.exceptions.NoScriptError:
+                    if attempt:
+                        raise
+            async with translated_errors():
+                for source in SOURCES.values():
+                    await self.client.script_load(source)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -59,10 +59,16 @@ class Claimed(NamedTuple):
     earlier: str | None
 
 
+def _score_pairs(members: Mapping[str, int]) -> list[Any]:
+    """ZADD's arguments for `members` (member → score): score, member, score, member …"""
+    return [item for member, score in members.items() for item in (score, member)]
+
+
 class SessionStore:
     """Session snapshots, command outcomes, events and the outbox (one slot per session)."""
 
     def __init__(self, redis: RedisClient) -> None:
+        self._store = redis
         self._client = redis.client
         self._cluster = redis.cluster
         scripts = redis.scripts
@@ -205,16 +211,18 @@ class SessionStore:
                     keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms}
                 )
         else:
-            # `async with`: a pipeline with scripts checks them (SCRIPT EXISTS) before the
-            # try/finally in which redis-py gives its connection back, so a connection lost right
-            # there would leak a pooled connection for good; leaving the block always resets it
-            async with self._client.pipeline(transaction=False) as pipe:
-                await self._arm(session_id, effects, due_ms, timers, pipe)
-                await self._commit(keys=script_keys, args=args, client=pipe)
-                pipe.zadd(keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms})
-                async with translated_errors():
-                    replies = await pipe.execute()
-                reply = replies[-2]
+            # one round trip: the due entries, the commit, the owner index (all idempotent but
+            # the commit, which a NOSCRIPT answer shows did not run)
+            commands: list[tuple[Any, ...]] = []
+            if effects:
+                commands.append(("ZADD", keys.outbox_due_key(), due_ms, session_id))
+            if timers:
+                commands.append(("ZADD", keys.timers_due_key(), *_score_pairs(timers)))
+            commands.append(("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args))
+            commands.append(
+                ("ZADD", keys.owner_tasks_key(record.owner), task.status_ms, task.task.id)
+            )
+            reply = (await self._store.pipelined(commands))[-2]
         return _committed(reply)
 
     @staticmethod

@@ -197,15 +197,15 @@ def evalsha(store: RedisClient) -> bytes:
     return b"$7\r\nEVALSHA\r\n$40\r\n" + store.scripts.commit.sha.encode()
 
 
-def script_exists(store: RedisClient) -> bytes:
-    """The pipeline's check for the commit script, sent just before the EVALSHA."""
-    return b"$6\r\nEXISTS\r\n$40\r\n" + store.scripts.commit.sha.encode()
+def script_load(store: RedisClient) -> bytes:
+    """The scripts loaded after a commit met NOSCRIPT (Redis lost its script cache)."""
+    return b"$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n"
 
 
 COMMIT_CUTS = {
     "lost-before-redis": (evalsha, False),
     "reply-lost": (evalsha, True),
-    "lost-at-script-check": (script_exists, False),
+    "lost-at-script-load": (script_load, False),
 }
 
 
@@ -228,6 +228,8 @@ async def test_redis_dropped_during_the_commit(redis_link, store, livekit, cut_a
         }
         before = await Snapshot.read(store, session_id, join_id)
         assert before.state == "ready"
+        if pattern is script_load:
+            await store.client.script_flush()  # the commit meets NOSCRIPT and loads the scripts
 
         # every link is cut when the commit script goes out; new connections are refused
         tripped = proxy.arm(pattern(store), forward=forwarded)
@@ -310,15 +312,16 @@ async def test_redis_dropped_while_creating(redis_link, store, livekit, forwarde
         assert loaded.task.version == loaded.record.session.task_version
 
 
-async def test_cuts_at_the_script_check_do_not_exhaust_the_pool(redis_link, store, livekit):
-    """A connection lost while the commit pipeline checks for its script (SCRIPT EXISTS) must
-    still give the pooled connection back: a pool of 2 survives 3 such cuts."""
+async def test_cuts_at_the_script_load_do_not_exhaust_the_pool(redis_link, store, livekit):
+    """A connection lost while a commit that met NOSCRIPT loads the scripts must still give the
+    pooled connection back: a pool of 2 survives 3 such cuts."""
     proxy, url = redis_link
     async with service_via(url, livekit, pool_size=2) as client:
         created = await create_session(client)
         session_id = meta(created["result"]["task"])["sessionId"]
         for device in ("a", "b", "c"):
-            tripped = proxy.arm(script_exists(store), forward=False, refuse=False)
+            await store.client.script_flush()
+            tripped = proxy.arm(script_load(store), forward=False, refuse=False)
             assert_unavailable(await register(client, session_id, 1, device), "redis")
             assert tripped.is_set()
         async with asyncio.timeout(3):  # a leaked pool would wait 5 s for a connection

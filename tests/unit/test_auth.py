@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from realtime.auth import Authenticator, Principal, mint_dev_token
+from realtime.auth import VERIFIED_MAX, VERIFIED_TTL_S, Authenticator, Principal, mint_dev_token
 from realtime.errors import AuthError
 from realtime.settings import Settings
 
@@ -508,3 +508,76 @@ async def test_wrong_issuer_or_audience_is_refused_in_jwks_mode(
     err = await rejected(jwks_auth(jwks), f"Bearer {token}")
     assert_invalid_token(err)
     assert f"({field})" in err.message
+
+
+# --- verified tokens are remembered -------------------------------------------------------------
+
+
+class CountingDecode:
+    """Counts signature verifications (calls of jwt.decode) made by the authenticator."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = jwt.decode
+
+        def decode(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(jwt, "decode", decode)
+
+
+async def test_a_verified_token_is_not_verified_again_on_its_next_call(monkeypatch) -> None:
+    decodes = CountingDecode(monkeypatch)
+    auth = dev_auth()
+    token = f"Bearer {hs256(claims(scope='a2a.invoke'))}"
+    first = await auth.authenticate(token)
+    assert await auth.authenticate(token) == first
+    assert decodes.calls == 1
+
+
+async def test_a_remembered_token_still_expires_on_time(monkeypatch) -> None:
+    clock = Clock()
+    auth = dev_auth(clock, auth_leeway_s=0)
+    token = f"Bearer {hs256(claims(exp=int(NOW) + 60))}"
+    assert (await auth.authenticate(token)).subject == "alice"
+    clock.t += 61
+    err = await rejected(auth, token)
+    assert_invalid_token(err)
+    assert "expired" in err.message
+
+
+async def test_a_remembered_token_is_verified_again_after_the_ttl(monkeypatch) -> None:
+    decodes = CountingDecode(monkeypatch)
+    clock = Clock()
+    auth = dev_auth(clock)
+    token = f"Bearer {hs256(claims(exp=int(NOW) + 3600))}"
+    await auth.authenticate(token)
+    clock.t += VERIFIED_TTL_S - 1
+    await auth.authenticate(token)
+    assert decodes.calls == 1
+    clock.t += 2
+    await auth.authenticate(token)
+    assert decodes.calls == 2
+
+
+async def test_refused_tokens_are_not_remembered(monkeypatch) -> None:
+    decodes = CountingDecode(monkeypatch)
+    auth = dev_auth()
+    forged = f"Bearer {hs256(claims(), secret='o' * 40)}"
+    for _ in range(3):
+        assert_invalid_token(await rejected(auth, forged))
+    assert decodes.calls == 3
+
+
+async def test_remembered_tokens_are_bounded_oldest_out_first(monkeypatch) -> None:
+    decodes = CountingDecode(monkeypatch)
+    auth = dev_auth()
+    tokens = [f"Bearer {hs256(claims(jti=str(n)))}" for n in range(VERIFIED_MAX + 1)]
+    for token in tokens:
+        await auth.authenticate(token)
+    assert decodes.calls == VERIFIED_MAX + 1
+    await auth.authenticate(tokens[-1])  # the newest is still remembered
+    assert decodes.calls == VERIFIED_MAX + 1
+    await auth.authenticate(tokens[0])  # the oldest was let go
+    assert decodes.calls == VERIFIED_MAX + 2

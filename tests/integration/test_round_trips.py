@@ -1,0 +1,110 @@
+"""Redis round trips of the hot paths, counted at the server's socket (profile §11): an applied
+command is one read and one commit, a replay one read, GetTask and GetSession one read each.
+
+Redis counts every read event of a client socket (`total_reads_processed`); a pipeline is sent
+in one write, so it is one read event, like a lone command. The service runs without its worker
+loop, so nothing else talks to Redis while a request is measured."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from realtime.app import create_app
+from realtime.store.redis_client import RedisClient
+from tests.conftest import livekit_settings, rpc, serving
+from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
+
+pytestmark = pytest.mark.redis
+
+
+class Reads:
+    """Read events Redis processed, from another connection (its own INFO is one of them)."""
+
+    def __init__(self, store: RedisClient) -> None:
+        self.store = store
+
+    async def now(self) -> int:
+        info: dict[str, Any] = await self.store.client.info("stats")
+        return int(info["total_reads_processed"])
+
+    async def of(self, work: Any) -> int:
+        await asyncio.sleep(0.05)  # whatever the last request left running has finished
+        before = await self.now()
+        await work()
+        return await self.now() - before - 1
+
+
+@pytest.fixture
+async def service(livekit: Any, store: RedisClient) -> AsyncIterator[httpx.AsyncClient]:
+    if store.embedded:
+        pytest.skip("counts the read events of a real Redis")
+    app = create_app(livekit_settings(livekit), store=store, run_worker=False)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        yield http
+
+
+async def ready_and_joined(http: httpx.AsyncClient) -> tuple[str, str, str]:
+    task = (await create_session(http))["result"]["task"]
+    session_id = session_of(task)["sessionId"]
+    for _ in range(200):
+        got = await call(http, "GetSession", sessionId=session_id)
+        if got["result"]["session"]["state"] == "ready":
+            break
+        await asyncio.sleep(0.02)
+    endpoint = (await register(http, session_id, 1, "phone"))["result"]["endpoint"]["endpointId"]
+    joined = await call(
+        http, "JoinSession", sessionId=session_id, sessionEpoch=1, endpointId=endpoint,
+        commandId=new_id(),
+    )  # fmt: skip
+    assert joined["result"]["session"]["state"] == "joining"  # until LiveKit says it joined
+    return session_id, endpoint, task["id"]
+
+
+async def test_an_applied_command_is_two_round_trips_and_a_replay_one(service, store):
+    session_id, endpoint, _ = await ready_and_joined(service)
+    reads = Reads(store)
+    command_id = new_id()
+
+    async def join() -> None:
+        got = await call(
+            service, "JoinSession", sessionId=session_id, sessionEpoch=1, endpointId=endpoint,
+            commandId=command_id,
+        )  # fmt: skip
+        assert got["result"]["media"]["token"]
+
+    assert await reads.of(join) == 2  # the load, then the commit with its indexes
+    assert await reads.of(join) == 1  # the same commandId: the load finds the outcome
+
+
+async def test_reads_are_one_round_trip(service, store):
+    session_id, _, task_id = await ready_and_joined(service)
+    reads = Reads(store)
+
+    async def get_session() -> None:
+        got = await call(service, "GetSession", sessionId=session_id)
+        assert got["result"]["session"]["sessionId"] == session_id
+
+    async def get_task() -> None:
+        got = await rpc(service, "GetTask", {"id": task_id})
+        assert got["result"]["id"] == task_id
+
+    assert await reads.of(get_session) == 1
+    assert await reads.of(get_task) == 1
+
+
+async def test_a_commit_after_a_script_flush_loads_the_scripts_and_applies_once(service, store):
+    session_id, endpoint, _ = await ready_and_joined(service)
+    await store.client.script_flush()
+    before = await call(service, "GetSession", sessionId=session_id)
+    joined = await call(
+        service, "JoinSession", sessionId=session_id, sessionEpoch=1, endpointId=endpoint,
+        commandId=new_id(),
+    )  # fmt: skip
+    after = joined["result"]["session"]
+    assert after["version"] == before["result"]["session"]["version"] + 1
+    assert await store.client.script_exists(store.scripts.commit.sha) == [True]
