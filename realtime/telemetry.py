@@ -149,6 +149,8 @@ class Metrics:
         )
 
     def rpc_call(self, method: str, code: int, seconds: float) -> None:
+        if self.provider is None:
+            return  # no meter provider: nothing would be recorded
         attributes: dict[str, str | int] = {"rpc.method": method, "rpc.jsonrpc.error_code": code}
         self._calls.add(1, attributes)
         self._latency.record(seconds, attributes)
@@ -207,6 +209,10 @@ class Telemetry:
 
     @contextlib.contextmanager
     def rpc_span(self, headers: Mapping[str, str]) -> Iterator[RpcSpan]:
+        if self.provider is None and "traceparent" not in headers:
+            # no tracing and no caller's trace for the logs to name: no span to start
+            yield RpcSpan(trace.INVALID_SPAN)
+            return
         parent = propagate.extract(headers)
         with self._tracer.start_as_current_span(
             UNKNOWN_METHOD_SPAN,
@@ -221,6 +227,9 @@ class Telemetry:
     @contextlib.contextmanager
     def redis_span(self, operation: str, session_id: str) -> Iterator[None]:
         """A client span around one atomic Redis script of a session (profile §13)."""
+        if self.provider is None:
+            yield
+            return
         with self._tracer.start_as_current_span(
             f"redis.{operation}",
             kind=SpanKind.CLIENT,
@@ -235,6 +244,9 @@ class Telemetry:
     @contextlib.contextmanager
     def livekit_span(self, call: str, session_id: str, room: str) -> Iterator[None]:
         """A client span around one LiveKit server API call (profile §13)."""
+        if self.provider is None:
+            yield
+            return
         with self._tracer.start_as_current_span(
             f"livekit.{call}",
             kind=SpanKind.CLIENT,

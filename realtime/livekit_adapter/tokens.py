@@ -20,20 +20,20 @@ from state_machines import MintJoinToken
 
 @dataclass(frozen=True, slots=True)
 class JoinMedia:
-    """What an endpoint needs to join its session's room: where, as whom, with which token."""
+    """What an endpoint needs to join its session's room: where, as whom, and the claims of
+    its token (signed by `sign_join_token` into every reply, as outcomes keep claims only)."""
 
     url: str  # the LiveKit URL clients connect to (AIM_LIVEKIT_PUBLIC_URL)
     room: str
     identity: str
-    token: str
     expires_at_ms: int
-    claims: dict[str, Any]  # what a stored outcome keeps in place of the token
+    claims: dict[str, Any]
 
 
 def issue_join(
     settings: Settings, mint: MintJoinToken, *, name: str, session_id: str, now_ms: int
 ) -> JoinMedia:
-    """The join token the core asked for, signed."""
+    """The join token the core asked for, as claims."""
     claims = join_token_claims(
         settings,
         room=mint.room,
@@ -49,7 +49,6 @@ def issue_join(
         url=settings.livekit_public_url or "",
         room=mint.room,
         identity=mint.identity,
-        token=sign_join_token(settings, claims),
         expires_at_ms=int(claims["exp"]) * 1000,
         claims=claims,
     )
