@@ -7,15 +7,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import sys
 import time
 from collections.abc import Sequence
 
+from realtime import supervisor
 from realtime.settings import Settings, SettingsError
 from realtime.telemetry import JsonLogFormatter
 
 ALL_SCOPES = "a2a.invoke a2a.tasks.read a2a.tasks.cancel"
-STARTUP_FAILURE = 3  # what uvicorn exits with when the server could not start
+STARTUP_FAILURE = supervisor.STARTUP_FAILURE
 
 
 def _load_dotenv(path: str = ".env") -> None:
@@ -38,33 +40,73 @@ def _settings() -> Settings:
         raise SystemExit(2) from None
 
 
+def _announce_dev_secret(secret: str) -> None:
+    from realtime.auth import mint_dev_token
+
+    token = mint_dev_token(
+        secret, subject="developer", scopes=ALL_SCOPES.split(), ttl_s=3600, now=time.time()
+    )
+    print(
+        "AIM_AUTH_HS256_SECRET is not set: this service signs development tokens with a "
+        "random secret.\nA development token (sub=developer, all scopes, 1 h):\n"
+        f"  {token}\nSet AIM_AUTH_HS256_SECRET to keep tokens valid across restarts.",
+        file=sys.stderr,
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
+    settings = _settings()
+    workers = args.workers or supervisor.cpu_count()
+    if workers > 1 and args.socket_fd is None:
+        return _supervise(args, settings, workers)
     import uvicorn  # only the serve command needs the server
 
     from realtime.app import create_app
-    from realtime.auth import mint_dev_token
     from realtime.http_server import server_config
 
-    settings = _settings()
     if settings.auth_hs256_secret_generated and settings.auth_hs256_secret:
-        token = mint_dev_token(
-            settings.auth_hs256_secret,
-            subject="developer",
-            scopes=ALL_SCOPES.split(),
-            ttl_s=3600,
-            now=time.time(),
-        )
-        print(
-            "AIM_AUTH_HS256_SECRET is not set: this process signs development tokens with a "
-            "random secret.\nA development token (sub=developer, all scopes, 1 h):\n"
-            f"  {token}\nSet AIM_AUTH_HS256_SECRET to keep tokens valid across restarts.",
-            file=sys.stderr,
-        )
+        _announce_dev_secret(settings.auth_hs256_secret)
     app = create_app(settings, run_worker=not args.no_worker)
     server = uvicorn.Server(server_config(app, settings, host=args.host, port=args.port))
+    sockets = [socket.socket(fileno=args.socket_fd)] if args.socket_fd is not None else None
     with contextlib.suppress(KeyboardInterrupt):
-        server.run()
+        server.run(sockets=sockets)
     return 0 if server.started else STARTUP_FAILURE
+
+
+def _supervise(args: argparse.Namespace, settings: Settings, workers: int) -> int:
+    from realtime.store.server import redis_server_available
+
+    if settings.redis_url is None and not redis_server_available():
+        print(
+            f"serve --workers {workers} needs Redis: set AIM_REDIS_URL or install redis-server. "
+            "The embedded store lives inside one process, so processes could not share it.",
+            file=sys.stderr,
+        )
+        return 2
+    env = supervisor.shared_secrets(
+        dict(os.environ), livekit_secret_set=settings.livekit_api_secret is not None
+    )
+    if settings.auth_hs256_secret_generated:
+        _announce_dev_secret(env["AIM_AUTH_HS256_SECRET"])
+    try:
+        sock = supervisor.listening_socket(args.host, args.port)
+    except OSError as exc:
+        print(f"cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+        return STARTUP_FAILURE
+    return supervisor.Supervisor(sock, env).run(
+        workers, with_worker=not args.no_worker, host=args.host, port=args.port
+    )
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= 256:
+        raise argparse.ArgumentTypeError("must be from 0 (one per CPU) to 256")
+    return value
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -159,6 +201,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     serve.add_argument(
         "--no-worker", action="store_true", help="leave effect retries and timers to workers"
+    )
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        help="HTTP processes on this machine (0: one per CPU; default: %(default)s); with more "
+        "than one, one extra process retries effects and fires timers for all of them",
+    )
+    serve.add_argument(
+        "--socket-fd",
+        type=int,
+        default=None,
+        metavar="FD",
+        help="serve on this inherited listening socket instead of binding one (what --workers "
+        "hands to its HTTP processes)",
     )
     serve.set_defaults(run=_serve)
     worker = commands.add_parser("worker", help="retry effects and fire timers (no HTTP)")
