@@ -208,7 +208,7 @@ def _bearer_token(authorization: str | None) -> str:
         # RFC 6750 §3.1: an unsupported scheme counts as no credentials (no error attribute)
         raise _missing("the Authorization header must use the Bearer scheme")
     token = parts[1].strip() if len(parts) == 2 else ""
-    if not token or any(c.isspace() for c in token) or len(token) > _MAX_TOKEN_CHARS:
+    if not token or len(token) > _MAX_TOKEN_CHARS or len(token.split(None, 1)) != 1:
         raise _invalid("the Authorization header must be 'Bearer' followed by one JWT")
     return token
 

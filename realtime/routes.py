@@ -10,6 +10,7 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.response import Stream
+from litestar.response.base import ASGIResponse
 
 from realtime.errors import Unavailable
 from realtime.livekit_adapter.webhooks import WebhookRejected
@@ -27,9 +28,11 @@ KEEPALIVE: Final = b": keepalive\n\n"
 SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-async def read_limited(request: Request[Any, Any, Any], limit: int) -> tuple[bytes, bool]:
-    """The body, or (b"", True) once it exceeds `limit` bytes; never buffers more than that."""
-    declared = request.headers.get("content-length")
+async def read_limited(
+    request: Request[Any, Any, Any], limit: int, declared: str | None
+) -> tuple[bytes, bool]:
+    """The body, or (b"", True) once it exceeds `limit` bytes (or its `declared` Content-Length
+    does); never buffers more than that."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
         return b"", True
     chunks: list[bytes] = []
@@ -82,28 +85,42 @@ async def sse(events: AsyncIterator[SseEvent]) -> AsyncIterator[bytes]:
         yield frame + b"data: " + one_line(event.data) + b"\n\n"
 
 
+# The JSON-RPC routes answer with ASGI responses built here (Litestar sends them as they are):
+# the hot path skips Litestar's response conversion and dependency injection.
+
+
 @post(["/a2a", "/a2a/"], status_code=200)
-async def a2a(request: Request[Any, Any, Any], state: State) -> Response[Any]:
-    dispatcher: Dispatcher = state.dispatcher
-    body, too_large = await read_limited(request, dispatcher.services.settings.max_body_bytes)
-    reply = await dispatcher.handle(body, header_fields(request), too_large=too_large)
+async def a2a(request: Request[Any, Any, Any]) -> ASGIResponse:
+    dispatcher: Dispatcher = request.app.state.dispatcher
+    fields = header_fields(request)
+    body, too_large = await read_limited(
+        request, dispatcher.services.settings.max_body_bytes, fields.get("content-length")
+    )
+    reply = await dispatcher.handle(body, fields, too_large=too_large)
     if reply.stream is not None:
         return Stream(
             sse(reply.stream),
             status_code=200,
             media_type=EVENT_STREAM,
             headers={**reply.headers, **SSE_HEADERS},
-        )
-    return Response(reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers)
+        ).to_asgi_response(None, request)
+    return ASGIResponse(
+        body=reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers
+    )
 
 
 @post("/provider", status_code=200)
-async def provider(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+async def provider(request: Request[Any, Any, Any]) -> ASGIResponse:
     """The agent's JSON-RPC (profile §10), authorized by its session's provider token."""
-    dispatcher: ProviderDispatcher = state.provider
-    body, too_large = await read_limited(request, dispatcher.services.settings.max_body_bytes)
-    reply = await dispatcher.handle(body, header_fields(request), too_large=too_large)
-    return Response(reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers)
+    dispatcher: ProviderDispatcher = request.app.state.provider
+    fields = header_fields(request)
+    body, too_large = await read_limited(
+        request, dispatcher.services.settings.max_body_bytes, fields.get("content-length")
+    )
+    reply = await dispatcher.handle(body, fields, too_large=too_large)
+    return ASGIResponse(
+        body=reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers
+    )
 
 
 @post("/livekit/webhook", status_code=200)
@@ -111,7 +128,10 @@ async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Resp
     """Signed LiveKit webhooks: 401 unless verified, 200 once recorded, 503 if it cannot be."""
     dispatcher: Dispatcher = state.dispatcher
     services = dispatcher.services
-    body, too_large = await read_limited(request, services.settings.max_body_bytes)
+    fields = header_fields(request)
+    body, too_large = await read_limited(
+        request, services.settings.max_body_bytes, fields.get("content-length")
+    )
     if too_large:
         return Response(b'{"error":"body too large"}', status_code=413, media_type=JSON)
     unreadable = body_error(body)
@@ -119,7 +139,7 @@ async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Resp
         services.metrics.webhook("malformed")
         error = {"code": code_of(unreadable), "message": unreadable.message}
         return Response(msgspec.json.encode({"error": error}), status_code=400, media_type=JSON)
-    authorization = header_fields(request).get("authorization", "")
+    authorization = fields.get("authorization", "")
     try:
         notice = verify_webhook(services.settings, body, authorization)
     except WebhookRejected as exc:

@@ -3,10 +3,15 @@ format of every time the wire, the event stream and the core's `now` carry."""
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 
 
 def timestamp(ms: int) -> str:
     """ProtoJSON timestamp: RFC 3339 UTC with milliseconds and `Z`."""
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return f"{_second(ms // 1000)}.{ms % 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=8)  # a request formats the same second several times
+def _second(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
