@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import time
@@ -141,10 +142,12 @@ def create_app(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     run_worker: bool = True,
+    settle_heap: bool = False,
 ) -> Litestar:
     """Build the service. Without `store` (a Redis client), one is opened at start-up as
     profile §14 says; `run_worker=False` (`serve --no-worker`) leaves effects retries and
-    timers to workers."""
+    timers to workers. `settle_heap` (what `serve` asks for: one app per process) freezes what
+    start-up allocated, so garbage collection stops walking it."""
     telemetry = Telemetry(
         tracer_provider if tracer_provider is not None else provider_from_env(os.environ)
     )
@@ -171,6 +174,12 @@ def create_app(
                 app.state.provider = ProviderDispatcher(
                     services, telemetry, RateLimiter(settings.rate_limit_rps * 10)
                 )
+                if settle_heap:
+                    # what start-up built lives as long as the process: out of the collector's
+                    # sight, a full collection no longer walks it (tens of ms every second or
+                    # two under load, the p99 of every call)
+                    gc.collect()
+                    gc.freeze()
                 yield
         finally:
             await authenticator.aclose()

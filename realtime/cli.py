@@ -66,7 +66,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     if settings.auth_hs256_secret_generated and settings.auth_hs256_secret:
         _announce_dev_secret(settings.auth_hs256_secret)
-    app = create_app(settings, run_worker=not args.no_worker)
+    app = create_app(settings, run_worker=not args.no_worker, settle_heap=True)
     server = uvicorn.Server(server_config(app, settings, host=args.host, port=args.port))
     sockets = [socket.socket(fileno=args.socket_fd)] if args.socket_fd is not None else None
     with contextlib.suppress(KeyboardInterrupt):

@@ -41,13 +41,12 @@ class TaskStore:
         return None if existing is None else text(existing)
 
     async def put(self, record: TaskRecord, *, ttl_s: int) -> None:
-        """Write the task (its own slot), then refresh its place in the owner's index."""
+        """Write the task (its own slot); `claim_message` has indexed it already."""
         record.check_writable()
-        pipe = self._client.pipeline(transaction=False)
-        pipe.set(keys.task_key(record.task.id), TASK_ENCODER.encode(record), ex=ttl_s)
-        pipe.zadd(keys.owner_tasks_key(record.owner), {record.task.id: record.status_ms})
         async with translated_errors():
-            await pipe.execute()
+            await self._client.set(
+                keys.task_key(record.task.id), TASK_ENCODER.encode(record), ex=ttl_s
+            )
 
     async def owner_tasks(self, owner: str, *, newer_than_ms: int) -> list[TaskRecord]:
         """Every live task of `owner` (index entries older than the retention are pruned)."""
