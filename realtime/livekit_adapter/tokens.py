@@ -4,6 +4,8 @@ again gives the byte-identical JWT, so a replayed JoinSession carries the token 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from typing import Any
 
 import jwt
 from livekit import api
+from livekit.api.access_token import Claims, snake_to_lower_camel
 
 from realtime.livekit_adapter.api import SOURCE_NAMES, LiveKitNotConfigured
 from realtime.settings import Settings
@@ -94,7 +97,7 @@ def join_token_claims(
         .with_ttl(timedelta(seconds=settings.join_token_ttl_s))
         .with_grants(grants)
     )
-    claims: dict[str, Any] = token.claims.asdict()
+    claims = claims_dict(token.claims)
     claims.update(
         {
             "sub": identity,
@@ -104,6 +107,40 @@ def join_token_claims(
         }
     )
     return claims
+
+
+def claims_dict(grants: Claims) -> dict[str, Any]:
+    """`grants.asdict()` (livekit-api's JWT claims: camelCase names, None and "" left out) without
+    the deep copy `dataclasses.asdict` makes, which cost ~50 µs of each join. A token with a room
+    configuration (a protobuf message) takes livekit-api's own path."""
+    if grants.room_config:
+        full: dict[str, Any] = grants.asdict()
+        return full
+    return _shallow(grants)
+
+
+def _shallow(value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    kind: Any = type(value)
+    for name, key in _camel_fields(kind):
+        item = getattr(value, name)
+        if item is None or item == "":
+            continue
+        if dataclasses.is_dataclass(item):
+            item = _shallow(item)
+        elif isinstance(item, list):
+            item = list(item)
+        elif isinstance(item, dict):
+            item = dict(item)
+        out[key] = item
+    return out
+
+
+@functools.cache
+def _camel_fields(cls: Any) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (field.name, snake_to_lower_camel(field.name)) for field in dataclasses.fields(cls)
+    )
 
 
 def sign_join_token(settings: Settings, claims: dict[str, Any]) -> str:
