@@ -1,13 +1,14 @@
 """The manifests under k8s/ are valid Kubernetes objects and carry what operators rely on.
 
-No kustomize binary is needed: kustomizations are walked by hand (resources, components, patches),
-every object is validated with kubernetes-validate in strict mode, and a patch is merged the way a
-strategic-merge patch merges a ConfigMap's `data`. Fields the walker does not understand fail the
-walk, so it cannot silently drift from what `kubectl apply -k` would render.
+No kustomize binary is needed: kustomizations are walked by hand (resources, components, patches,
+images), every object is validated with kubernetes-validate in strict mode, and a patch file is
+merged the way a strategic-merge patch merges ConfigMaps and Deployments. Fields the walker does not
+understand fail the walk, so it cannot silently drift from what `kubectl apply -k` would render.
 """
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,7 +19,20 @@ import yaml
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-WALKED_FIELDS = {"apiVersion", "kind", "resources", "components", "patches"}
+WALKED_FIELDS = {"apiVersion", "kind", "resources", "components", "patches", "images"}
+# What a strategic-merge patch does with a list (the patchMergeKey of the Kubernetes API types):
+# these are merged item by item on the key, these are replaced whole; any other list in a patch
+# fails the walk rather than be merged wrongly.
+MERGED_LISTS = {
+    "containers": "name",
+    "initContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+}
+REPLACED_LISTS = {"args", "command", "envFrom"}
+PATCHED_KINDS = {"ConfigMap", "Deployment"}
+IMAGE_FIELDS = {"name", "newName", "newTag", "digest"}
 # The oldest Kubernetes we promise to run on, and the newest schema the validator ships.
 KUBERNETES_VERSIONS = ("1.30", kubernetes_validate.latest_version())
 
@@ -71,6 +85,9 @@ KNOWN_AIM_SETTINGS = {
     "AIM_RECONCILE_GRACE_S",
     "AIM_SSE_HEARTBEAT_S",
     "AIM_SSE_BUFFER_EVENTS",
+    "AIM_HTTP_IDLE_TIMEOUT_S",
+    "AIM_HTTP_REQUEST_TIMEOUT_S",
+    "AIM_HTTP_MAX_CONNECTIONS",
 }
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
 
@@ -107,29 +124,102 @@ def listed_paths(directory: Path) -> list[Path]:
     return [(directory / entry).resolve() for entry in entries]
 
 
+def merge(target: Obj, patch: Obj, where: str) -> None:
+    """A strategic-merge patch: maps merge, `null` removes a field, lists as MERGED_LISTS says."""
+    for key, value in patch.items():
+        assert not key.startswith("$"), f"{where}: the walker does not follow {key} directives"
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge(target[key], value, f"{where}.{key}")
+        elif isinstance(value, list) and key in MERGED_LISTS:
+            merge_list(target.setdefault(key, []), value, MERGED_LISTS[key], f"{where}.{key}")
+        else:
+            assert not isinstance(value, list) or key in REPLACED_LISTS, (
+                f"{where}.{key}: teach this test how a patch merges this list"
+            )
+            target[key] = copy.deepcopy(value)
+
+
+def merge_list(target: list[Obj], patch: list[Obj], key: str, where: str) -> None:
+    for item in patch:
+        found = [t for t in target if t.get(key) == item[key]]
+        if found:
+            merge(found[0], item, f"{where}[{item[key]}]")
+        else:
+            target.append(copy.deepcopy(item))
+
+
 def apply_patch(objects: list[Obj], patch: Obj) -> None:
     kind, name = patch["kind"], patch["metadata"]["name"]
-    assert kind == "ConfigMap", f"the test walker only merges ConfigMap data, not a {kind} patch"
-    (target,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    target["data"] = {**target.get("data", {}), **patch.get("data", {})}
+    assert kind in PATCHED_KINDS, f"the test walker does not merge a {kind} patch"
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"a patch targets {kind}/{name}, which is rendered {len(found)} times"
+    assert found[0]["apiVersion"] == patch["apiVersion"], f"{kind}/{name}: apiVersion differs"
+    merge(found[0], {k: v for k, v in patch.items() if k != "metadata"}, f"{kind}/{name}")
+    merge(found[0]["metadata"], {k: v for k, v in patch["metadata"].items() if k != "name"}, name)
 
 
-def render(directory: Path) -> list[Obj]:
-    """The objects `kubectl kustomize` would produce for this kustomization (the parts we use)."""
+def split_image(image: str) -> tuple[str, str]:
+    """`name:tag` or `name@digest` into the name and the rest (with its separator)."""
+    if "@" in image:
+        name, digest = image.split("@", 1)
+        return name, f"@{digest}"
+    name, colon, tag = image.rpartition(":")
+    if colon and "/" not in tag:
+        return name, f":{tag}"
+    return image, ""
+
+
+def apply_images(objects: list[Obj], images: list[Obj]) -> None:
+    """The `images` field: containers whose image name matches get the new name, tag or digest."""
+    for entry in images:
+        assert set(entry) <= IMAGE_FIELDS, f"teach this test about images fields {sorted(entry)}"
+        for workload in workloads(objects):
+            for container in containers(workload):
+                name, rest = split_image(container["image"])
+                if name != entry["name"]:
+                    continue
+                if "digest" in entry:
+                    rest = f"@{entry['digest']}"
+                elif "newTag" in entry:
+                    rest = f":{entry['newTag']}"
+                container["image"] = f"{entry.get('newName', name)}{rest}"
+
+
+def render(directory: Path, accumulated: list[Obj] | None = None) -> list[Obj]:
+    """The objects `kubectl kustomize` would produce for this kustomization (the parts we use).
+
+    A Component works on what its parent has accumulated so far (`accumulated`): its resources
+    are added to those objects and its patches may change any of them. Order as kustomize's:
+    resources, then components, then this kustomization's patches and images.
+    """
     kustomization = load_kustomization(directory)
     unwalked = set(kustomization) - WALKED_FIELDS
     assert not unwalked, f"{directory}: teach this test about {sorted(unwalked)}"
-    objects: list[Obj] = []
-    for entry in [*kustomization.get("resources", []), *kustomization.get("components", [])]:
+    is_component = kustomization.get("kind") == "Component"
+    assert is_component == (accumulated is not None), f"{directory}: Component only in components"
+    objects: list[Obj] = accumulated if accumulated is not None else []
+    for entry in kustomization.get("resources", []):
         target = directory / entry
         objects += render(target) if target.is_dir() else load_documents(target)
+    for entry in kustomization.get("components", []):
+        objects = render(directory / entry, objects)
     for patch in kustomization.get("patches", []):
         assert set(patch) == {"path"}, f"{directory}: only file patches are walked, not {patch}"
         for doc in load_documents(directory / patch["path"]):
             apply_patch(objects, doc)
+    apply_images(objects, kustomization.get("images", []))
     ids = [(o["kind"], o["metadata"]["name"]) for o in objects]
     assert len(ids) == len(set(ids)), f"{directory}: duplicate objects {sorted(ids)}"
     return objects
+
+
+def render_alone(directory: Path) -> list[Obj]:
+    """A kustomization as applied; a Component as it would be applied on top of the base."""
+    if load_kustomization(directory).get("kind") == "Component":
+        return render(directory, render(K8S / "base"))
+    return render(directory)
 
 
 def kustomization_dirs() -> list[Path]:
@@ -183,6 +273,68 @@ def pod_labels(workload: Obj) -> dict[str, str]:
     return labels
 
 
+def redis_url_secret(container: Obj) -> tuple[str, str] | None:
+    """The (Secret, key) a container reads AIM_REDIS_URL from, when its `env` names one."""
+    for env in container.get("env", []):
+        if env["name"] == "AIM_REDIS_URL":
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            assert ref is not None, "AIM_REDIS_URL in `env` must come from a Secret"
+            assert ref.get("optional", False) is False, "a missing Redis URL must stop the pod"
+            return ref["name"], ref["key"]
+    return None
+
+
+def match_labels(selector: Obj) -> dict[str, str]:
+    assert "matchExpressions" not in selector, "this test reads matchLabels only"
+    labels: dict[str, str] = selector.get("matchLabels", {})
+    return labels
+
+
+def network_policies(objects: list[Obj], labels: dict[str, str], policy_type: str) -> list[Obj]:
+    """The NetworkPolicies of `policy_type` that apply to pods with these labels (an empty
+    podSelector selects every pod of the namespace)."""
+    found = []
+    for policy in (o for o in objects if o["kind"] == "NetworkPolicy"):
+        spec = policy["spec"]
+        applies = match_labels(spec["podSelector"]).items() <= labels.items()
+        if applies and policy_type in spec["policyTypes"]:
+            found.append(policy)
+    return found
+
+
+def rules(policies: list[Obj], direction: str) -> list[Obj]:
+    return [rule for policy in policies for rule in policy["spec"].get(direction, [])]
+
+
+def port_names(workload: Obj) -> set[str]:
+    return {p["name"] for c in containers(workload) for p in c.get("ports", []) if "name" in p}
+
+
+def port_number(workload: Obj, port: str | int) -> int:
+    """A port of a rule or Service, by name or number, as the pod's container port."""
+    if isinstance(port, int):
+        return port
+    (number,) = [
+        p["containerPort"]
+        for c in containers(workload)
+        for p in c.get("ports", [])
+        if p.get("name") == port
+    ]
+    return int(number)
+
+
+def cpu_millis(quantity: str | int) -> int:
+    text = str(quantity)
+    return int(text[:-1]) if text.endswith("m") else int(float(text) * 1000)
+
+
+def memory_mib(quantity: str) -> float:
+    for suffix, factor in (("Gi", 1024.0), ("Mi", 1.0), ("Ki", 1 / 1024)):
+        if quantity.endswith(suffix):
+            return float(quantity[: -len(suffix)]) * factor
+    raise AssertionError(f"write memory as Ki, Mi or Gi, not {quantity}")
+
+
 @pytest.fixture(params=DEPLOYABLE, ids=rel)
 def objects(request: pytest.FixtureRequest) -> list[Obj]:
     return render(request.param)
@@ -223,7 +375,7 @@ def test_every_manifest_file_is_listed_in_a_kustomization() -> None:
 def test_every_object_validates_against_the_kubernetes_schema(
     directory: Path, version: str
 ) -> None:
-    rendered = render(directory)
+    rendered = render_alone(directory)
     assert rendered, f"{rel(directory)} renders no objects"
     for obj in rendered:
         name = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
@@ -247,8 +399,19 @@ def test_every_object_carries_the_recommended_labels(objects: list[Obj]) -> None
 
 
 def test_deployment_runs_two_replicas_and_keeps_both_during_a_rollout(objects: list[Obj]) -> None:
+    """Two replicas, written down or kept by a HorizontalPodAutoscaler (which then owns the count:
+    a `replicas` in the manifest would reset it on every apply)."""
     spec = one(objects, "Deployment", APP)["spec"]
-    assert spec["replicas"] == 2
+    autoscalers = [
+        h
+        for h in objects
+        if h["kind"] == "HorizontalPodAutoscaler" and h["spec"]["scaleTargetRef"]["name"] == APP
+    ]
+    if autoscalers:
+        assert "replicas" not in spec, "the HPA owns the replica count"
+        assert all(h["spec"]["minReplicas"] >= 2 for h in autoscalers)
+    else:
+        assert spec.get("replicas") == 2, "two replicas, or an HPA that keeps at least two"
     assert spec["strategy"]["type"] == "RollingUpdate"
     assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert selects(spec["selector"]["matchLabels"], pod_labels(one(objects, "Deployment", APP)))
@@ -274,6 +437,7 @@ def test_a_worker_deployment_retries_effects_and_fires_timers(objects: list[Obj]
     app = app_container(objects)
     assert container["image"] == app["image"]
     assert container["envFrom"] == app["envFrom"]
+    assert container.get("env") == app.get("env"), "the worker must read the same settings"
     server = one(objects, "Deployment", APP)
     assert not selects(server["spec"]["selector"]["matchLabels"], pod_labels(worker))
 
@@ -394,8 +558,22 @@ def test_configmap_holds_only_known_aim_and_otel_settings(objects: list[Obj]) ->
         assert name.startswith(("AIM_", "OTEL_")), f"{name} is not a setting of the service"
         assert not name.startswith("AIM_") or name in KNOWN_AIM_SETTINGS, f"unknown {name}"
         assert name not in SECRET_KEYS, f"{name} is a secret; it belongs in {SECRET_NAME}"
-    assert urlsplit(data["AIM_REDIS_URL"]).scheme in ("redis", "rediss")
+    if redis_url_secret(app_container(objects)) is None:
+        assert urlsplit(data["AIM_REDIS_URL"]).scheme in ("redis", "rediss")
+    else:
+        assert "AIM_REDIS_URL" not in data, (
+            "a URL in the ConfigMap would mislead: the Secret's wins"
+        )
     assert data.get("AIM_REQUIRE_REDIS") == "1", "replicas must never fall back to a private store"
+
+
+def test_every_container_env_names_a_known_setting(objects: list[Obj]) -> None:
+    for workload in workloads(objects):
+        if workload["metadata"]["name"] not in (APP, WORKER):
+            continue
+        for container in containers(workload):
+            for env in container.get("env", []):
+                assert env["name"] in KNOWN_AIM_SETTINGS, f"unknown setting {env['name']}"
 
 
 def test_secret_keys_are_documented_for_operators() -> None:
@@ -418,15 +596,31 @@ def test_service_account_mounts_no_token(objects: list[Obj]) -> None:
 # --- traffic and disruption -------------------------------------------------------------------
 
 
-def test_pdb_keeps_one_replica_of_the_deployment(objects: list[Obj]) -> None:
-    (pdb,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
-    assert pdb["spec"]["minAvailable"] == 1
-    matched = [
-        w["metadata"]["name"]
-        for w in workloads(objects)
-        if selects(pdb["spec"]["selector"]["matchLabels"], pod_labels(w))
-    ]
-    assert matched == [APP]
+def test_every_pdb_keeps_one_replica_of_one_deployment(objects: list[Obj]) -> None:
+    covered = []
+    for pdb in (o for o in objects if o["kind"] == "PodDisruptionBudget"):
+        assert pdb["spec"]["minAvailable"] == 1
+        assert pdb["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow"
+        matched = [
+            w["metadata"]["name"]
+            for w in workloads(objects)
+            if selects(pdb["spec"]["selector"]["matchLabels"], pod_labels(w))
+        ]
+        assert len(matched) == 1, f"PDB {pdb['metadata']['name']} selects {matched}"
+        covered += matched
+    assert APP in covered, "the HTTP Deployment has no PodDisruptionBudget"
+    assert len(covered) == len(set(covered)), "two PDBs for one Deployment"
+
+
+def test_every_workload_selects_its_own_pods_only(objects: list[Obj]) -> None:
+    for workload in workloads(objects):
+        selector = workload["spec"]["selector"]["matchLabels"]
+        matched = [
+            w["metadata"]["name"] for w in workloads(objects) if selects(selector, pod_labels(w))
+        ]
+        assert matched == [workload["metadata"]["name"]], f"{selector} selects {matched}"
+        for spread in pod_spec(workload).get("topologySpreadConstraints", []):
+            assert selects(spread["labelSelector"]["matchLabels"], pod_labels(workload))
 
 
 def test_every_service_selects_one_workload_on_a_named_port(objects: list[Obj]) -> None:
@@ -439,6 +633,32 @@ def test_every_service_selects_one_workload_on_a_named_port(objects: list[Obj]) 
         port_names = {p.get("name") for c in containers(matched[0]) for p in c.get("ports", [])}
         for port in service["spec"]["ports"]:
             assert port["targetPort"] in port_names, f"Service {name} targets an unnamed port"
+
+
+def test_every_network_policy_selects_pods_and_their_named_ports(objects: list[Obj]) -> None:
+    for policy in (o for o in objects if o["kind"] == "NetworkPolicy"):
+        name, spec = policy["metadata"]["name"], policy["spec"]
+        assert spec.get("policyTypes"), f"NetworkPolicy {name}: write its policyTypes down"
+        selector = match_labels(spec["podSelector"])
+        targets = [w for w in workloads(objects) if selects(selector, pod_labels(w))]
+        assert targets, f"NetworkPolicy {name} selects no pods"
+        for rule in spec.get("ingress", []):
+            for port in rule.get("ports", []):
+                for target in targets:
+                    assert not isinstance(port["port"], str) or port["port"] in port_names(
+                        target
+                    ), f"NetworkPolicy {name}: {target['metadata']['name']} has no port {port}"
+        peers = [
+            *(peer for rule in spec.get("ingress", []) for peer in rule.get("from", [])),
+            *(peer for rule in spec.get("egress", []) for peer in rule.get("to", [])),
+        ]
+        for peer in peers:
+            if "podSelector" in peer and "namespaceSelector" not in peer:
+                # a peer in this namespace: it must be something these manifests run
+                peer_labels = match_labels(peer["podSelector"])
+                assert any(selects(peer_labels, pod_labels(w)) for w in workloads(objects)), (
+                    f"NetworkPolicy {name}: no pod matches the peer {peer_labels}"
+                )
 
 
 def test_app_service_is_cluster_internal_on_port_80(objects: list[Obj]) -> None:
