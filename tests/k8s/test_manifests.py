@@ -348,6 +348,8 @@ def test_expected_kustomizations_exist() -> None:
     assert kinds.get("base") == "Kustomization"
     assert kinds.get("overlays/dev") == "Kustomization"
     assert kinds.get("components/redis-dev") == "Component"
+    assert kinds.get("components/otel-collector") == "Component"
+    assert kinds.get("components/prometheus-scrape") == "Component"
 
 
 @pytest.mark.parametrize("directory", ALL_DIRS, ids=rel)
