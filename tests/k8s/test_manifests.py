@@ -348,6 +348,7 @@ def test_expected_kustomizations_exist() -> None:
     assert kinds.get("base") == "Kustomization"
     assert kinds.get("overlays/dev") == "Kustomization"
     assert kinds.get("components/redis-dev") == "Component"
+    assert kinds.get("overlays/prod") == "Kustomization"
     assert kinds.get("components/otel-collector") == "Component"
     assert kinds.get("components/prometheus-scrape") == "Component"
 
@@ -677,3 +678,258 @@ def test_dev_overlay_runs_the_redis_the_config_points_at() -> None:
     redis = one(objects, "Deployment", "redis")
     args = " ".join(a for c in containers(redis) for a in [*c.get("command", []), *c["args"]])
     assert "--appendonly yes" in args, "the development Redis must keep an append-only file"
+
+
+# --- production (overlays/prod) ---------------------------------------------------------------
+
+PROD = K8S / "overlays" / "prod"
+REDIS_SECRET = "aim-realtime-redis"
+COLLECTOR = "otel-collector"
+# The paths the public may reach; /livekit/webhook only when LiveKit calls in from outside.
+PUBLIC_PATHS = {"/a2a", "/.well-known/agent-card.json", "/livekit/webhook"}
+PRIVATE_PREFIXES = ("/ops", "/metrics", "/provider")
+RESTART = "rollout restart deployment/aim-realtime deployment/aim-realtime-worker"
+# overlays/prod as shipped, and with each optional component it mentions added
+PROD_VARIANTS = {"prod": [], "prod+prometheus-scrape": ["prometheus-scrape"]}
+
+
+@pytest.fixture(params=sorted(PROD_VARIANTS), scope="module")
+def prod(request: pytest.FixtureRequest) -> list[Obj]:
+    objects = render(PROD)
+    for component in PROD_VARIANTS[request.param]:
+        objects = render(K8S / "components" / component, objects)
+    return objects
+
+
+def test_prod_variants_validate_against_the_kubernetes_schema(prod: list[Obj]) -> None:
+    for version in KUBERNETES_VERSIONS:
+        for obj in prod:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def labels_of(objects: list[Obj], name: str) -> dict[str, str]:
+    return pod_labels(one(objects, "Deployment", name))
+
+
+def prod_container(objects: list[Obj], name: str) -> Obj:
+    (container,) = containers(one(objects, "Deployment", name))
+    return container
+
+
+def test_prod_reads_a_redis_cluster_url_from_a_secret(prod: list[Obj]) -> None:
+    for name in (APP, WORKER):
+        source = redis_url_secret(prod_container(prod, name))
+        assert source == (REDIS_SECRET, "AIM_REDIS_URL"), (
+            f"{name} reads the Redis URL from {source}"
+        )
+    data = one(prod, "ConfigMap", CONFIGMAP_NAME)["data"]
+    assert "AIM_REDIS_URL" not in data
+    assert data["AIM_REDIS_CLUSTER"] == "1"
+    assert data["AIM_REQUIRE_REDIS"] == "1"
+    # a managed Redis Cluster is assumed: nothing here runs one
+    for workload in workloads(prod):
+        for container in containers(workload):
+            assert "redis" not in split_image(container["image"])[0].rsplit("/", 1)[-1]
+    assert not [o for o in prod if o["kind"] == "Service" and "redis" in o["metadata"]["name"]]
+
+
+def test_prod_autoscales_the_http_deployment_on_cpu(prod: list[Obj]) -> None:
+    (hpa,) = [o for o in prod if o["kind"] == "HorizontalPodAutoscaler"]
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    spec = hpa["spec"]
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP}
+    assert spec["minReplicas"] >= 2
+    assert spec["maxReplicas"] > spec["minReplicas"]
+    (metric,) = spec["metrics"]
+    assert metric["type"] == "Resource"
+    assert metric["resource"]["name"] == "cpu"
+    assert metric["resource"]["target"]["type"] == "Utilization"
+    assert 60 <= metric["resource"]["target"]["averageUtilization"] <= 80
+    # utilisation is measured against the request
+    assert "cpu" in app_container(prod)["resources"]["requests"]
+    assert "replicas" not in one(prod, "Deployment", APP)["spec"]
+
+
+def test_prod_requests_one_core_per_http_process_and_less_for_the_worker(prod: list[Obj]) -> None:
+    http = app_container(prod)["resources"]
+    worker = prod_container(prod, WORKER)["resources"]
+    assert cpu_millis(http["requests"]["cpu"]) == 1000, "one serve process uses one core"
+    assert cpu_millis(http["limits"]["cpu"]) >= 1000
+    assert memory_mib(http["requests"]["memory"]) >= 256
+    assert cpu_millis(worker["requests"]["cpu"]) < cpu_millis(http["requests"]["cpu"])
+    assert memory_mib(worker["requests"]["memory"]) <= memory_mib(http["requests"]["memory"])
+    for resources in (http, worker):
+        assert memory_mib(resources["limits"]["memory"]) >= memory_mib(
+            resources["requests"]["memory"]
+        )
+        assert cpu_millis(resources["limits"]["cpu"]) >= cpu_millis(resources["requests"]["cpu"])
+
+
+def test_prod_keeps_a_replica_of_both_deployments_through_drains(prod: list[Obj]) -> None:
+    covered = {
+        w["metadata"]["name"]
+        for pdb in prod
+        if pdb["kind"] == "PodDisruptionBudget"
+        for w in workloads(prod)
+        if selects(pdb["spec"]["selector"]["matchLabels"], pod_labels(w))
+    }
+    assert {APP, WORKER} <= covered
+
+
+def test_prod_worker_pods_admit_no_connection(prod: list[Obj]) -> None:
+    policies = network_policies(prod, labels_of(prod, WORKER), "Ingress")
+    assert policies, "no NetworkPolicy isolates the worker pods"
+    assert not rules(policies, "ingress"), "the worker listens on nothing: admit nothing"
+
+
+def test_prod_http_pods_admit_only_selected_peers_on_the_http_port(prod: list[Obj]) -> None:
+    policies = network_policies(prod, labels_of(prod, APP), "Ingress")
+    assert APP in [p["metadata"]["name"] for p in policies], "the HTTP NetworkPolicy is missing"
+    admitted = rules(policies, "ingress")
+    assert admitted
+    for rule in admitted:
+        assert rule.get("from"), f"a rule without `from` admits everyone: {rule}"
+        for peer in rule["from"]:
+            assert "ipBlock" not in peer, f"admit pods by selector, not addresses: {peer}"
+            assert match_labels(peer.get("podSelector", {})), f"admit pods, not namespaces: {peer}"
+        assert rule.get("ports"), f"a rule without ports admits every port: {rule}"
+        for port in rule["ports"]:
+            assert port["port"] in ("http", 8080), f"only the HTTP port is served: {port}"
+
+
+def test_prod_egress_reaches_only_listed_destinations(prod: list[Obj]) -> None:
+    for name in (APP, WORKER):
+        policies = network_policies(prod, labels_of(prod, name), "Egress")
+        assert policies, f"{name} pods may connect anywhere"
+        allowed = rules(policies, "egress")
+        for rule in allowed:
+            assert rule.get("to"), f"a rule without `to` allows every destination: {rule}"
+            assert rule.get("ports"), f"a rule without ports allows every port: {rule}"
+            for peer in rule["to"]:
+                cidr = peer.get("ipBlock", {}).get("cidr")
+                assert cidr not in ("0.0.0.0/0", "::/0"), f"{name} may reach the whole Internet"
+        dns = {(p["port"], p.get("protocol", "TCP")) for r in allowed for p in r["ports"]}
+        assert {(53, "UDP"), (53, "TCP")} <= dns, f"{name} cannot resolve names"
+
+
+def test_prod_sends_telemetry_to_the_collector(prod: list[Obj]) -> None:
+    data = one(prod, "ConfigMap", CONFIGMAP_NAME)["data"]
+    endpoint = urlsplit(data["OTEL_EXPORTER_OTLP_ENDPOINT"])
+    assert endpoint.hostname == COLLECTOR
+    service = one(prod, "Service", COLLECTOR)
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == endpoint.port]
+    collector = one(prod, "Deployment", COLLECTOR)
+    pod_port = port_number(collector, port["targetPort"])
+    assert data.get("OTEL_TRACES_EXPORTER") == "otlp"
+    assert data.get("OTEL_METRICS_EXPORTER") == "otlp"
+    # the collector listens where its container ports are, and exports somewhere it defines
+    config = yaml.safe_load(
+        one(prod, "ConfigMap", "otel-collector-config")["data"]["collector.yaml"]
+    )
+    protocols = config["receivers"]["otlp"]["protocols"]
+    listening = {int(protocols[p]["endpoint"].rsplit(":", 1)[1]) for p in ("grpc", "http")}
+    assert listening == {4317, 4318}
+    assert pod_port in listening
+    assert listening <= {port_number(collector, p) for p in port_names(collector)}
+    assert "debug" in config["exporters"], "the placeholder exporter is `debug` until replaced"
+    for pipeline in config["service"]["pipelines"].values():
+        assert set(pipeline["receivers"]) <= set(config["receivers"])
+        assert set(pipeline["processors"]) <= set(config["processors"])
+        assert set(pipeline["exporters"]) <= set(config["exporters"])
+    # and the NetworkPolicies let the service's pods through, and only them
+    collector_labels = pod_labels(collector)
+    for name in (APP, WORKER):
+        reachable = [
+            rule
+            for rule in rules(network_policies(prod, labels_of(prod, name), "Egress"), "egress")
+            if any(
+                selects(match_labels(t.get("podSelector", {})), collector_labels)
+                for t in rule["to"]
+            )
+            and pod_port in [p["port"] for p in rule["ports"]]
+        ]
+        assert reachable, f"{name} pods may not reach the collector on {pod_port}"
+        admitted = [
+            rule
+            for rule in rules(network_policies(prod, collector_labels, "Ingress"), "ingress")
+            if any(
+                selects(match_labels(f.get("podSelector", {})), labels_of(prod, name))
+                for f in rule["from"]
+            )
+            and pod_port in [port_number(collector, p["port"]) for p in rule["ports"]]
+        ]
+        assert admitted, f"the collector does not admit {name} pods"
+
+
+def test_prod_ingress_routes_only_the_public_paths_over_tls(prod: list[Obj]) -> None:
+    (ingress,) = [o for o in prod if o["kind"] == "Ingress"]
+    spec = ingress["spec"]
+    assert "defaultBackend" not in spec, "a default backend would route every path to the pods"
+    assert spec["tls"], "the Ingress serves no TLS"
+    tls_hosts = {host for entry in spec["tls"] for host in entry["hosts"]}
+    assert all(entry.get("secretName") for entry in spec["tls"])
+    paths = []
+    for rule in spec["rules"]:
+        assert rule["host"] in tls_hosts, f"{rule['host']} is served without TLS"
+        for path in rule["http"]["paths"]:
+            assert not path["path"].startswith(PRIVATE_PREFIXES), f"{path['path']} is not public"
+            assert path["path"] in PUBLIC_PATHS, f"{path['path']} is not a public path"
+            assert path["pathType"] in ("Exact", "Prefix")
+            backend = path["backend"]["service"]
+            assert backend == {"name": APP, "port": {"name": "http"}}
+            paths.append(path["path"])
+    assert {"/a2a", "/.well-known/agent-card.json"} <= set(paths)
+    base = urlsplit(one(prod, "ConfigMap", CONFIGMAP_NAME)["data"]["AIM_PUBLIC_BASE_URL"])
+    assert base.scheme == "https"
+    assert base.hostname in {rule["host"] for rule in spec["rules"]}, (
+        "the Agent Card would name a host the Ingress does not serve"
+    )
+
+
+def test_prod_placeholders_are_listed_for_operators(prod: list[Obj]) -> None:
+    readme = (K8S / "README.md").read_text()
+    section = readme[readme.index("## Production") :]
+    data = one(prod, "ConfigMap", CONFIGMAP_NAME)["data"]
+    placeholders = {
+        data["AIM_PUBLIC_BASE_URL"],
+        data["AIM_LIVEKIT_URL"],
+        data["AIM_LIVEKIT_PUBLIC_URL"],
+        split_image(app_container(prod)["image"])[0],
+        split_image(prod_container(prod, COLLECTOR)["image"])[0],
+    }
+    for ingress in (o for o in prod if o["kind"] == "Ingress"):
+        placeholders.add(ingress["spec"]["ingressClassName"])
+        placeholders |= {entry["secretName"] for entry in ingress["spec"]["tls"]}
+        placeholders |= {rule["host"] for rule in ingress["spec"]["rules"]}
+    for policy in (o for o in prod if o["kind"] == "NetworkPolicy"):
+        peers = [
+            *(p for r in policy["spec"].get("ingress", []) for p in r.get("from", [])),
+            *(p for r in policy["spec"].get("egress", []) for p in r.get("to", [])),
+        ]
+        for peer in peers:
+            if "ipBlock" in peer:
+                placeholders.add(peer["ipBlock"]["cidr"])
+            if "namespaceSelector" in peer:
+                placeholders |= set(match_labels(peer["namespaceSelector"]).values())
+                placeholders |= {
+                    f"{k}={v}" for k, v in match_labels(peer.get("podSelector", {})).items()
+                }
+    missing = sorted(p for p in placeholders if p not in section)
+    assert not missing, f"README.md, Production, does not tell operators about {missing}"
+
+
+def test_prod_secrets_and_their_rotation_are_documented() -> None:
+    readme = (K8S / "README.md").read_text()
+    section = readme[readme.index("## Production") :]
+    for command in (
+        f"create secret generic {SECRET_NAME}",
+        f"create secret generic {REDIS_SECRET}",
+        "create secret tls aim-realtime-tls",
+        'AIM_REDIS_URL="rediss://',
+        "apply -k k8s/overlays/prod",
+        RESTART,
+    ):
+        assert command in section, f"README.md, Production, lacks `{command}`"
+    rotation = section[section.index("### Rotating secrets") :]
+    for key in (*SECRET_KEYS, "AIM_REDIS_URL"):
+        assert key in rotation, f"no rotation steps for {key}"
