@@ -69,7 +69,6 @@ async def running(
     runner = Runner(
         engine,
         gateway,
-        public_base_url=settings.public_base_url,
         metrics=metrics,
     )
     services = Services(

@@ -38,6 +38,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     require_redis: bool = False
     data_dir: str = ".aim-data"
     public_base_url: str = "http://127.0.0.1:8080"
+    provider_base_url: str | None = None  # where agents reach /provider; None: public_base_url
 
     auth_hs256_secret: str | None = None
     auth_hs256_secret_generated: bool = False
@@ -80,6 +81,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_idle_timeout_s: int = 75
     http_request_timeout_s: int = 30
     http_max_connections: int = 2048
+
+    @property
+    def provider_url(self) -> str:
+        """The provider API's URL an agent is told (`providerUrl` of the dispatch metadata)."""
+        return f"{self.provider_base_url or self.public_base_url}/provider"
 
     @property
     def provider_secret(self) -> str:
@@ -132,6 +138,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             public_base_url=(
                 reader.url("AIM_PUBLIC_BASE_URL", ("http", "https")) or "http://127.0.0.1:8080"
             ).rstrip("/"),
+            provider_base_url=(
+                (reader.url("AIM_PROVIDER_BASE_URL", ("http", "https")) or "").rstrip("/") or None
+            ),
             auth_hs256_secret=secret,
             auth_hs256_secret_generated=generated,
             auth_jwks_url=jwks,

@@ -70,7 +70,6 @@ class Runner:
         engine: Engine,
         gateway: LiveKitGateway,
         *,
-        public_base_url: str,
         lease_ms: int | None = None,
         metrics: Metrics | None = None,
     ) -> None:
@@ -80,7 +79,6 @@ class Runner:
         self.lease_ms = lease_ms or engine.settings.worker_lease_s * 1000
         self.sessions = engine.sessions
         self.gateway = gateway
-        self.public_base_url = public_base_url
 
     async def run(self, session_id: str) -> bool:
         """Empty the session's outbox; False when an effect failed (it stays for a retry)."""
@@ -183,7 +181,7 @@ class Runner:
                 "agentVideoSources": list(requested.agent_video_sources) if requested else [],
                 "interactions": list(requested.interactions) if requested else [],
             },
-            "providerUrl": f"{self.public_base_url}/provider",
+            "providerUrl": settings.provider_url,
             "providerToken": mint_provider_token(
                 settings.provider_secret,
                 session_id=session_id,

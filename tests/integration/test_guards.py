@@ -56,8 +56,8 @@ async def test_a_runner_whose_lease_ran_out_during_a_hung_call_does_not_carry_on
         settings, SessionStore(store), project=follow
     )  # no inline runs: the test starts both runners
     gateway = LiveKitGateway(settings)
-    stalled = Runner(engine, gateway, public_base_url=settings.public_base_url, lease_ms=200)
-    takeover = Runner(engine, gateway, public_base_url=settings.public_base_url)
+    stalled = Runner(engine, gateway, lease_ms=200)
+    takeover = Runner(engine, gateway)
     try:
         session_id = await new_session(engine, provisioned=False)
         lease_key = keys.runner_lease_key(session_id)

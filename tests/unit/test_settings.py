@@ -529,3 +529,21 @@ def test_the_provisioning_timeout_is_read_and_defaults_to_15_s() -> None:
     assert Settings.from_env({}).provisioning_timeout_s == 15
     assert Settings().provisioning_timeout_s == 15
     assert Settings.from_env({"AIM_PROVISIONING_TIMEOUT_S": "2"}).provisioning_timeout_s == 2
+
+
+def test_the_provider_url_is_the_public_one_unless_set_apart() -> None:
+    public = Settings.from_env({"AIM_PUBLIC_BASE_URL": "https://aim.example.com/"})
+    assert public.provider_url == "https://aim.example.com/provider"
+    internal = Settings.from_env(
+        {
+            "AIM_PUBLIC_BASE_URL": "https://aim.example.com",
+            "AIM_PROVIDER_BASE_URL": "http://aim-realtime.aim.svc.cluster.local/",
+        }
+    )
+    assert internal.provider_url == "http://aim-realtime.aim.svc.cluster.local/provider"
+
+
+def test_a_provider_url_that_is_not_http_is_refused() -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({"AIM_PROVIDER_BASE_URL": "ftp://x"})
+    assert any("AIM_PROVIDER_BASE_URL" in problem for problem in raised.value.problems)
