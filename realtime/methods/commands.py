@@ -142,6 +142,25 @@ async def run_command(
     return msgspec.Raw(stored_result(services.settings, outcome_of(done)))
 
 
+async def run_client_command(
+    services: Services,
+    call: Call[Any],
+    session_id: str,
+    command_id: str,
+    event: AnyEvent,
+    render: Render,
+) -> msgspec.Raw:
+    """A client's command on one of its own sessions (`run_command` with the caller as owner)."""
+    return await run_command(
+        services,
+        session_id,
+        event,
+        owner=call.principal.key,
+        command=command_of(call, command_id),
+        render=render,
+    )
+
+
 def outcome_of(done: Applied | Replayed) -> CommandOutcome:
     """The stored outcome of an applied command."""
     if done.outcome is None:  # the engine stores one with every command it applies

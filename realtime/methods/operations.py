@@ -15,7 +15,7 @@ from realtime.engine.core import Decided
 from realtime.engine.entries import Command, params_digest
 from realtime.errors import InvalidState, OperationNotFound, invalid_params
 from realtime.methods import tasks
-from realtime.methods.commands import command_of, load_own, run_command
+from realtime.methods.commands import load_own, run_client_command, run_command
 from realtime.methods.context import Call, Services
 from realtime.methods.sessions import session_result
 from state_machines import Session, interactions
@@ -114,13 +114,8 @@ async def send_interaction(services: Services, call: Call[p.SendInteractionParam
             result["operation"] = operation_result(params.session_id, session, operation_id)
         return result
 
-    return await run_command(
-        services,
-        params.session_id,
-        event,
-        owner=call.principal.key,
-        command=command_of(call, params.command_id),
-        render=render,
+    return await run_client_command(
+        services, call, params.session_id, params.command_id, event, render
     )
 
 

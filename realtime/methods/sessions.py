@@ -27,10 +27,9 @@ from realtime.errors import (
 from realtime.methods import tasks
 from realtime.methods.commands import (
     applied,
-    command_of,
     error_of,
     load_own,
-    run_command,
+    run_client_command,
     stored_result,
 )
 from realtime.methods.context import Call, Services
@@ -263,13 +262,8 @@ async def register_endpoint(services: Services, call: Call[p.RegisterEndpointPar
             "endpoint": _endpoint(session, endpoint.endpoint_id),
         }
 
-    return await run_command(
-        services,
-        params.session_id,
-        event,
-        owner=call.principal.key,
-        command=command_of(call, params.command_id),
-        render=render,
+    return await run_client_command(
+        services, call, params.session_id, params.command_id, event, render
     )
 
 
@@ -294,13 +288,13 @@ async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> A
             ),
         )
 
-    return await run_command(
+    return await run_client_command(
         services,
+        call,
         params.session_id,
+        params.command_id,
         machine.Join(params.session_epoch, params.endpoint_id),
-        owner=call.principal.key,
-        command=command_of(call, params.command_id),
-        render=render,
+        render,
     )
 
 
@@ -310,13 +304,8 @@ async def end_session(services: Services, call: Call[p.EndSessionParams]) -> Any
     def render(decided: Decided) -> dict[str, Any]:
         return {"session": session_result(services, decided.session, decided.version)}
 
-    return await run_command(
-        services,
-        params.session_id,
-        machine.End(params.reason),
-        owner=call.principal.key,
-        command=command_of(call, params.command_id),
-        render=render,
+    return await run_client_command(
+        services, call, params.session_id, params.command_id, machine.End(params.reason), render
     )
 
 
