@@ -49,6 +49,15 @@ def record(task_id: str, *, owner: str = OWNER, status_ms: int = 1_000) -> TaskR
     )
 
 
+async def sent(task_store: TaskStore, task: TaskRecord) -> None:
+    """Store a task the way SendMessage does: claim its message id (which indexes it), then
+    write it."""
+    await task_store.claim_message(
+        task.owner, f"msg-{task.task.id}", task.task.id, score_ms=task.status_ms, ttl_s=60
+    )
+    await task_store.put(task, ttl_s=60)
+
+
 def unix_socket_path(store: RedisClient) -> Path:
     return Path(store.client.connection_pool.connection_kwargs["path"])
 
@@ -195,8 +204,8 @@ async def test_an_unknown_task_reads_as_none(task_store: TaskStore) -> None:
 async def test_owner_tasks_skips_missing_tasks_and_prunes_old_entries(
     store: RedisClient, task_store: TaskStore
 ) -> None:
-    await task_store.put(record("old", status_ms=1_000), ttl_s=60)
-    await task_store.put(record("recent", status_ms=5_000), ttl_s=60)
+    await sent(task_store, record("old", status_ms=1_000))
+    await sent(task_store, record("recent", status_ms=5_000))
     # a claim whose task write never happened (a crash between the two steps)
     await task_store.claim_message(OWNER, "msg-lost", "lost", score_ms=6_000, ttl_s=60)
 
@@ -209,7 +218,7 @@ async def test_owner_tasks_skips_missing_tasks_and_prunes_old_entries(
 
 
 async def test_owner_tasks_keeps_an_entry_exactly_at_the_cut_off(task_store: TaskStore) -> None:
-    await task_store.put(record("edge", status_ms=2_000), ttl_s=60)
+    await sent(task_store, record("edge", status_ms=2_000))
 
     tasks = await task_store.owner_tasks(OWNER, newer_than_ms=2_000)
 
