@@ -84,6 +84,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     metrics: bool = True  # GET /metrics (Prometheus text format)
     metrics_refresh_s: float = 15.0  # the gauges read from Redis are at most this old
+    access_log: bool = True  # one JSON line per JSON-RPC call
 
     @property
     def provider_url(self) -> str:
@@ -226,6 +227,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             metrics_refresh_s=reader.number(
                 "AIM_METRICS_REFRESH_S", defaults.metrics_refresh_s, low=0.0, high=3600.0
             ),
+            access_log=reader.flag("AIM_ACCESS_LOG", default=defaults.access_log),
         )
         if reader.problems:
             raise SettingsError(reader.problems)

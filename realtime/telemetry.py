@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Final, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
+import msgspec
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -157,8 +157,13 @@ def startup_summary(
     return f"telemetry: {traces}; {pushed}; {served}"
 
 
+# anything else (an exception's arguments, a path) is logged as its str()
+_LOG_ENCODER: Final = msgspec.json.Encoder(enc_hook=str)
+
+
 class JsonLogFormatter(logging.Formatter):
-    """One JSON object per line, with the trace and span ids of the current span."""
+    """One JSON object per line, with the trace and span ids of the current span, and the
+    fields a caller passes as `extra={"json_fields": {...}}` (the access log's)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
@@ -170,13 +175,16 @@ class JsonLogFormatter(logging.Formatter):
         session_id = getattr(record, "session_id", None)
         if session_id:
             entry["session_id"] = session_id
+        fields = getattr(record, "json_fields", None)
+        if fields:
+            entry.update(fields)
         context = trace.get_current_span().get_span_context()
         if context.is_valid:
             entry["trace_id"] = format(context.trace_id, "032x")
             entry["span_id"] = format(context.span_id, "016x")
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return _LOG_ENCODER.encode(entry).decode()
 
 
 EVENT_TRANSITION: Final = "aim.session.transition"

@@ -168,16 +168,18 @@ def test_signal_endpoints_are_used_as_they_are() -> None:
     assert otlp_endpoint(bad, "traces") == "(a malformed URL)"
 
 
-def test_metrics_are_on_by_default_and_can_be_turned_off() -> None:
+def test_metrics_and_access_log_are_on_by_default_and_can_be_turned_off() -> None:
     settings = Settings.from_env({})
-    assert (settings.metrics, settings.metrics_refresh_s) == (True, 15)
-    off = Settings.from_env({"AIM_METRICS": "off", "AIM_METRICS_REFRESH_S": "0"})
-    assert (off.metrics, off.metrics_refresh_s) == (False, 0)
+    assert (settings.metrics, settings.access_log, settings.metrics_refresh_s) == (True, True, 15)
+    off = Settings.from_env(
+        {"AIM_METRICS": "off", "AIM_ACCESS_LOG": "0", "AIM_METRICS_REFRESH_S": "0"}
+    )
+    assert (off.metrics, off.access_log, off.metrics_refresh_s) == (False, False, 0)
 
 
 @pytest.mark.parametrize(
     ("name", "raw"),
-    [("AIM_METRICS", "maybe"), ("AIM_METRICS_REFRESH_S", "-1"),
+    [("AIM_METRICS", "maybe"), ("AIM_ACCESS_LOG", "2"), ("AIM_METRICS_REFRESH_S", "-1"),
      ("AIM_METRICS_REFRESH_S", "soon"), ("AIM_METRICS_REFRESH_S", "3601")],
 )  # fmt: skip
 def test_bad_observability_settings_are_reported_by_name(name: str, raw: str) -> None:
