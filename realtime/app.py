@@ -11,7 +11,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from litestar import Litestar
 from opentelemetry.sdk.metrics import MeterProvider
@@ -24,7 +24,7 @@ from realtime.engine.core import Engine
 from realtime.fanout import EventHub
 from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.methods.context import Services
-from realtime.routes import ROUTES, AgentCardBody
+from realtime.routes import METRICS_ROUTE, ROUTES, AgentCardBody
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
 from realtime.rpc.provider import ProviderDispatcher
 from realtime.settings import Settings
@@ -35,12 +35,39 @@ from realtime.store.redis_client import RedisClient
 from realtime.store.selection import open_store
 from realtime.store.sessions import SessionStore
 from realtime.store.tasks import TaskStore
-from realtime.telemetry import Metrics, Telemetry, meter_provider_from_env, provider_from_env
+from realtime.telemetry import (
+    Metrics,
+    StoreReading,
+    Telemetry,
+    provider_from_env,
+    startup_summary,
+)
 from realtime.worker.reconciler import Reconciler
 from realtime.worker.runner import Runner
 from realtime.worker.timers import Timers
 
 log = logging.getLogger(__name__)
+
+
+def store_reading(
+    sessions: SessionStore, clock: Callable[[], float]
+) -> Callable[[], Awaitable[StoreReading]]:
+    """The read behind the Redis gauges (`aim.sessions.live`, `aim.outbox.pending`,
+    `aim.timer.lag`): one census of the indexes."""
+    warned = False
+
+    async def read() -> StoreReading:
+        nonlocal warned
+        census = await sessions.census()
+        if census.truncated and not warned:
+            warned = True
+            log.warning("metrics: more sessions than a census counts; the gauges stop there")
+        now_ms = int(clock() * 1000)
+        oldest = census.oldest_timer_ms
+        lag_ms = 0 if oldest is None else max(0, now_ms - oldest)
+        return StoreReading(census.states, census.outbox_pending, lag_ms / 1000)
+
+    return read
 
 
 @contextlib.asynccontextmanager
@@ -84,6 +111,7 @@ async def running(
         clock=clock,
     )
     engine.on_effects = lambda session_id: services.background(runner.run(session_id))
+    metrics.store.attach(store_reading(sessions, clock), max_age_s=settings.metrics_refresh_s)
     stop = asyncio.Event()
     loops = (
         [
@@ -93,6 +121,8 @@ async def running(
         if run_worker
         else []
     )
+    if metrics.pushes:  # an OTLP export cannot await a read: keep the Redis gauges current
+        loops.append(asyncio.create_task(metrics.store.keep_fresh(stop)))
     if run_worker and settings.reconcile_interval_s and gateway.configured:
         lease = DutyLease(redis, keys.reconciler_lease_key())
         reconciler = Reconciler(engine, gateway, lease, metrics=metrics)
@@ -113,6 +143,7 @@ async def running(
         stop.set()
         await services.hub.close()
         await asyncio.gather(*loops)
+        await metrics.store.aclose()
         await services.drain()
         await gateway.aclose()
         if release is not None:
@@ -122,10 +153,18 @@ async def running(
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     """`aim-realtime worker`: effects and timers without HTTP, until `stop` is set."""
-    metrics = Metrics(meter_provider_from_env(os.environ))
+    metrics = Metrics.from_env(os.environ, scrape=False)
     telemetry = Telemetry(provider_from_env(os.environ))
     try:
         async with running(settings, metrics=metrics, telemetry=telemetry):
+            log.info(
+                startup_summary(
+                    os.environ,
+                    tracing=telemetry.provider is not None,
+                    metrics_pushed=metrics.pushes,
+                    scraped=None,
+                )
+            )
             log.info("worker running: retrying effects and firing timers")
             await stop.wait()
     finally:
@@ -146,12 +185,16 @@ def create_app(
     """Build the service. Without `store` (a Redis client), one is opened at start-up as
     profile §14 says; `run_worker=False` (`serve --no-worker`) leaves effects retries and
     timers to workers. `settle_heap` (what `serve` asks for: one app per process) freezes what
-    start-up allocated, so garbage collection stops walking it."""
+    start-up allocated, so garbage collection stops walking it. A `meter_provider` (tests)
+    replaces the service's own: its readers get the instruments, and `GET /metrics` (on unless
+    `AIM_METRICS=off`) answers an empty page."""
     telemetry = Telemetry(
         tracer_provider if tracer_provider is not None else provider_from_env(os.environ)
     )
-    metrics = Metrics(
-        meter_provider if meter_provider is not None else meter_provider_from_env(os.environ)
+    metrics = (
+        Metrics(meter_provider)
+        if meter_provider is not None
+        else Metrics.from_env(os.environ, scrape=settings.metrics)
     )
 
     @contextlib.asynccontextmanager
@@ -166,6 +209,14 @@ def create_app(
                 metrics=metrics,
                 telemetry=telemetry,
             ) as services:
+                log.info(
+                    startup_summary(
+                        os.environ,
+                        tracing=telemetry.provider is not None,
+                        metrics_pushed=metrics.pushes,
+                        scraped=settings.metrics,
+                    )
+                )
                 app.state.dispatcher = Dispatcher(
                     services, authenticator, telemetry, RateLimiter(settings.rate_limit_rps)
                 )
@@ -186,7 +237,7 @@ def create_app(
             metrics.shutdown()
 
     app = Litestar(
-        route_handlers=ROUTES,
+        route_handlers=[*ROUTES, METRICS_ROUTE] if settings.metrics else ROUTES,
         lifespan=[lifespan],
         # the JSON-RPC route enforces its own limit so it can answer with a JSON-RPC body
         request_max_body_size=None,

@@ -20,6 +20,7 @@ from realtime.rpc.dispatch import Dispatcher, SseEvent
 from realtime.rpc.envelope import body_error
 from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
+from realtime.telemetry import PROMETHEUS_CONTENT_TYPE
 
 JSON: Final = "application/json"
 EVENT_STREAM: Final = "text/event-stream"
@@ -191,3 +192,16 @@ async def readyz(state: State) -> Response[bytes]:
 
 
 ROUTES: Final = [a2a, provider, livekit_webhook, agent_card, healthz, readyz]
+
+
+@get("/metrics")
+async def metrics(state: State) -> Response[bytes]:
+    """The Prometheus text format (profile §17), without a token like every scrape target;
+    registered unless `AIM_METRICS=off` (then 404). Never waits on Redis for longer than one
+    bounded read of the gauges (`telemetry.StoreGauges`)."""
+    dispatcher: Dispatcher = state.dispatcher
+    body = await dispatcher.services.metrics.exposition()
+    return Response(body, media_type=PROMETHEUS_CONTENT_TYPE)
+
+
+METRICS_ROUTE: Final = metrics

@@ -82,6 +82,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_request_timeout_s: int = 30
     http_max_connections: int = 2048
 
+    metrics: bool = True  # GET /metrics (Prometheus text format)
+    metrics_refresh_s: float = 15.0  # the gauges read from Redis are at most this old
+    access_log: bool = True  # one JSON line per JSON-RPC call
+
     @property
     def provider_url(self) -> str:
         """The provider API's URL an agent is told (`providerUrl` of the dispatch metadata)."""
@@ -218,6 +222,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             http_max_connections=reader.integer(
                 "AIM_HTTP_MAX_CONNECTIONS", defaults.http_max_connections, low=1, high=1_000_000
             ),
+            metrics=reader.flag("AIM_METRICS", default=defaults.metrics),
+            # 0: read on every scrape (one scraper, small deployments)
+            metrics_refresh_s=reader.number(
+                "AIM_METRICS_REFRESH_S", defaults.metrics_refresh_s, low=0.0, high=3600.0
+            ),
+            access_log=reader.flag("AIM_ACCESS_LOG", default=defaults.access_log),
         )
         if reader.problems:
             raise SettingsError(reader.problems)
@@ -247,8 +257,8 @@ class _Reader:
             return None
         return value
 
-    def flag(self, name: str) -> bool:
-        value = (self.text(name) or "0").lower()
+    def flag(self, name: str, *, default: bool = False) -> bool:
+        value = (self.text(name) or ("1" if default else "0")).lower()
         if value in ("1", "true", "yes", "on"):
             return True
         if value in ("0", "false", "no", "off"):

@@ -42,6 +42,9 @@ from realtime.rpc.registry import EXTENSIONS, METHODS, SUPPORTED_VERSIONS
 from realtime.telemetry import ATTR_PRINCIPAL, RpcSpan, Telemetry
 
 log = logging.getLogger(__name__)
+# one line per JSON-RPC call (AIM_ACCESS_LOG): what was called and how it ended, never the
+# token, the params or the request id (the caller chooses it)
+access_log = logging.getLogger("realtime.access")
 
 _ENCODER: Final = msgspec.json.Encoder()
 VERSION_HEADER: Final = "a2a-version"
@@ -160,6 +163,7 @@ class Endpoint(abc.ABC):
         self.services = services
         self.telemetry = telemetry
         self.limiter = limiter
+        self.access_log = services.settings.access_log
 
     async def handle(
         self, body: bytes, headers: Mapping[str, str], *, too_large: bool = False
@@ -179,7 +183,24 @@ class Endpoint(abc.ABC):
                 failure = InternalError()
                 span.set_error(code_of(failure), failure.message)
                 reply = error_reply(failure, served)
-        self.services.metrics.rpc_call(span.method, span.code, time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            if self.access_log:  # inside the span: the formatter adds its trace id
+                access_log.info(
+                    "POST %s %s %d",
+                    self.path,
+                    span.method,
+                    reply.status,
+                    extra={
+                        "json_fields": {
+                            "path": self.path,
+                            "method": span.method,
+                            "code": span.code,
+                            "status": reply.status,
+                            "duration_ms": round(elapsed * 1000, 3),
+                        }
+                    },
+                )
+        self.services.metrics.rpc_call(span.method, span.code, elapsed)
         return reply
 
     @property
