@@ -24,6 +24,7 @@ from realtime.engine.core import Engine
 from realtime.fanout import EventHub
 from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.methods.context import Services
+from realtime.metrics import Metrics, StoreReading
 from realtime.routes import METRICS_ROUTE, ROUTES, AgentCardBody
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
 from realtime.rpc.provider import ProviderDispatcher
@@ -35,13 +36,7 @@ from realtime.store.redis_client import RedisClient
 from realtime.store.selection import open_store
 from realtime.store.sessions import SessionStore
 from realtime.store.tasks import TaskStore
-from realtime.telemetry import (
-    Metrics,
-    StoreReading,
-    Telemetry,
-    provider_from_env,
-    startup_summary,
-)
+from realtime.telemetry import Telemetry, provider_from_env, startup_summary
 from realtime.worker.reconciler import Reconciler
 from realtime.worker.runner import Runner
 from realtime.worker.timers import Timers

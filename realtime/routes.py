@@ -16,11 +16,11 @@ from realtime.errors import Unavailable
 from realtime.livekit_adapter.webhooks import WebhookRejected
 from realtime.livekit_adapter.webhooks import verify as verify_webhook
 from realtime.methods import webhooks
+from realtime.metrics import PROMETHEUS_CONTENT_TYPE
 from realtime.rpc.dispatch import Dispatcher, SseEvent
 from realtime.rpc.envelope import body_error
 from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
-from realtime.telemetry import PROMETHEUS_CONTENT_TYPE
 
 JSON: Final = "application/json"
 EVENT_STREAM: Final = "text/event-stream"

@@ -15,11 +15,11 @@ from realtime.a2a.types import timestamp
 from realtime.auth import Principal
 from realtime.engine.core import Engine
 from realtime.fanout import EventHub
+from realtime.metrics import Metrics
 from realtime.settings import Settings
 from realtime.store.events import EventStore
 from realtime.store.sessions import SessionStore
 from realtime.store.tasks import TaskStore
-from realtime.telemetry import Metrics
 from realtime.worker.runner import Runner
 
 P = TypeVar("P", bound=Params)

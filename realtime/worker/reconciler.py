@@ -44,8 +44,8 @@ from realtime.livekit_adapter.api import (
     LiveParticipant,
     LiveRoom,
 )
+from realtime.metrics import Metrics
 from realtime.store.leases import DutyLease
-from realtime.telemetry import Metrics
 from state_machines import RoomLost, Session
 from state_machines import endpoint as endpoints
 from state_machines import session as machine

@@ -19,8 +19,8 @@ from realtime.auth import mint_provider_token
 from realtime.engine.core import Applied, Contended, Engine
 from realtime.errors import Unavailable
 from realtime.livekit_adapter.api import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
+from realtime.metrics import Metrics
 from realtime.store.records import PendingEffect
-from realtime.telemetry import Metrics
 from state_machines import (
     CreateRoom,
     DeleteRoom,

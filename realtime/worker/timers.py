@@ -17,7 +17,7 @@ from typing import Final
 from realtime.engine.core import Applied, Contended, Engine
 from realtime.engine.schedule import Timer
 from realtime.errors import Unavailable
-from realtime.telemetry import Metrics
+from realtime.metrics import Metrics
 from state_machines import (
     GraceExpired,
     IdleTimeout,

@@ -10,7 +10,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from realtime.app import create_app
-from realtime.telemetry import meter_provider_from_env, provider_from_env
+from realtime.metrics import meter_provider_from_env
+from realtime.telemetry import provider_from_env
 from tests.conftest import livekit_settings, rpc, serving
 from tests.e2e.realtime_helpers import create_session
 

@@ -14,10 +14,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from realtime.app import create_app
+from realtime.metrics import READ_TIMEOUT_S
 from realtime.settings import Settings
 from realtime.store import keys
 from realtime.store.redis_client import RedisClient
-from realtime.telemetry import READ_TIMEOUT_S
 from tests.conftest import TEST_SECRET, livekit_settings, rpc, serving
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
 from tests.tcp_proxy import redis_proxy

@@ -25,10 +25,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from realtime.app import create_app, running
 from realtime.methods.context import Services
+from realtime.metrics import Metrics
 from realtime.store import keys
 from realtime.store.leases import DutyLease
 from realtime.store.redis_client import RedisClient
-from realtime.telemetry import Metrics
 from realtime.worker.reconciler import Reconciler
 from tests.conftest import livekit_settings, serving
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of

@@ -9,8 +9,9 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from realtime.metrics import StoreGauges, StoreReading
 from realtime.settings import Settings, SettingsError
-from realtime.telemetry import StoreGauges, StoreReading, otlp_endpoint, startup_summary
+from realtime.telemetry import otlp_endpoint, startup_summary
 
 READING = StoreReading({"ready": 2, "active": 1}, 3, 0.5)
 
