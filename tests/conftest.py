@@ -4,6 +4,8 @@
 Redis selection mirrors the service: AIM_TEST_REDIS_URL (a database dedicated to tests: it is
 flushed), else a private redis-server on a unix socket, else the embedded store — never when
 AIM_REQUIRE_REDIS=1 (CI), where a missing Redis fails the run instead of passing silently.
+With AIM_TEST_REDIS_CLUSTER=1 (the cluster pass, `tests/cluster`) the URL is a Redis Cluster's,
+or a local cluster of three masters is started for the session (`tests/redis_cluster.py`).
 """
 
 from __future__ import annotations
@@ -32,10 +34,20 @@ from realtime.http_server import server_config
 from realtime.settings import Settings
 from realtime.store.redis_client import RedisClient
 from realtime.store.server import PrivateRedis, redis_server_available
+from tests import redis_cluster
+from tests.cluster import ON_CLUSTER, flush_cluster, skip_reason
 
 TEST_SECRET = "test-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 ALL_SCOPES = ("a2a.invoke", "a2a.tasks.read", "a2a.tasks.cancel")
 REALTIME = "urn:aim:a2a:realtime:v1"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In the cluster pass, skip the tests that cannot run on a Redis Cluster (saying why)."""
+    if ON_CLUSTER:
+        for item in items:
+            if reason := skip_reason(item.nodeid):
+                item.add_marker(pytest.mark.skip(reason=f"on Redis Cluster: {reason}"))
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +56,13 @@ def redis_url() -> Iterator[str | None]:
     url = os.environ.get("AIM_TEST_REDIS_URL")
     if url:
         yield url
+        return
+    if ON_CLUSTER:
+        with (
+            tempfile.TemporaryDirectory(prefix="aim-test-cluster-") as cluster_dir,
+            redis_cluster.running(Path(cluster_dir)) as cluster,
+        ):
+            yield cluster.url
         return
     if redis_server_available():
         with tempfile.TemporaryDirectory(prefix="aim-test-redis-") as data_dir:
@@ -60,8 +79,12 @@ def redis_url() -> Iterator[str | None]:
 
 @pytest.fixture
 async def store(redis_url: str | None) -> AsyncIterator[RedisClient]:
-    store = RedisClient.from_url(redis_url) if redis_url else RedisClient.in_process()
-    await store.client.flushdb()
+    if ON_CLUSTER and redis_url:
+        store = RedisClient.from_url(redis_url, cluster=True)
+        await flush_cluster(store)
+    else:
+        store = RedisClient.from_url(redis_url) if redis_url else RedisClient.in_process()
+        await store.client.flushdb()
     try:
         yield store
     finally:
@@ -196,6 +219,8 @@ def livekit_settings(livekit: Any, **overrides: Any) -> Settings:
         "livekit_webhook_keys": ((LIVEKIT_KEY, LIVEKIT_SECRET),),
         **overrides,
     }
+    if ON_CLUSTER and overrides.get("redis_url"):
+        values.setdefault("redis_cluster", True)
     return Settings(**values)
 
 

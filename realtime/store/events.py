@@ -4,7 +4,6 @@ hub's reads of many streams at once."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -63,19 +62,23 @@ class EventStore:
     ) -> list[tuple[str, list[Entry]]]:
         """New entries of each stream after its cursor. One XREAD for all of them (blocking up
         to `block_ms` until one has news) on a single Redis; on Cluster one non-blocking XREAD
-        per slot, since a call may not span slots (`block_ms` is ignored there)."""
+        per slot, since a call may not span slots (`block_ms` is ignored there), all in one
+        pipeline: one round trip and one connection per master. Each XREAD names its master:
+        redis-py would ask a node `COMMAND GETKEYS` for every XREAD to find its slot, and its
+        cluster client fails a command at once when a master's connections are all in use."""
         if not cursors:
             return []
         async with translated_errors():
             if not self._cluster:
                 replies = await self._client.xread(dict(cursors), count=count, block=block_ms)
             else:
-                groups = await asyncio.gather(
-                    *(
-                        self._client.xread({s: cursors[s] for s in group}, count=count)
-                        for group in slot_groups(list(cursors))
-                    )
-                )
+                pipe = self._client.pipeline(transaction=False)
+                for group in slot_groups(list(cursors)):
+                    pipe.execute_command(
+                        "XREAD", "COUNT", count, "STREAMS", *group, *(cursors[s] for s in group),
+                        target_nodes=self._client.get_node_from_key(group[0]),
+                    )  # fmt: skip
+                groups = await pipe.execute()
                 replies = [reply for group in groups for reply in group or ()]
         return [
             (text(stream), [_entry(entry) for entry in entries])
