@@ -197,6 +197,8 @@ async def test_owner_tasks_skips_missing_tasks_and_prunes_old_entries(
 ) -> None:
     await task_store.put(record("old", status_ms=1_000), ttl_s=60)
     await task_store.put(record("recent", status_ms=5_000), ttl_s=60)
+    # SendMessage indexes a task when it claims the messageId, before `put` writes it
+    await store.client.zadd(keys.owner_tasks_key(OWNER), {"old": 1_000, "recent": 5_000})
     # a claim whose task write never happened (a crash between the two steps)
     await task_store.claim_message(OWNER, "msg-lost", "lost", score_ms=6_000, ttl_s=60)
 
@@ -208,8 +210,11 @@ async def test_owner_tasks_skips_missing_tasks_and_prunes_old_entries(
     assert await task_store.get("old") is not None  # pruning touches the index only
 
 
-async def test_owner_tasks_keeps_an_entry_exactly_at_the_cut_off(task_store: TaskStore) -> None:
+async def test_owner_tasks_keeps_an_entry_exactly_at_the_cut_off(
+    store: RedisClient, task_store: TaskStore
+) -> None:
     await task_store.put(record("edge", status_ms=2_000), ttl_s=60)
+    await store.client.zadd(keys.owner_tasks_key(OWNER), {"edge": 2_000})
 
     tasks = await task_store.owner_tasks(OWNER, newer_than_ms=2_000)
 
