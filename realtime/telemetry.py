@@ -99,6 +99,14 @@ class JsonLogFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+def current_trace_id() -> str | None:
+    """The trace id of the current span (32 hex), or None. Without a tracer provider the
+    call's span carries the caller's `traceparent` (`Telemetry.rpc_span`), so the id is the
+    caller's; work started by no call has none."""
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
+
+
 EVENT_TRANSITION: Final = "aim.session.transition"
 
 
@@ -147,6 +155,12 @@ class Metrics:
             "aim.reconciler.corrections",
             description="drift between LiveKit and the sessions that the reconciler corrected",
         )
+        # Prometheus: aim_timeline_lost_total{reason="overflow|flush_failed"}
+        self._timeline_lost = meter.create_counter(
+            "aim.timeline.lost",
+            description="operations timeline entries dropped (recorder over its cap, or a flush "
+            "that Redis refused)",
+        )
 
     def rpc_call(self, method: str, code: int, seconds: float) -> None:
         if self.provider is None:
@@ -163,6 +177,9 @@ class Metrics:
 
     def webhook(self, outcome: str) -> None:
         self._webhooks.add(1, {"aim.webhook.outcome": outcome})
+
+    def timeline_lost(self, reason: str, count: int) -> None:
+        self._timeline_lost.add(count, {"reason": reason})
 
     def correction(self, kind: str) -> None:
         self._corrections.add(1, {"kind": kind})

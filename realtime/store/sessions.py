@@ -6,7 +6,6 @@ written idempotently next to a commit, never inside it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, cast
 
@@ -177,9 +176,13 @@ class SessionStore:
         ttl_s: int,
         due_ms: int,
         timers: Mapping[str, int] | None = None,
+        now_ms: int = 0,
     ) -> Committed:
-        """One atomic script on the session's slot; the cross-slot outbox index rides along in
-        the same round trip (written idempotently: an index entry without effects is harmless)."""
+        """One atomic script on the session's slot; the cross-slot indexes (due effects and
+        timers, the owner's tasks, every session by its last commit at `now_ms`) ride along in
+        the same round trip, written idempotently: an index entry whose commit lost its version
+        race is harmless (an empty outbox is dropped, a stale timer refused, a session listed
+        by the time it was last touched)."""
         record.check_writable()
         args: list[Any] = [
             expected_version,
@@ -203,45 +206,40 @@ class SessionStore:
         ]
         if self._cluster:
             # redis-py's cluster pipeline refuses scripts: the due entries, the commit, then the
-            # owner index (idempotent; a later commit of the task refreshes it)
+            # owner and operations indexes (idempotent; a later commit refreshes them)
             async with translated_errors():
-                await self._arm(session_id, effects, due_ms, timers, self._client)
+                await self._arm(session_id, effects, due_ms, timers, ttl_s)
                 reply = await self._commit(keys=script_keys, args=args)
                 await self._client.zadd(
                     keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms}
                 )
+                await self._client.zadd(keys.ops_sessions_key(), {session_id: now_ms}, gt=True)
         else:
-            # one round trip: the due entries, the commit, the owner index (all idempotent but
-            # the commit, which a NOSCRIPT answer shows did not run)
-            commands: list[tuple[Any, ...]] = []
-            if effects:
-                commands.append(("ZADD", keys.outbox_due_key(), due_ms, session_id))
-            if timers:
-                commands.append(("ZADD", keys.timers_due_key(), *_score_pairs(timers)))
+            # one round trip: the due entries, the commit, the indexes (all idempotent but the
+            # commit, which a NOSCRIPT answer shows did not run)
+            commands = _armed(session_id, effects, due_ms, timers, ttl_s)
+            commit_at = len(commands)
             commands.append(("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args))
             commands.append(
                 ("ZADD", keys.owner_tasks_key(record.owner), task.status_ms, task.task.id)
             )
-            reply = (await self._store.pipelined(commands))[-2]
+            commands.append(("ZADD", keys.ops_sessions_key(), "GT", now_ms, session_id))
+            reply = (await self._store.pipelined(commands))[commit_at]
         return _committed(reply)
 
-    @staticmethod
     async def _arm(
+        self,
         session_id: str,
         effects: Sequence[tuple[str, PendingEffect]],
         due_ms: int,
         timers: Mapping[str, int] | None,
-        target: Any,
+        ttl_s: int,
     ) -> None:
         """The cross-slot due entries of a commit, written *before* it: if the commit then fails
         or conflicts they are harmless (an empty outbox is dropped from the index, a stale timer
         is refused), while a commit whose indexes were lost could never be found again."""
-        for write in (
-            target.zadd(keys.outbox_due_key(), {session_id: due_ms}) if effects else None,
-            target.zadd(keys.timers_due_key(), dict(timers)) if timers else None,
-        ):
-            if write is not None and asyncio.iscoroutine(write):
-                await write
+        for command in _armed(session_id, effects, due_ms, timers, ttl_s):
+            await self._client.execute_command(*command)
 
     async def pending(self, session_id: str) -> list[tuple[str, PendingEffect]]:
         """The session's outbox in creation order (effect ids sort by commit)."""
@@ -251,15 +249,39 @@ class SessionStore:
             (text(effect_id), EFFECT_DECODER.decode(raw)) for effect_id, raw in entries.items()
         )
 
-    async def done(self, session_id: str, effect_id: str) -> None:
-        async with translated_errors():
-            await self._client.hdel(keys.outbox_key(session_id), effect_id)
+    async def done(
+        self, session_id: str, effect_id: str, noted: bytes | None = None, ttl_s: int = 0
+    ) -> None:
+        """Forget a carried-out effect; `noted` (a timeline entry: the LiveKit call's result)
+        is written with it, on the session's slot, in the same round trip."""
+        write = ("HDEL", keys.outbox_key(session_id), effect_id)
+        await self._outbox_write(session_id, write, noted, ttl_s)
 
-    async def retry_later(self, session_id: str, effect_id: str, effect: PendingEffect) -> None:
+    async def retry_later(
+        self,
+        session_id: str,
+        effect_id: str,
+        effect: PendingEffect,
+        noted: bytes | None = None,
+        ttl_s: int = 0,
+    ) -> None:
+        """Keep a failed effect for a retry; `noted` as for `done`."""
+        write = ("HSET", keys.outbox_key(session_id), effect_id, SESSION_ENCODER.encode(effect))
+        await self._outbox_write(session_id, write, noted, ttl_s)
+
+    async def _outbox_write(
+        self, session_id: str, write: tuple[Any, ...], noted: bytes | None, ttl_s: int
+    ) -> None:
         async with translated_errors():
-            await self._client.hset(
-                keys.outbox_key(session_id), effect_id, SESSION_ENCODER.encode(effect)
-            )
+            if noted is None:
+                await self._client.execute_command(*write)
+                return
+            pipe = self._client.pipeline(transaction=False)
+            pipe.execute_command(*write)
+            stream = keys.timeline_key(session_id)
+            pipe.xadd(stream, {"e": noted}, maxlen=keys.TIMELINE_MAXLEN, approximate=True)
+            pipe.expire(stream, ttl_s)
+            await pipe.execute()
 
     async def schedule(self, session_id: str, due_ms: int | None) -> None:
         """Look at the session's outbox again at `due_ms` (None: nothing left to do)."""
@@ -307,8 +329,17 @@ class SessionStore:
         return found
 
     async def timer_done(self, member: str) -> None:
+        """A timer fired (or was refused): out of the due index and its session's list."""
+        session_id = member.partition("|")[0]
         async with translated_errors():
-            await self._client.zrem(keys.timers_due_key(), member)
+            if self._cluster:  # two slots: two commands
+                await self._client.zrem(keys.timers_due_key(), member)
+                await self._client.hdel(keys.session_timers_key(session_id), member)
+                return
+            pipe = self._client.pipeline(transaction=False)
+            pipe.zrem(keys.timers_due_key(), member)
+            pipe.hdel(keys.session_timers_key(session_id), member)
+            await pipe.execute()
 
     async def due(self, now_ms: int, limit: int = 50) -> list[str]:
         async with translated_errors():
@@ -316,6 +347,26 @@ class SessionStore:
                 keys.outbox_due_key(), "-inf", now_ms, start=0, num=limit
             )
         return [text(member) for member in members]
+
+
+def _armed(
+    session_id: str,
+    effects: Sequence[tuple[str, PendingEffect]],
+    due_ms: int,
+    timers: Mapping[str, int] | None,
+    ttl_s: int,
+) -> list[tuple[Any, ...]]:
+    """The due entries of a commit: the session in the outbox index when it stores effects;
+    its timers in the timers index and in the session's own list (what an operator reads)."""
+    commands: list[tuple[Any, ...]] = []
+    if effects:
+        commands.append(("ZADD", keys.outbox_due_key(), due_ms, session_id))
+    if timers:
+        commands.append(("ZADD", keys.timers_due_key(), *_score_pairs(timers)))
+        armed = keys.session_timers_key(session_id)
+        commands.append(("HSET", armed, *(item for pair in timers.items() for item in pair)))
+        commands.append(("EXPIRE", armed, ttl_s))
+    return commands
 
 
 def _committed(reply: Any) -> Committed:
