@@ -26,15 +26,18 @@ from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.methods.context import Services
 from realtime.routes import ROUTES, AgentCardBody
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
+from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
 from realtime.settings import Settings
 from realtime.store import keys
 from realtime.store.events import EventStore
 from realtime.store.leases import DutyLease
+from realtime.store.ops import OpsStore
 from realtime.store.redis_client import RedisClient
 from realtime.store.selection import open_store
 from realtime.store.sessions import SessionStore
 from realtime.store.tasks import TaskStore
+from realtime.store.timeline import Recorder, TimelineStore
 from realtime.telemetry import Metrics, Telemetry, meter_provider_from_env, provider_from_env
 from realtime.worker.reconciler import Reconciler
 from realtime.worker.runner import Runner
@@ -71,6 +74,14 @@ async def running(
         gateway,
         metrics=metrics,
     )
+    # the operations timeline's entries that no commit carries, written off the request path
+    recorder = Recorder(
+        TimelineStore(redis),
+        ttl_s=settings.task_ttl_s,
+        clock=clock,
+        metrics=metrics,
+        code_of=code_of,
+    )
     services = Services(
         settings=settings,
         task_store=TaskStore(redis),
@@ -80,6 +91,8 @@ async def running(
         engine=engine,
         runner=runner,
         hub=EventHub(events, buffer=settings.sse_buffer_events),
+        recorder=recorder,
+        ops_store=OpsStore(redis),
         metrics=metrics,
         clock=clock,
     )
@@ -88,7 +101,7 @@ async def running(
     loops = (
         [
             asyncio.create_task(runner.loop(stop)),
-            asyncio.create_task(Timers(engine, metrics=metrics).loop(stop)),
+            asyncio.create_task(Timers(engine, metrics=metrics, recorder=recorder).loop(stop)),
         ]
         if run_worker
         else []
@@ -107,6 +120,7 @@ async def running(
             "reconciler off: %s",
             "LiveKit is not configured" if settings.reconcile_interval_s else "interval 0",
         )
+    recording = asyncio.create_task(recorder.run())
     try:
         yield services
     finally:
@@ -114,6 +128,8 @@ async def running(
         await services.hub.close()
         await asyncio.gather(*loops)
         await services.drain()
+        await recorder.close()  # what the loops and the last requests recorded is written
+        await recording
         await gateway.aclose()
         if release is not None:
             await redis.aclose()
