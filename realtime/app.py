@@ -24,7 +24,7 @@ from realtime.engine.core import Engine
 from realtime.fanout import EventHub
 from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.methods.context import Services
-from realtime.routes import ROUTES, AgentCardBody
+from realtime.routes import OPS_ROUTES, ROUTES, AgentCardBody, OpsConsole
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
 from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
@@ -202,7 +202,7 @@ def create_app(
             metrics.shutdown()
 
     app = Litestar(
-        route_handlers=ROUTES,
+        route_handlers=[*ROUTES, *OPS_ROUTES],
         lifespan=[lifespan],
         # the JSON-RPC route enforces its own limit so it can answer with a JSON-RPC body
         request_max_body_size=None,
@@ -210,4 +210,5 @@ def create_app(
         logging_config=None,  # the process's logging (JSON lines from the CLI) stays as it is
     )
     app.state.agent_card = AgentCardBody(build_agent_card(settings))
+    app.state.ops_console = OpsConsole.load()
     return app
