@@ -25,17 +25,21 @@ from realtime.fanout import EventHub
 from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.methods.context import Services
 from realtime.metrics import Metrics, StoreReading
-from realtime.routes import METRICS_ROUTE, ROUTES, AgentCardBody
+from realtime.routes import METRICS_ROUTE, OPS_ROUTES, ROUTES, AgentCardBody, OpsConsole
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
+from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
 from realtime.settings import Settings
 from realtime.store import keys
+from realtime.store.census import CensusStore
 from realtime.store.events import EventStore
 from realtime.store.leases import DutyLease
+from realtime.store.ops import OpsStore
 from realtime.store.redis_client import RedisClient
 from realtime.store.selection import open_store
 from realtime.store.sessions import SessionStore
 from realtime.store.tasks import TaskStore
+from realtime.store.timeline import Recorder, TimelineStore
 from realtime.telemetry import Telemetry, provider_from_env, startup_summary
 from realtime.worker.reconciler import Reconciler
 from realtime.worker.runner import Runner
@@ -45,7 +49,7 @@ log = logging.getLogger(__name__)
 
 
 def store_reading(
-    sessions: SessionStore, clock: Callable[[], float]
+    census_store: CensusStore, clock: Callable[[], float]
 ) -> Callable[[], Awaitable[StoreReading]]:
     """The read behind the Redis gauges (`aim.sessions.live`, `aim.outbox.pending`,
     `aim.timer.lag`): one census of the indexes."""
@@ -53,7 +57,7 @@ def store_reading(
 
     async def read() -> StoreReading:
         nonlocal warned
-        census = await sessions.census()
+        census = await census_store.read()
         if census.truncated and not warned:
             warned = True
             log.warning("metrics: more sessions than a census counts; the gauges stop there")
@@ -93,6 +97,14 @@ async def running(
         gateway,
         metrics=metrics,
     )
+    # the operations timeline's entries that no commit carries, written off the request path
+    recorder = Recorder(
+        TimelineStore(redis),
+        ttl_s=settings.task_ttl_s,
+        clock=clock,
+        metrics=metrics,
+        code_of=code_of,
+    )
     services = Services(
         settings=settings,
         task_store=TaskStore(redis),
@@ -102,16 +114,20 @@ async def running(
         engine=engine,
         runner=runner,
         hub=EventHub(events, buffer=settings.sse_buffer_events),
+        recorder=recorder,
+        ops_store=OpsStore(redis),
         metrics=metrics,
         clock=clock,
     )
     engine.on_effects = lambda session_id: services.background(runner.run(session_id))
-    metrics.store.attach(store_reading(sessions, clock), max_age_s=settings.metrics_refresh_s)
+    metrics.store.attach(
+        store_reading(CensusStore(redis, sessions), clock), max_age_s=settings.metrics_refresh_s
+    )
     stop = asyncio.Event()
     loops = (
         [
             asyncio.create_task(runner.loop(stop)),
-            asyncio.create_task(Timers(engine, metrics=metrics).loop(stop)),
+            asyncio.create_task(Timers(engine, metrics=metrics, recorder=recorder).loop(stop)),
         ]
         if run_worker
         else []
@@ -132,6 +148,7 @@ async def running(
             "reconciler off: %s",
             "LiveKit is not configured" if settings.reconcile_interval_s else "interval 0",
         )
+    recording = asyncio.create_task(recorder.run())
     try:
         yield services
     finally:
@@ -140,6 +157,8 @@ async def running(
         await asyncio.gather(*loops)
         await metrics.store.aclose()
         await services.drain()
+        await recorder.close()  # what the loops and the last requests recorded is written
+        await recording
         await gateway.aclose()
         if release is not None:
             await redis.aclose()
@@ -232,7 +251,9 @@ def create_app(
             metrics.shutdown()
 
     app = Litestar(
-        route_handlers=[*ROUTES, METRICS_ROUTE] if settings.metrics else ROUTES,
+        route_handlers=(
+            [*ROUTES, *OPS_ROUTES, METRICS_ROUTE] if settings.metrics else [*ROUTES, *OPS_ROUTES]
+        ),
         lifespan=[lifespan],
         # the JSON-RPC route enforces its own limit so it can answer with a JSON-RPC body
         request_max_body_size=None,
@@ -240,4 +261,5 @@ def create_app(
         logging_config=None,  # the process's logging (JSON lines from the CLI) stays as it is
     )
     app.state.agent_card = AgentCardBody(build_agent_card(settings))
+    app.state.ops_console = OpsConsole.load()
     return app

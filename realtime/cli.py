@@ -223,7 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     token = commands.add_parser("token", help="print a development bearer token")
     token.add_argument("--sub", required=True, help="the subject (principal) of the token")
     token.add_argument(
-        "--scope", default=ALL_SCOPES, help="space-separated scopes (default: all three)"
+        "--scope",
+        default=ALL_SCOPES,
+        help="space-separated scopes (default: the three client scopes; aim.operator opens the "
+        "operations API and console, /ops)",
     )
     token.add_argument(
         "--ttl", type=int, default=3600, help="lifetime in seconds (default: %(default)s)"

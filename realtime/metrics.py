@@ -221,6 +221,12 @@ class Metrics:
             "aim.reconciler.corrections",
             description="drift between LiveKit and the sessions that the reconciler corrected",
         )
+        # Prometheus: aim_timeline_lost_total{reason="overflow|flush_failed"}
+        self._timeline_lost = meter.create_counter(
+            "aim.timeline.lost",
+            description="operations timeline entries dropped (recorder over its cap, or a flush "
+            "that Redis refused)",
+        )
         self.store = StoreGauges(meter)
 
     @classmethod
@@ -260,6 +266,9 @@ class Metrics:
 
     def webhook(self, outcome: str) -> None:
         self._webhooks.add(1, {"aim.webhook.outcome": outcome})
+
+    def timeline_lost(self, reason: str, count: int) -> None:
+        self._timeline_lost.add(count, {"reason": reason})
 
     def correction(self, kind: str) -> None:
         self._corrections.add(1, {"kind": kind})

@@ -147,6 +147,14 @@ class JsonLogFormatter(logging.Formatter):
         return _LOG_ENCODER.encode(entry).decode()
 
 
+def current_trace_id() -> str | None:
+    """The trace id of the current span (32 hex), or None. Without a tracer provider the
+    call's span carries the caller's `traceparent` (`Telemetry.rpc_span`), so the id is the
+    caller's; work started by no call has none."""
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
+
+
 EVENT_TRANSITION: Final = "aim.session.transition"
 
 
@@ -171,7 +179,6 @@ def note_transition(
     span.add_event(EVENT_TRANSITION, attributes)
 
 
-# seconds, for calls that take a fraction of a millisecond up to a blocking create (≈ 5 s)
 class RpcSpan:
     """The handle a caller gets for the span of one call."""
 

@@ -31,6 +31,7 @@ from realtime.engine.entries import (
     outbox_entries,
     outcome_of,
     task_record_for,
+    without_known_history,
 )
 from realtime.engine.schedule import armed_by
 from realtime.livekit_adapter.tokens import JoinMedia, issue_join
@@ -169,7 +170,7 @@ class Engine:
         decision = decide_event(record.session, event, now=timestamp(now_ms))
         if isinstance(decision, Rejected):
             return Refused(decision, record.session)
-        decision = _without_known_history(decision, loaded.task)
+        decision = without_known_history(decision, loaded.task)
         noop = decision.state == record.session and not decision.has_effects
         if noop and command is None:
             # an idempotent no-op (e.g. ending an ended session): nothing to write
@@ -247,13 +248,17 @@ class Engine:
         return Contended(session_id)
 
     async def create(
-        self, record: SessionRecord, decision: Accepted[Session], task: TaskRecord
+        self,
+        record: SessionRecord,
+        decision: Accepted[Session],
+        task: TaskRecord,
+        note: Note | None = None,
     ) -> bool:
         """Commit a new session (version 0 → 1); False when it already exists."""
         session = decision.state
         now_ms = self.now_ms()
         pending = outbox_entries(1, session.epoch, decision.outbox)
-        event = event_entry(None, session, 1, now_ms, None, task.task)
+        event = event_entry(None, session, 1, now_ms, None, task.task, note)
         with self.telemetry.redis_span("commit", session.session_id):
             committed = await self.sessions.commit(
                 session.session_id,
@@ -267,6 +272,7 @@ class Engine:
                 ttl_s=self.settings.task_ttl_s,
                 due_ms=now_ms + RETRY_GRACE_MS,
                 timers=armed_by(self.settings, None, session, 1, now_ms),
+                now_ms=now_ms,
             )
         return committed.status == "ok"  # the caller carries out provisioning (it may wait)
 
@@ -281,7 +287,7 @@ class Engine:
             session, now_ms = loaded.record.session, self.now_ms()
             task = self._task(loaded, now_ms)
             version = loaded.version + 1
-            event = event_entry(session.state, session, version, now_ms, None, task.task, note)
+            event = event_entry(session, session, version, now_ms, None, task.task, note)
             with self.telemetry.redis_span("commit", session_id):
                 committed = await self.sessions.commit(
                     session_id,
@@ -294,6 +300,7 @@ class Engine:
                     effects=[],
                     ttl_s=self.settings.task_ttl_s,
                     due_ms=now_ms,
+                    now_ms=now_ms,
                 )
             if committed.status == "ok":
                 return Applied(session, version, task, True)
@@ -308,7 +315,7 @@ class Engine:
         command_id = decided.command.command_id if decided.command else None
         pending = outbox_entries(version, new.epoch, decided.decision.outbox)
         event = event_entry(
-            old.state, new, version, decided.now_ms, command_id, decided.task.task, note
+            old, new, version, decided.now_ms, decided.command, decided.task.task, note
         )
         with self.telemetry.redis_span("commit", decided.session_id):
             committed = await self.sessions.commit(
@@ -323,6 +330,7 @@ class Engine:
                 ttl_s=self.settings.task_ttl_s,
                 due_ms=decided.now_ms + RETRY_GRACE_MS,
                 timers=armed_by(self.settings, old, new, version, decided.now_ms),
+                now_ms=decided.now_ms,
             )
         if committed.status == "conflict":
             return None
@@ -378,15 +386,3 @@ def _replay(outcome: CommandOutcome, command: Command) -> Replayed | Reused:
     if outcome.method != command.method or outcome.digest != command.digest:
         return Reused(outcome, command)
     return Replayed(outcome)
-
-
-def _without_known_history(
-    decision: Accepted[Session], task: TaskRecord | None
-) -> Accepted[Session]:
-    """Appending a message the history already holds is a no-op (transcript items and
-    messages are idempotent by id)."""
-    if not decision.history or task is None or task.task.history is msgspec.UNSET:
-        return decision
-    known = {message.message_id for message in task.task.history}
-    kept = tuple(entry for entry in decision.history if entry.message_id not in known)
-    return msgspec.structs.replace(decision, history=kept)

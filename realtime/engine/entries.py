@@ -13,8 +13,9 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from realtime.store.records import CommandOutcome, PendingEffect, Task, TaskRecord
+from realtime.telemetry import current_trace_id
 from realtime.timestamps import timestamp
-from state_machines import OutboxEffect, Session
+from state_machines import Accepted, OutboxEffect, Session
 from state_machines.effects import AppendHistory
 
 _CANONICAL: Final = msgspec.json.Encoder(order="sorted")
@@ -38,19 +39,31 @@ class Command:
 
 
 class Cause(StrEnum):
-    """Who made a change that no client command, webhook or timer asked for (an event entry's
-    `cause`; profile §17)."""
+    """What made a change (an event entry's `cause`, shown by the operations timeline; profile
+    §17)."""
 
-    RECONCILER = "reconciler"
+    CREATE = "create"  # the SendMessage that created the session
+    COMMAND = "command"  # a client's call: a command with its commandId, or CancelTask
+    PROVIDER = "provider"  # the agent's call on /provider
+    WEBHOOK = "webhook"  # a LiveKit webhook
+    TIMER = "timer"  # a durable timer that fired
+    EFFECT = "effect"  # what a LiveKit call's completion feeds back (room ready, room deleted)
+    RECONCILER = "reconciler"  # a correction of drift between LiveKit and the sessions
 
 
 @dataclass(frozen=True, slots=True)
 class Note:
-    """What an event entry says about a change the service made on its own: why, and what it
-    corrected (`kind`, the `room`, an `identity` ...)."""
+    """Why a commit happened, written into its event entry: the cause and what names it (the
+    call's `method`, the webhook's `event` and `event_id`, the `timer`, the `effect`) or, for the
+    reconciler, what it corrected (`kind`, the `room`, an `identity` ...). Never message text."""
 
     cause: Cause
-    correction: Mapping[str, str]
+    correction: Mapping[str, str] | None = None
+    method: str | None = None
+    event: str | None = None
+    event_id: str | None = None
+    timer: str | None = None
+    effect: str | None = None
 
 
 def outcome_of(
@@ -74,18 +87,21 @@ def outcome_of(
 
 
 def event_entry(
-    from_state: str | None,
+    old: Session | None,
     session: Session,
     version: int,
     now_ms: int,
-    command_id: str | None,
+    command: Command | None,
     task: Task,
     note: Note | None = None,
 ) -> bytes:
-    """One entry of the session's event stream. It holds the status of `task` (as committed), so
-    a subscriber renders the statusUpdate of any past event from the entry alone."""
+    """One entry of the session's event stream, the commit's move from `old` (None: created).
+    It holds the status of `task` (as committed), so a subscriber renders the statusUpdate of
+    any past event from the entry alone, and what an operator's timeline shows of the commit:
+    its cause, the call or webhook behind it, operations that changed state and the trace id of
+    the request (profile §17)."""
     entry: dict[str, Any] = {
-        "from": from_state,
+        "from": old.state if old is not None else None,
         "to": session.state,
         "epoch": session.epoch,
         "version": version,
@@ -93,12 +109,49 @@ def event_entry(
         "at": timestamp(now_ms),
         "status": task.status,
     }
-    if command_id:
-        entry["commandId"] = command_id
+    if command is not None:
+        entry["commandId"] = command.command_id
+        entry["method"] = command.method
+    cause = note.cause if note is not None else Cause.COMMAND if command is not None else None
+    if cause is not None:
+        entry["cause"] = cause
     if note is not None:
-        entry["cause"] = note.cause
-        entry["correction"] = dict(note.correction)
+        entry.update(_noted(note))
+    moved = _operations_moved(old, session)
+    if moved:
+        entry["operations"] = moved
+    trace_id = current_trace_id()
+    if trace_id is not None:
+        entry["traceId"] = trace_id
     return _EVENT_ENCODER.encode(entry)
+
+
+def _noted(note: Note) -> dict[str, Any]:
+    noted: dict[str, Any] = {}
+    if note.method is not None:
+        noted["method"] = note.method
+    if note.event is not None:
+        noted["webhook"] = {"event": note.event, "id": note.event_id}
+    if note.timer is not None:
+        noted["timer"] = note.timer
+    if note.effect is not None:
+        noted["effect"] = note.effect
+    if note.correction is not None:
+        noted["correction"] = dict(note.correction)
+    return noted
+
+
+def _operations_moved(old: Session | None, new: Session) -> list[dict[str, str]]:
+    """The operations the commit created or moved to another state (ids, kinds and states
+    only: an operation's action is the agent's text)."""
+    if not new.operations:
+        return []
+    before = {op.operation_id: op.state for op in old.operations} if old is not None else {}
+    return [
+        {"operationId": op.operation_id, "state": op.state, "operationKind": op.kind}
+        for op in new.operations
+        if before.get(op.operation_id) != op.state
+    ]
 
 
 def outbox_entries(
@@ -152,3 +205,15 @@ def task_record_for(
             history=history,
         ),
     )
+
+
+def without_known_history(
+    decision: Accepted[Session], task: TaskRecord | None
+) -> Accepted[Session]:
+    """Appending a message the history already holds is a no-op (transcript items and
+    messages are idempotent by id)."""
+    if not decision.history or task is None or task.task.history is msgspec.UNSET:
+        return decision
+    known = {message.message_id for message in task.task.history}
+    kept = tuple(entry for entry in decision.history if entry.message_id not in known)
+    return msgspec.structs.replace(decision, history=kept)

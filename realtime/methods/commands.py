@@ -27,7 +27,7 @@ from realtime.engine.core import (
     Replayed,
     Reused,
 )
-from realtime.engine.entries import Command, params_digest
+from realtime.engine.entries import Command, Note, params_digest
 from realtime.errors import CommandConflict, ServiceError, SessionNotFound, Unavailable
 from realtime.livekit_adapter.tokens import sign_join_token
 from realtime.methods.context import Call, Services
@@ -110,20 +110,29 @@ async def apply_command(
     owner: str | None,
     command: Command,
     render: Render,
+    note: Note | None = None,
+    rejected: Callable[[ServiceError], None] | None = None,
 ) -> Applied | Replayed:
     """Apply a command exactly once: decide, render its result, commit both (again after a
-    conflict). Applied (with its stored outcome) or Replayed; anything else is raised."""
+    conflict). Applied (with its stored outcome) or Replayed; anything else is raised, and
+    passed to `rejected` first when the session is there (and the caller's)."""
     for _ in range(MAX_ATTEMPTS):
         decided = await engine.decide(session_id, event, owner=owner, command=command)
         if isinstance(decided, Decided):
-            done = await engine.commit(decided, result=_ENCODER.encode(render(decided)))
+            done = await engine.commit(decided, result=_ENCODER.encode(render(decided)), note=note)
             if done is None:
                 continue  # another writer committed since the load: decide again
             decided = done
         if isinstance(decided, Applied | Replayed):
             return decided
-        raise error_of(decided)
-    raise error_of(Contended(session_id))
+        error = error_of(decided)
+        if rejected is not None and not isinstance(decided, Missing):
+            rejected(error)
+        raise error
+    error = error_of(Contended(session_id))
+    if rejected is not None:
+        rejected(error)
+    raise error
 
 
 async def run_command(
@@ -134,11 +143,40 @@ async def run_command(
     owner: str | None,
     command: Command,
     render: Render,
+    note: Note | None = None,
 ) -> msgspec.Raw:
-    """Apply a command exactly once; its stored result, byte for byte."""
+    """Apply a command exactly once; its stored result, byte for byte. What no commit carries
+    goes to the session's timeline: a replay, a command that applied without a change, and a
+    rejection with its error (never one of a session that is not there or not the caller's, so
+    nobody writes into a timeline they cannot see)."""
+    recorder = services.recorder
+
+    def rejected(error: ServiceError) -> None:
+        recorder.command(
+            session_id,
+            method=command.method,
+            command_id=command.command_id,
+            outcome="rejected",
+            error=error,
+        )
+
     done = await apply_command(
-        services.engine, session_id, event, owner=owner, command=command, render=render
+        services.engine,
+        session_id,
+        event,
+        owner=owner,
+        command=command,
+        render=render,
+        note=note,
+        rejected=rejected,
     )
+    if isinstance(done, Replayed) or not done.changed:
+        recorder.command(
+            session_id,
+            method=command.method,
+            command_id=command.command_id,
+            outcome="replayed" if isinstance(done, Replayed) else "applied",
+        )
     return msgspec.Raw(stored_result(services.settings, outcome_of(done)))
 
 

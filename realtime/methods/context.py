@@ -18,8 +18,10 @@ from realtime.fanout import EventHub
 from realtime.metrics import Metrics
 from realtime.settings import Settings
 from realtime.store.events import EventStore
+from realtime.store.ops import OpsStore
 from realtime.store.sessions import SessionStore
 from realtime.store.tasks import TaskStore
+from realtime.store.timeline import Recorder
 from realtime.worker.runner import Runner
 
 P = TypeVar("P", bound=Params)
@@ -45,6 +47,8 @@ class Services:
     engine: Engine
     runner: Runner
     hub: EventHub
+    recorder: Recorder  # the operations timeline's entries that no commit carries
+    ops_store: OpsStore  # the operations API's reads
     metrics: Metrics = field(default_factory=lambda: Metrics(None))
     clock: Callable[[], float] = time.time
     new_id: Callable[[], str] = field(default=_new_id)

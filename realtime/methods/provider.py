@@ -20,7 +20,7 @@ from realtime.a2a import provider as p
 from realtime.a2a import types as wire
 from realtime.auth import ProviderGrant
 from realtime.engine.core import AnyEvent, Decided
-from realtime.engine.entries import Command, params_digest
+from realtime.engine.entries import Cause, Command, Note, params_digest
 from realtime.errors import CommandConflict, invalid_params
 from realtime.methods.commands import applied, run_command
 from realtime.methods.context import Services
@@ -33,6 +33,9 @@ _TITLES: Final = {
     ("agent", "camera"): "Let the agent show its camera",
     ("agent", "screen"): "Let the agent share its screen",
 }
+
+
+_PROVIDER: Final = Note(Cause.PROVIDER)
 
 
 def action_digest(action: Any) -> str:
@@ -73,6 +76,7 @@ async def _exactly_once(
             owner=None,
             command=_command(method, params),
             render=render,
+            note=_PROVIDER,
         )
     except CommandConflict:
         raise CommandConflict(
@@ -86,7 +90,10 @@ async def report_agent_state(
     services: Services, grant: ProviderGrant, params: p.ReportAgentStateParams
 ) -> Any:
     event = provider.ReportAgentState(params.session_epoch, grant.epoch, params.state)
-    session = applied(await services.engine.execute(params.session_id, event)).session
+    outcome = await services.engine.execute(
+        params.session_id, event, note=Note(Cause.PROVIDER, method="aim.provider.ReportAgentState")
+    )
+    session = applied(outcome).session
     return {
         "sessionId": session.session_id,
         "sessionEpoch": session.epoch,
@@ -159,7 +166,8 @@ async def append_transcript(
     event = provider.AppendTranscript(
         params.session_epoch, grant.epoch, params.item_id, params.role, params.text
     )
-    applied(await services.engine.execute(params.session_id, event))
+    note = Note(Cause.PROVIDER, method="aim.provider.AppendTranscript")
+    applied(await services.engine.execute(params.session_id, event, note=note))
     return {"itemId": params.item_id}
 
 

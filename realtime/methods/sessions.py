@@ -14,6 +14,7 @@ from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
 from realtime.a2a.projection import task_metadata
 from realtime.engine.core import Decided, Missing, Refused
+from realtime.engine.entries import Cause, Note
 from realtime.errors import (
     CommandConflict,
     CommandNotFound,
@@ -140,6 +141,10 @@ async def create_session(
         raise InternalError("The session could not be created; retry the request.")
     if status == "ok" or created:  # whoever commits the session starts its provisioning
         existing = await _provision(services, session_id, task_id, wait=wait) or existing
+    else:  # the same messageId or clientSessionId again: the first create's task
+        services.recorder.command(
+            session_id, method=call.method, command_id=None, outcome="replayed"
+        )
     return wire.SendMessageResult(task=tasks.view(existing.task, history_length))
 
 
@@ -184,7 +189,9 @@ async def _commit_new(
     record = SessionRecord(
         owner=call.principal.key, principal_name=call.principal.subject, session=session
     )
-    created = await services.engine.create(record, decision, task)
+    created = await services.engine.create(
+        record, decision, task, Note(Cause.CREATE, method=call.method)
+    )
     return task if created else None
 
 
@@ -347,7 +354,9 @@ async def cancel_realtime_task(
     """CancelTask of a realtime task ends its session (endReason `canceled`)."""
     metadata = record.task.metadata
     session_id = metadata[wire.REALTIME_EXTENSION]["sessionId"] if metadata else ""
-    outcome = await services.engine.execute(session_id, machine.Cancel(), owner=owner)
+    outcome = await services.engine.execute(
+        session_id, machine.Cancel(), owner=owner, note=Note(Cause.COMMAND, method="CancelTask")
+    )
     if isinstance(outcome, Missing):
         raise TaskNotFound(record.task.id)
     if isinstance(outcome, Refused) and isinstance(error_of(outcome), InvalidState):

@@ -12,11 +12,12 @@ from typing import Final
 
 import msgspec
 
-from realtime.engine.core import Applied, Contended, Replayed
-from realtime.engine.entries import Command, params_digest
+from realtime.engine.core import Applied, Contended, Missing, Refused, Replayed
+from realtime.engine.entries import Cause, Command, Note, params_digest
 from realtime.errors import Unavailable
 from realtime.livekit_adapter.webhooks import Notice
 from realtime.methods.context import Services
+from realtime.store.timeline import WebhookVerdict
 from state_machines import ParticipantJoined, ParticipantLeft, RoomLost, SessionEvent
 from state_machines.interactions import InteractionEvent, TrackChanged
 from state_machines.session import parse_room_name
@@ -55,6 +56,9 @@ async def handle(services: Services, notice: Notice) -> str:
     The event id is recorded in the same atomic commit as the transition it causes (as the
     commandId of a server command), so a duplicate is recognised exactly when its first
     delivery changed something, and a delivery that failed (Redis down) is not recorded at all.
+    The session's timeline shows every webhook of its rooms that sessions follow: an applied one
+    in its commit's event entry, the others (duplicate, fenced: for a room the session has left,
+    ignored) through the recorder.
     """
     named = parse_room_name(notice.room)
     if named is None:
@@ -62,7 +66,7 @@ async def handle(services: Services, notice: Notice) -> str:
     session_id, room_epoch = named
     event = session_event(notice, room_epoch)
     if event is None:
-        return "ignored"
+        return "ignored"  # not one sessions follow (nor one their timeline shows)
     command = (
         Command(
             WEBHOOK_METHOD,
@@ -80,17 +84,25 @@ async def handle(services: Services, notice: Notice) -> str:
         event,
         command=command,
         result=_ENCODER.encode({"event": notice.event, "eventId": notice.event_id}),
+        note=Note(Cause.WEBHOOK, event=notice.event, event_id=notice.event_id or None),
     )
     match outcome:
-        case Applied():
+        case Applied(changed=changed):
+            if not changed:  # no commit, so no event entry says so
+                _note(services, session_id, notice, "applied")
             return "applied"
         case Replayed():
+            _note(services, session_id, notice, "duplicate")
             return "duplicate"
         case Contended():
             raise Unavailable(
                 "The session is changing too fast to record this webhook.", service="redis"
             )
         case _:  # refused, for a session that is not there, or an event id seen for another event
+            if isinstance(outcome, Refused) and outcome.session.room != notice.room:
+                _note(services, session_id, notice, "fenced")
+            elif not isinstance(outcome, Missing):
+                _note(services, session_id, notice, "ignored")
             log.info(
                 "webhook %s for session %s ignored: %s",
                 notice.event,
@@ -98,3 +110,9 @@ async def handle(services: Services, notice: Notice) -> str:
                 type(outcome).__name__.lower(),
             )
             return "ignored"
+
+
+def _note(services: Services, session_id: str, notice: Notice, verdict: WebhookVerdict) -> None:
+    services.recorder.webhook(
+        session_id, event=notice.event, event_id=notice.event_id or None, verdict=verdict
+    )

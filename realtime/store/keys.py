@@ -107,3 +107,29 @@ def reconciler_lease_key() -> str:
     """String: the token of the worker that runs the reconciler (PX lease; one across replicas).
     Its own hash tag, so the key has a slot of its own on Redis Cluster."""
     return f"{PREFIX}:{{reconciler}}:lease"
+
+
+# --- the operations API (profile §17) ---------------------------------------------------------
+# a session's timeline keeps what its commits do not carry (replays, rejections, duplicate
+# webhooks, LiveKit calls, refused timers); capped like the event stream, and expiring with the
+# session's other keys (the task TTL)
+TIMELINE_MAXLEN: Final = 1000  # approximate cap of a session's timeline stream (XADD MAXLEN ~)
+
+
+def timeline_key(session_id: str) -> str:
+    """Stream: timeline entries written beside the commits (field `e`: the entry's JSON)."""
+    return f"{PREFIX}:{{{session_id}}}:timeline"
+
+
+def session_timers_key(session_id: str) -> str:
+    """Hash: the session's armed timers (`aim:timers:due` members) → due time (ms); written
+    with the due entries, removed with them, so an operator sees one session's timers without
+    scanning every session's."""
+    return f"{PREFIX}:{{{session_id}}}:timers"
+
+
+def ops_sessions_key() -> str:
+    """Sorted set: every session id scored by its last commit (ms), newest the highest; its own
+    hash tag, so it has a slot of its own on Redis Cluster. Written (ZADD GT) in each commit's
+    pipeline; entries older than the task TTL are pruned when it is read."""
+    return f"{PREFIX}:{{ops}}:sessions"

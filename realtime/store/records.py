@@ -77,6 +77,10 @@ class PendingEffect(msgspec.Struct, kw_only=True, rename="camel"):
     effect: OutboxEffect
     epoch: int
     attempts: int = 0
+    # the last failure, as LiveKit's answer or the kind of connection error (never a token or a
+    # secret: the gateway's messages name status codes and exception classes), and when
+    last_error: str | None = None
+    last_attempt_at: str | None = None
 
 
 SESSION_ENCODER: Final = msgspec.json.Encoder()

@@ -6,11 +6,8 @@ written idempotently next to a commit, never inside it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, NamedTuple, cast
-
-import msgspec
+from typing import Any, Literal, NamedTuple, cast
 
 from realtime.store import keys
 from realtime.store.records import (
@@ -26,7 +23,6 @@ from realtime.store.records import (
     TaskRecord,
 )
 from realtime.store.redis_client import RedisClient, text, translated_errors
-from state_machines.session_model import ENDING, LIVE_STATES
 
 # what the commit and remember scripts answer (`lua/commit.lua`, `lua/remember.lua`)
 CommitStatus = Literal["ok", "replay", "conflict"]
@@ -60,34 +56,6 @@ class Claimed(NamedTuple):
 
     status: ClaimStatus
     earlier: str | None
-
-
-# a census considers at most this many sessions (one bound on its memory and round trips, as a
-# reconciler sweep's); reads are pipelined this many commands at a time
-CENSUS_LIMIT: Final = 10_000
-CENSUS_BATCH: Final = 500
-
-
-class Census(NamedTuple):
-    """The deployment's live state as the indexes show it (the gauges of profile §17)."""
-
-    states: dict[str, int]  # every state short of ended/failed → sessions in it (0 included)
-    outbox_pending: int  # effects queued in the outboxes of the sessions in `aim:outbox:due`
-    oldest_timer_ms: int | None  # the lowest score in `aim:timers:due`; None: no timer armed
-    truncated: bool  # more sessions than CENSUS_LIMIT: the counts stop there
-
-
-class _State(msgspec.Struct):
-    state: str = ""
-
-
-class _StateOf(msgspec.Struct):
-    """The one field of a stored snapshot a census reads (msgspec skips the rest unparsed)."""
-
-    session: _State
-
-
-_STATE_DECODER: Final = msgspec.json.Decoder(_StateOf)
 
 
 def _score_pairs(members: Mapping[str, int]) -> list[Any]:
@@ -208,9 +176,13 @@ class SessionStore:
         ttl_s: int,
         due_ms: int,
         timers: Mapping[str, int] | None = None,
+        now_ms: int = 0,
     ) -> Committed:
-        """One atomic script on the session's slot; the cross-slot outbox index rides along in
-        the same round trip (written idempotently: an index entry without effects is harmless)."""
+        """One atomic script on the session's slot; the cross-slot indexes (due effects and
+        timers, the owner's tasks, every session by its last commit at `now_ms`) ride along in
+        the same round trip, written idempotently: an index entry whose commit lost its version
+        race is harmless (an empty outbox is dropped, a stale timer refused, a session listed
+        by the time it was last touched)."""
         record.check_writable()
         args: list[Any] = [
             expected_version,
@@ -234,45 +206,40 @@ class SessionStore:
         ]
         if self._cluster:
             # redis-py's cluster pipeline refuses scripts: the due entries, the commit, then the
-            # owner index (idempotent; a later commit of the task refreshes it)
+            # owner and operations indexes (idempotent; a later commit refreshes them)
             async with translated_errors():
-                await self._arm(session_id, effects, due_ms, timers, self._client)
+                await self._arm(session_id, effects, due_ms, timers, ttl_s)
                 reply = await self._commit(keys=script_keys, args=args)
                 await self._client.zadd(
                     keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms}
                 )
+                await self._client.zadd(keys.ops_sessions_key(), {session_id: now_ms}, gt=True)
         else:
-            # one round trip: the due entries, the commit, the owner index (all idempotent but
-            # the commit, which a NOSCRIPT answer shows did not run)
-            commands: list[tuple[Any, ...]] = []
-            if effects:
-                commands.append(("ZADD", keys.outbox_due_key(), due_ms, session_id))
-            if timers:
-                commands.append(("ZADD", keys.timers_due_key(), *_score_pairs(timers)))
+            # one round trip: the due entries, the commit, the indexes (all idempotent but the
+            # commit, which a NOSCRIPT answer shows did not run)
+            commands = _armed(session_id, effects, due_ms, timers, ttl_s)
+            commit_at = len(commands)
             commands.append(("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args))
             commands.append(
                 ("ZADD", keys.owner_tasks_key(record.owner), task.status_ms, task.task.id)
             )
-            reply = (await self._store.pipelined(commands))[-2]
+            commands.append(("ZADD", keys.ops_sessions_key(), "GT", now_ms, session_id))
+            reply = (await self._store.pipelined(commands))[commit_at]
         return _committed(reply)
 
-    @staticmethod
     async def _arm(
+        self,
         session_id: str,
         effects: Sequence[tuple[str, PendingEffect]],
         due_ms: int,
         timers: Mapping[str, int] | None,
-        target: Any,
+        ttl_s: int,
     ) -> None:
         """The cross-slot due entries of a commit, written *before* it: if the commit then fails
         or conflicts they are harmless (an empty outbox is dropped from the index, a stale timer
         is refused), while a commit whose indexes were lost could never be found again."""
-        for write in (
-            target.zadd(keys.outbox_due_key(), {session_id: due_ms}) if effects else None,
-            target.zadd(keys.timers_due_key(), dict(timers)) if timers else None,
-        ):
-            if write is not None and asyncio.iscoroutine(write):
-                await write
+        for command in _armed(session_id, effects, due_ms, timers, ttl_s):
+            await self._client.execute_command(*command)
 
     async def pending(self, session_id: str) -> list[tuple[str, PendingEffect]]:
         """The session's outbox in creation order (effect ids sort by commit)."""
@@ -282,15 +249,39 @@ class SessionStore:
             (text(effect_id), EFFECT_DECODER.decode(raw)) for effect_id, raw in entries.items()
         )
 
-    async def done(self, session_id: str, effect_id: str) -> None:
-        async with translated_errors():
-            await self._client.hdel(keys.outbox_key(session_id), effect_id)
+    async def done(
+        self, session_id: str, effect_id: str, noted: bytes | None = None, ttl_s: int = 0
+    ) -> None:
+        """Forget a carried-out effect; `noted` (a timeline entry: the LiveKit call's result)
+        is written with it, on the session's slot, in the same round trip."""
+        write = ("HDEL", keys.outbox_key(session_id), effect_id)
+        await self._outbox_write(session_id, write, noted, ttl_s)
 
-    async def retry_later(self, session_id: str, effect_id: str, effect: PendingEffect) -> None:
+    async def retry_later(
+        self,
+        session_id: str,
+        effect_id: str,
+        effect: PendingEffect,
+        noted: bytes | None = None,
+        ttl_s: int = 0,
+    ) -> None:
+        """Keep a failed effect for a retry; `noted` as for `done`."""
+        write = ("HSET", keys.outbox_key(session_id), effect_id, SESSION_ENCODER.encode(effect))
+        await self._outbox_write(session_id, write, noted, ttl_s)
+
+    async def _outbox_write(
+        self, session_id: str, write: tuple[Any, ...], noted: bytes | None, ttl_s: int
+    ) -> None:
         async with translated_errors():
-            await self._client.hset(
-                keys.outbox_key(session_id), effect_id, SESSION_ENCODER.encode(effect)
-            )
+            if noted is None:
+                await self._client.execute_command(*write)
+                return
+            pipe = self._client.pipeline(transaction=False)
+            pipe.execute_command(*write)
+            stream = keys.timeline_key(session_id)
+            pipe.xadd(stream, {"e": noted}, maxlen=keys.TIMELINE_MAXLEN, approximate=True)
+            pipe.expire(stream, ttl_s)
+            await pipe.execute()
 
     async def schedule(self, session_id: str, due_ms: int | None) -> None:
         """Look at the session's outbox again at `due_ms` (None: nothing left to do)."""
@@ -338,44 +329,17 @@ class SessionStore:
         return found
 
     async def timer_done(self, member: str) -> None:
+        """A timer fired (or was refused): out of the due index and its session's list."""
+        session_id = member.partition("|")[0]
         async with translated_errors():
-            await self._client.zrem(keys.timers_due_key(), member)
-
-    async def census(self, limit: int = CENSUS_LIMIT) -> Census:
-        """Sessions by state, queued effects and the earliest timer, read from the indexes the
-        workers already keep: every live session has its max-duration timer in `aim:timers:due`
-        and an `ending` one its DeleteRoom in `aim:outbox:due` (decision 90). One ZRANGE, one
-        ZRANGE of the due outboxes, a ZSCAN of the timers, then pipelined HLEN and HGET of the
-        snapshots, CENSUS_BATCH at a time: about N/250 round trips for N live sessions."""
-        async with translated_errors():
-            oldest = await self._client.zrange(keys.timers_due_key(), 0, 0, withscores=True)
-            outboxes = [
-                text(member)
-                for member in await self._client.zrange(keys.outbox_due_key(), 0, limit - 1)
-            ]
-        timers = await self.timer_members(limit * 4)
-        ids = dict.fromkeys(outboxes)
-        for member in timers:
-            ids.setdefault(member.partition("|")[0])
-        truncated = len(outboxes) >= limit or len(timers) >= limit * 4 or len(ids) > limit
-        session_ids = list(ids)[:limit]  # the due outboxes first: batch n holds outboxes[n]
-        states: dict[str, int] = dict.fromkeys((*LIVE_STATES, ENDING), 0)
-        pending = 0
-        async with translated_errors():
-            for start in range(0, len(session_ids), CENSUS_BATCH):
-                batch = session_ids[start : start + CENSUS_BATCH]
-                pipe = self._client.pipeline(transaction=False)
-                for session_id in batch:
-                    pipe.hget(keys.session_key(session_id), "s")
-                for session_id in outboxes[start : start + CENSUS_BATCH]:
-                    pipe.hlen(keys.outbox_key(session_id))
-                replies = await pipe.execute()
-                for raw in replies[: len(batch)]:
-                    state = None if raw is None else _STATE_DECODER.decode(raw).session.state
-                    if state in states:
-                        states[state] += 1
-                pending += sum(replies[len(batch) :])
-        return Census(states, pending, int(oldest[0][1]) if oldest else None, truncated)
+            if self._cluster:  # two slots: two commands
+                await self._client.zrem(keys.timers_due_key(), member)
+                await self._client.hdel(keys.session_timers_key(session_id), member)
+                return
+            pipe = self._client.pipeline(transaction=False)
+            pipe.zrem(keys.timers_due_key(), member)
+            pipe.hdel(keys.session_timers_key(session_id), member)
+            await pipe.execute()
 
     async def due(self, now_ms: int, limit: int = 50) -> list[str]:
         async with translated_errors():
@@ -383,6 +347,26 @@ class SessionStore:
                 keys.outbox_due_key(), "-inf", now_ms, start=0, num=limit
             )
         return [text(member) for member in members]
+
+
+def _armed(
+    session_id: str,
+    effects: Sequence[tuple[str, PendingEffect]],
+    due_ms: int,
+    timers: Mapping[str, int] | None,
+    ttl_s: int,
+) -> list[tuple[Any, ...]]:
+    """The due entries of a commit: the session in the outbox index when it stores effects;
+    its timers in the timers index and in the session's own list (what an operator reads)."""
+    commands: list[tuple[Any, ...]] = []
+    if effects:
+        commands.append(("ZADD", keys.outbox_due_key(), due_ms, session_id))
+    if timers:
+        commands.append(("ZADD", keys.timers_due_key(), *_score_pairs(timers)))
+        armed = keys.session_timers_key(session_id)
+        commands.append(("HSET", armed, *(item for pair in timers.items() for item in pair)))
+        commands.append(("EXPIRE", armed, ttl_s))
+    return commands
 
 
 def _committed(reply: Any) -> Committed:

@@ -12,15 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from typing import Any, Final, assert_never
 
 from realtime.auth import mint_provider_token
 from realtime.engine.core import Applied, Contended, Engine
+from realtime.engine.entries import Cause, Note
 from realtime.errors import Unavailable
 from realtime.livekit_adapter.api import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 from realtime.metrics import Metrics
 from realtime.store.records import PendingEffect
+from realtime.store.timeline import effect_entry
+from realtime.timestamps import timestamp
 from state_machines import (
     CreateRoom,
     DeleteRoom,
@@ -41,6 +45,21 @@ BACKOFF_BASE_MS: Final = 500
 BACKOFF_MAX_MS: Final = 60_000
 POLL_INTERVAL_S: Final = 0.5
 PROVIDER_TOKEN_MARGIN_S: Final = 600  # a provider token outlives the longest session by this
+ERROR_TEXT_MAX: Final = 200  # of a failure's description kept with the effect (the outbox view)
+# the LiveKit server API call that carries out each effect (what the operations timeline names)
+LIVEKIT_CALLS: Final[dict[type, str]] = {
+    CreateRoom: "CreateRoom",
+    DispatchAgent: "CreateDispatch",
+    RemoveParticipant: "RemoveParticipant",
+    DeleteRoom: "DeleteRoom",
+    UpdatePermissions: "UpdateParticipant",
+    SendData: "SendData",
+}
+
+
+def livekit_call(effect: OutboxEffect) -> str:
+    """The LiveKit API name of the call that carries out `effect`."""
+    return LIVEKIT_CALLS[type(effect)]
 
 
 def _still_wanted(effect: OutboxEffect, session: Session | None) -> bool:
@@ -56,6 +75,10 @@ def _still_wanted(effect: OutboxEffect, session: Session | None) -> bool:
         # meant for a room the session left (rebind) or a session that is over
         return session is not None and effect.room == session.room and session.state != "ended"
     return True
+
+
+def _elapsed_ms(started: float) -> int:
+    return round((time.perf_counter() - started) * 1000)
 
 
 def backoff_ms(attempts: int) -> int:
@@ -116,6 +139,8 @@ class Runner:
                 )
                 await self.sessions.done(session_id, effect_id)
                 continue
+            call = livekit_call(entry.effect)
+            started_ms, started = self.engine.now_ms(), time.perf_counter()
             try:
                 room = getattr(entry.effect, "room", "")
                 with self.engine.telemetry.livekit_span(
@@ -123,20 +148,34 @@ class Runner:
                 ):
                     follow_up = await self._perform(session_id, entry.effect, session)
             except (LiveKitUnavailable, LiveKitRejected) as exc:
-                await self._failed(session_id, effect_id, entry, exc)
+                await self._failed(session_id, effect_id, entry, exc, started_ms, started)
                 return False, False
+            noted = effect_entry(
+                started_ms,
+                call,
+                attempt=entry.attempts + 1,
+                result="ok",
+                duration_ms=_elapsed_ms(started),
+            )
             if follow_up is not None:
                 # commit the follow-up before forgetting the effect: if the commit fails, the
                 # effect (idempotent) is carried out again and its follow-up retried
-                await self._feed(session_id, follow_up)
-            await self.sessions.done(session_id, effect_id)
+                await self._feed(session_id, follow_up, call)
+            await self.sessions.done(session_id, effect_id, noted, self.engine.settings.task_ttl_s)
 
     async def _failed(
-        self, session_id: str, effect_id: str, entry: PendingEffect, exc: Exception
+        self,
+        session_id: str,
+        effect_id: str,
+        entry: PendingEffect,
+        exc: Exception,
+        started_ms: int,
+        started: float,
     ) -> None:
         entry.attempts += 1
         self.metrics.effect_failed(type(entry.effect).__name__)
-        level = logging.ERROR if isinstance(exc, LiveKitRejected) else logging.WARNING
+        rejected = isinstance(exc, LiveKitRejected)
+        level = logging.ERROR if rejected else logging.WARNING
         log.log(
             level,
             "effect %s of session %s failed (attempt %d): %s",
@@ -146,11 +185,25 @@ class Runner:
             exc,
             extra={"session_id": session_id},
         )
-        await self.sessions.retry_later(session_id, effect_id, entry)
+        entry.last_error = str(exc)[:ERROR_TEXT_MAX] or type(exc).__name__
+        entry.last_attempt_at = timestamp(started_ms)
+        # retry: LiveKit could not be reached or failed; failed: it refused the call (both are
+        # tried again with backoff, a refusal is logged as an error)
+        noted = effect_entry(
+            started_ms,
+            livekit_call(entry.effect),
+            attempt=entry.attempts,
+            result="failed" if rejected else "retry",
+            duration_ms=_elapsed_ms(started),
+            error=entry.last_error,
+        )
+        await self.sessions.retry_later(
+            session_id, effect_id, entry, noted, self.engine.settings.task_ttl_s
+        )
         await self.sessions.schedule(session_id, self.engine.now_ms() + backoff_ms(entry.attempts))
 
-    async def _feed(self, session_id: str, event: SessionEvent) -> None:
-        outcome = await self.engine.execute(session_id, event)
+    async def _feed(self, session_id: str, event: SessionEvent, call: str) -> None:
+        outcome = await self.engine.execute(session_id, event, note=Note(Cause.EFFECT, effect=call))
         if isinstance(outcome, Contended):
             raise Unavailable(
                 "The session is changing too fast to apply a follow-up.", service="redis"

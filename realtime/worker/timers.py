@@ -14,10 +14,12 @@ import contextlib
 import logging
 from typing import Final
 
-from realtime.engine.core import Applied, Contended, Engine
+from realtime.engine.core import Applied, Contended, Engine, Missing
+from realtime.engine.entries import Cause, Note
 from realtime.engine.schedule import Timer
 from realtime.errors import Unavailable
 from realtime.metrics import Metrics
+from realtime.store.timeline import Recorder
 from state_machines import (
     GraceExpired,
     IdleTimeout,
@@ -59,10 +61,16 @@ class Timers:
     """Fires due timers; `loop()` runs in `serve` (unless --no-worker) and in `worker`."""
 
     def __init__(
-        self, engine: Engine, *, lease_ms: int | None = None, metrics: Metrics | None = None
+        self,
+        engine: Engine,
+        *,
+        lease_ms: int | None = None,
+        metrics: Metrics | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         self.engine = engine
         self.metrics = metrics or Metrics(None)
+        self.recorder = recorder  # timers that found the session moved on (the timeline)
         # AIM_WORKER_LEASE_S unless a test asks for another
         self.lease_ms = lease_ms or engine.settings.worker_lease_s * 1000
         self.sessions = engine.sessions
@@ -90,16 +98,21 @@ class Timers:
                 only_at_version=(
                     timer.version if timer.kind == "idle" and not timer.endpoint_id else None
                 ),
+                note=Note(Cause.TIMER, timer=timer.kind),
             )
         except Unavailable:
             return  # keep the claim; the timer comes back when the lease runs out
         match outcome:
-            case Applied():
+            case Applied(changed=True):
                 self.metrics.timer_fired(timer.kind)
                 log.info("timer %s fired for session %s", timer.kind, timer.session_id)
             case Contended():
                 return  # keep the claim, as when Redis is down
-            case _:  # refused: the session moved on (or is gone) since the timer was armed
+            case Missing():
+                pass  # the session is gone, and its timeline with it
+            case _:  # refused, or a no-op: the session moved on since the timer was armed
+                if self.recorder is not None:
+                    self.recorder.timer(timer.session_id, timer=timer.kind, result="refused")
                 log.debug(
                     "timer %s of session %s: %s",
                     timer.kind,

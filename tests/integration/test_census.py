@@ -1,4 +1,4 @@
-"""`SessionStore.census`: the live sessions by state, the queued effects and the earliest timer,
+"""`CensusStore.read`: the live sessions by state, the queued effects and the earliest timer,
 read from the indexes the workers keep (the gauges of `GET /metrics`)."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ import uuid
 
 import pytest
 
-from realtime.store import keys, sessions
+from realtime.store import census as census_module
+from realtime.store import keys
+from realtime.store.census import CensusStore
 from realtime.store.redis_client import RedisClient
 from realtime.store.sessions import SessionStore
 
@@ -29,7 +31,7 @@ async def seed(store: RedisClient, state: str | None, *, timer_ms: int | None, e
 
 
 async def test_an_empty_store_counts_every_live_state_as_zero(store):
-    census = await SessionStore(store).census()
+    census = await CensusStore(store, SessionStore(store)).read()
     assert census.states == dict.fromkeys(
         ("provisioning", "ready", "joining", "active", "reconnecting", "ending"), 0
     )
@@ -37,14 +39,14 @@ async def test_an_empty_store_counts_every_live_state_as_zero(store):
 
 
 async def test_sessions_are_found_through_both_due_indexes(store, monkeypatch):
-    monkeypatch.setattr(sessions, "CENSUS_BATCH", 2)  # several pipelines
+    monkeypatch.setattr(census_module, "CENSUS_BATCH", 2)  # several pipelines
     await seed(store, "active", timer_ms=5_000)
     await seed(store, "active", timer_ms=9_000)
     await seed(store, "ready", timer_ms=7_000, effects=1)
     await seed(store, "ending", timer_ms=None, effects=2)  # its max timer fired: the outbox
     await seed(store, "ended", timer_ms=8_000)  # its max timer has not come due
     await seed(store, None, timer_ms=6_000)  # expired keys
-    census = await SessionStore(store).census()
+    census = await CensusStore(store, SessionStore(store)).read()
     assert {state: n for state, n in census.states.items() if n} == {
         "active": 2,
         "ready": 1,

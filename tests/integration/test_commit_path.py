@@ -175,6 +175,8 @@ def session_keys(session_id: str, task_id: str) -> list[str]:
         keys.events_key(session_id),
         keys.outbox_key(session_id),
         keys.runner_lease_key(session_id),
+        keys.timeline_key(session_id),
+        keys.session_timers_key(session_id),
         keys.task_key(task_id),
     ]
 

@@ -164,9 +164,12 @@ def removals(livekit: Any, room_name: str) -> list[str]:
 
 
 async def quiet(store: RedisClient) -> None:
-    """Wait until the service has carried out every queued LiveKit call."""
+    """Wait until the service has carried out every queued LiveKit call and its runners have
+    let go of their leases (a runner empties the due index just before it releases)."""
     deadline = time.monotonic() + 5
-    while await store.client.zcard(keys.outbox_due_key()):
+    while await store.client.zcard(keys.outbox_due_key()) or await store.client.keys(
+        "aim:*:runner"
+    ):
         assert time.monotonic() < deadline, "effects still queued"
         await asyncio.sleep(0.02)
 

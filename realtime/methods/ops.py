@@ -1,0 +1,381 @@
+"""The operations API (profile §17): read-only views of the sessions for operators.
+
+- `list_sessions`: live and recent sessions, newest commit first, filtered by state and
+  principal, paged with an opaque cursor (a position in `aim:{ops}:sessions`);
+- `session_detail`: the Session object of §4 with its principal, outbox, armed timers and
+  pending operations;
+- `timeline`: what happened to a session, oldest first, merged from its event stream (one
+  entry per commit, carrying the cause, the call or webhook behind it and the trace id) and its
+  timeline stream (what no commit carries: replays, rejections, other webhooks, LiveKit calls,
+  refused timers); paged with a cursor holding a position in each.
+
+With a tenant claim configured an operator sees its tenant's sessions only; any other session is
+answered like an unknown one. Nothing here shows message text: no task status or history, no
+operation action, result or error, no data message body.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from realtime.a2a import sessions as views
+from realtime.auth import Principal
+from realtime.engine.schedule import Timer
+from realtime.errors import SessionNotFound, invalid_params
+from realtime.methods.context import Services
+from realtime.store.events import Entry
+from realtime.store.ops import Position
+from realtime.store.records import PendingEffect, SessionRecord
+from realtime.timestamps import timestamp
+from realtime.worker.runner import livekit_call
+from state_machines import operation as operations
+from state_machines.session_model import SESSION_STATES
+
+OPERATOR_SCOPE: Final = "aim.operator"
+SESSIONS_LIMIT: Final = 50  # a listing page, unless `limit` says otherwise (1..200)
+SESSIONS_LIMIT_MAX: Final = 200
+TIMELINE_LIMIT: Final = 200  # timeline entries of a page, unless `limit` says otherwise
+TIMELINE_LIMIT_MAX: Final = 1000
+# index entries one listing page looks at, at most, while a filter finds too few: a filtered
+# page may come back short (with a cursor) rather than take unbounded time
+SCAN_MAX: Final = 2000
+SCAN_BATCH: Final = 100
+_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_STREAM_ID: Final = re.compile(r"\d{1,20}-\d{1,20}")
+_START: Final = "0-0"
+
+
+def visible(services: Services, operator: Principal, record: SessionRecord) -> bool:
+    """Whether `operator` may see the session: any, unless a tenant claim is configured; then
+    only its tenant's (a session's owner key is the hash of its principal's tenant and sub)."""
+    if services.settings.auth_tenant_claim is None:
+        return True
+    same = Principal(subject=record.principal_name, tenant=operator.tenant, scopes=frozenset())
+    return record.owner == same.key
+
+
+# --- GET /ops/api/sessions ------------------------------------------------------------------------
+
+
+async def list_sessions(
+    services: Services, operator: Principal, query: Mapping[str, str]
+) -> dict[str, Any]:
+    """`{sessions: [summary], nextCursor}`: newest commit first."""
+    state = query.get("state") or None
+    if state is not None and state not in SESSION_STATES:
+        raise invalid_params("state", f"must be one of {', '.join(SESSION_STATES)}")
+    principal = query.get("principal") or None
+    limit = _limit(query, SESSIONS_LIMIT, SESSIONS_LIMIT_MAX)
+    position = _session_cursor(query.get("cursor"))
+    store = services.ops_store
+    prune_before = services.now_ms() - services.settings.task_ttl_s * 1000
+    found: list[dict[str, Any]] = []
+    examined, exhausted = 0, False
+    # without a filter a page is one batch; with one (a tenant's operator included), batches
+    # large enough that a page rarely needs a second
+    filtered = bool(state or principal or services.settings.auth_tenant_claim)
+    while len(found) < limit and examined < SCAN_MAX:
+        batch = max(SCAN_BATCH, limit) if filtered else limit - len(found)
+        entries = await store.recent(after=position, count=batch, prune_before_ms=prune_before)
+        listed = await store.listed(entries)
+        await store.forget([item.session_id for item in listed if item.record is None])
+        taken = 0
+        for item in listed:
+            examined += 1
+            taken += 1
+            position = (item.score, item.session_id)
+            record = item.record
+            if record is None or not visible(services, operator, record):
+                continue
+            if (state and record.session.state != state) or (
+                principal and record.principal_name != principal
+            ):
+                continue
+            found.append(summary(record))
+            if len(found) == limit:
+                break
+        if len(entries) < batch and taken == len(entries):
+            exhausted = True  # the index is read out (as it stands now)
+            break
+    cursor = None if exhausted or position is None else _encode(str(position[0]), position[1])
+    return {"sessions": found, "nextCursor": cursor}
+
+
+def summary(record: SessionRecord) -> dict[str, Any]:
+    """What a listing shows of one session."""
+    session = record.session
+    item: dict[str, Any] = {
+        "sessionId": session.session_id,
+        "taskId": session.task_id,
+        "principal": record.principal_name,
+        "state": session.state,
+        "sessionEpoch": session.epoch,
+        "createdAt": session.created_at,
+        "updatedAt": session.updated_at,
+        "room": session.room,
+        "agentState": session.agent_state,
+    }
+    if session.end_reason is not None:
+        item["endReason"] = session.end_reason
+    if session.active_endpoint_id is not None:
+        item["activeEndpointId"] = session.active_endpoint_id
+    return item
+
+
+# --- GET /ops/api/sessions/{sessionId} ------------------------------------------------------------
+
+
+async def session_detail(
+    services: Services, operator: Principal, session_id: str
+) -> dict[str, Any]:
+    """The Session object of §4 plus `principal`, `outbox`, `timers`, `pendingOperations`."""
+    _check_id(session_id)
+    detail = await services.ops_store.detail(session_id)
+    record = detail.record
+    if record is None or not visible(services, operator, record):
+        raise SessionNotFound(session_id)
+    session = record.session
+    view: dict[str, Any] = msgspec.to_builtins(
+        views.session_view(
+            session, version=detail.version, media_url=services.settings.livekit_public_url or ""
+        )
+    )
+    view["principal"] = record.principal_name
+    view["outbox"] = [outbox_item(effect_id, entry) for effect_id, entry in detail.outbox]
+    view["timers"] = timers_of(detail.timers)
+    view["pendingOperations"] = [
+        operation_item(op) for op in session.operations if not operations.is_terminal(op.state)
+    ]
+    return {"session": view}
+
+
+def outbox_item(effect_id: str, entry: PendingEffect) -> dict[str, Any]:
+    """A pending effect: the LiveKit call, its room and participant, attempts, last error —
+    never a data message's body."""
+    effect = entry.effect
+    item: dict[str, Any] = {
+        "effectId": effect_id,
+        "effect": livekit_call(effect),
+        "room": getattr(effect, "room", ""),
+        "epoch": entry.epoch,
+        "attempts": entry.attempts,
+    }
+    identity = getattr(effect, "identity", None)
+    if identity:
+        item["identity"] = identity
+    if entry.last_error is not None:
+        item["lastError"] = entry.last_error
+    if entry.last_attempt_at is not None:
+        item["lastAttemptAt"] = entry.last_attempt_at
+    return item
+
+
+def timers_of(armed: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Armed timers, soonest first: kind, due time, the epoch they were armed at."""
+    found = []
+    for member, due_ms in armed.items():
+        try:
+            timer = Timer.parse(member)
+        except ValueError:
+            continue
+        found.append((due_ms, timer))
+    found.sort()
+    return [
+        {"kind": timer.kind, "dueAt": timestamp(due_ms), "epoch": timer.epoch}
+        for due_ms, timer in found
+    ]
+
+
+def operation_item(op: operations.Operation) -> dict[str, Any]:
+    """A pending operation by kind and state (its action is the agent's text: left out)."""
+    item: dict[str, Any] = {
+        "operationId": op.operation_id,
+        "kind": op.kind,
+        "state": op.state,
+        "createdBy": op.created_by,
+        "createdAt": op.created_at,
+        "updatedAt": op.updated_at,
+    }
+    if op.requirement is not None:
+        item["requirement"] = {
+            "requirementId": op.requirement.requirement_id,
+            "expiresAt": op.requirement.expires_at,
+        }
+    if op.media_side is not None and op.media_source is not None:
+        item["media"] = {"side": op.media_side, "source": op.media_source}
+    return item
+
+
+# --- GET /ops/api/sessions/{sessionId}/timeline ---------------------------------------------------
+
+
+async def timeline(
+    services: Services, operator: Principal, session_id: str, query: Mapping[str, str]
+) -> dict[str, Any]:
+    """`{entries, nextCursor}`: oldest first; each source entry appears once across pages."""
+    _check_id(session_id)
+    limit = _limit(query, TIMELINE_LIMIT, TIMELINE_LIMIT_MAX)
+    events_after, noted_after = _timeline_cursor(query.get("cursor"))
+    read = await services.ops_store.timeline(
+        session_id, events_after=events_after, noted_after=noted_after, count=limit
+    )
+    if read.record is None or not visible(services, operator, read.record):
+        raise SessionNotFound(session_id)
+    entries, events_at, noted_at, done = merge(read.events, read.noted, limit)
+    return {
+        "entries": entries,
+        "nextCursor": None if done else _encode(events_at or events_after, noted_at or noted_after),
+    }
+
+
+def merge(
+    events: list[Entry], noted: list[Entry], limit: int
+) -> tuple[list[dict[str, Any]], str | None, str | None, bool]:
+    """Up to `limit` entries of both streams by time (each stream consumed in its own order, so
+    a cursor is a position in each; a commit's entries stay together, so a page holds at least
+    one commit's whatever `limit`); the last ids consumed, and whether both are read out."""
+    out: list[dict[str, Any]] = []
+    i = j = 0
+    events_at = noted_at = None
+    while i < len(events) or j < len(noted):
+        if i == len(events) and len(events) == limit:
+            break  # the event stream may hold more, older than the next timeline entry
+        if j == len(noted) and len(noted) == limit:
+            break
+        first = _decoded(events[i][1]) if i < len(events) else None
+        second = _decoded(noted[j][1]) if j < len(noted) else None
+        take_event = second is None or (first is not None and _at(first) <= _at(second))
+        batch = from_event(first) if take_event and first is not None else [_clean(second)]
+        if out and len(out) + len(batch) > limit:
+            break
+        out.extend(batch)
+        if take_event:
+            events_at, i = events[i][0], i + 1
+        else:
+            noted_at, j = noted[j][0], j + 1
+    # read out: every entry read was consumed, and neither stream was cut at `limit`
+    done = i == len(events) and j == len(noted) and len(events) < limit and len(noted) < limit
+    # the timeline stream is in the order of its writes (a batch lands up to a flush interval
+    # after its entries happened): the page is put in the order things happened
+    out.sort(key=_at)
+    return out, events_at, noted_at, done
+
+
+def from_event(event: dict[str, Any]) -> list[dict[str, Any]]:
+    """What one commit shows: the call, webhook, timer or correction behind it, the transition
+    (every commit is one, its state changed or not), the operations it moved."""
+    base: dict[str, Any] = {"at": event.get("at", "")}
+    if event.get("traceId"):
+        base["traceId"] = event["traceId"]
+    cause = event.get("cause") or ("command" if event.get("commandId") else None)
+    shown: list[dict[str, Any]] = []
+    if cause in ("command", "provider", "create") and event.get("method"):
+        command = {**base, "kind": "command", "method": event["method"], "outcome": "applied"}
+        if event.get("commandId"):
+            command["commandId"] = event["commandId"]
+        shown.append(command)
+    elif cause == "webhook" and isinstance(event.get("webhook"), dict):
+        hook = event["webhook"]
+        shown.append(
+            {**base, "kind": "webhook", "event": hook.get("event"), "id": hook.get("id"),
+             "verdict": "applied"}
+        )  # fmt: skip
+    elif cause == "timer" and event.get("timer"):
+        shown.append({**base, "kind": "timer", "timer": event["timer"], "result": "fired"})
+    elif cause == "reconciler" and isinstance(event.get("correction"), dict):
+        shown.append({**base, "kind": "reconciler", "correction": event["correction"]})
+    transition = {
+        **base,
+        "kind": "transition",
+        "from": event.get("from"),
+        "to": event.get("to"),
+        "epoch": event.get("epoch"),
+        "version": event.get("version"),
+        "cause": cause,
+    }
+    if cause == "effect" and event.get("effect"):
+        transition["effect"] = event["effect"]
+    shown.append(transition)
+    shown.extend({**base, "kind": "operation", **moved} for moved in event.get("operations") or ())
+    return shown
+
+
+_ENTRY: Final = msgspec.json.Decoder(dict[str, Any])
+# what a timeline entry of the recorder or the runner may hold (anything else is dropped)
+_KEPT: Final = frozenset(
+    {"at", "kind", "traceId", "method", "commandId", "outcome", "code", "event", "id", "verdict",
+     "effect", "attempt", "result", "durationMs", "error", "timer"}
+)  # fmt: skip
+
+
+def _decoded(raw: bytes) -> dict[str, Any]:
+    try:
+        return _ENTRY.decode(raw)
+    except msgspec.DecodeError:
+        return {"at": "", "kind": "unreadable"}
+
+
+def _clean(entry: dict[str, Any] | None) -> dict[str, Any]:
+    return {key: value for key, value in (entry or {}).items() if key in _KEPT}
+
+
+def _at(entry: dict[str, Any]) -> str:
+    at = entry.get("at")
+    return at if isinstance(at, str) else ""
+
+
+# --- params ---------------------------------------------------------------------------------------
+
+
+def _check_id(session_id: str) -> None:
+    """A session id is a lower-case UUID; anything else is not found (like an unknown one)."""
+    if not _UUID.fullmatch(session_id):
+        raise SessionNotFound(session_id)
+
+
+def _limit(query: Mapping[str, str], default: int, maximum: int) -> int:
+    raw = query.get("limit")
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+        raise invalid_params("limit", f"must be an integer from 1 to {maximum}")
+    return int(raw)
+
+
+def _encode(*parts: str) -> str:
+    return base64.urlsafe_b64encode("|".join(parts).encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str, count: int) -> list[str]:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise invalid_params("cursor", "is not a cursor this API issued") from None
+    parts = text.split("|")
+    if len(parts) != count:
+        raise invalid_params("cursor", "is not a cursor this API issued")
+    return parts
+
+
+def _session_cursor(cursor: str | None) -> Position | None:
+    if not cursor:
+        return None
+    score, session_id = _decode(cursor, 2)
+    if not score.isdigit() or len(score) > 20 or not _UUID.fullmatch(session_id):
+        raise invalid_params("cursor", "is not a cursor this API issued")
+    return int(score), session_id
+
+
+def _timeline_cursor(cursor: str | None) -> tuple[str, str]:
+    if not cursor:
+        return _START, _START
+    events_after, noted_after = _decode(cursor, 2)
+    if not (_STREAM_ID.fullmatch(events_after) and _STREAM_ID.fullmatch(noted_after)):
+        raise invalid_params("cursor", "is not a cursor this API issued")
+    return events_after, noted_after

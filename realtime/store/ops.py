@@ -1,0 +1,138 @@
+"""Reads of the operations API (profile §17): the sessions index, one session with its outbox
+and armed timers, and a session's two timeline streams. Read-only; each read is one pipelined
+round trip (a listing page two: the index, then the snapshots).
+
+The index `aim:{ops}:sessions` (every session scored by its last commit) is written by the
+commit pipeline (`SessionStore.commit`); here it is read newest first and pruned of entries older
+than the task TTL, like an owner's task index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from realtime.store import keys
+from realtime.store.events import Entry
+from realtime.store.records import EFFECT_DECODER, SESSION_DECODER, PendingEffect, SessionRecord
+from realtime.store.redis_client import RedisClient, text, translated_errors
+
+Position = tuple[int, str]  # (score: last commit in ms, session id) of an index entry
+
+
+class Listed(NamedTuple):
+    """A session of the index with its snapshot (None: its keys have expired)."""
+
+    session_id: str
+    score: int
+    record: SessionRecord | None
+    version: int
+
+
+class Detail(NamedTuple):
+    record: SessionRecord | None
+    version: int
+    outbox: list[tuple[str, PendingEffect]]  # in commit order
+    timers: dict[str, int]  # armed timer member → due (ms)
+
+
+class Timeline(NamedTuple):
+    record: SessionRecord | None
+    events: list[Entry]  # commits (the event stream), after the cursor
+    noted: list[Entry]  # timeline stream entries, after the cursor
+
+
+class OpsStore:
+    """The operations API's door to storage."""
+
+    def __init__(self, redis: RedisClient) -> None:
+        self._client = redis.client
+
+    async def recent(
+        self, *, after: Position | None, count: int, prune_before_ms: int
+    ) -> list[tuple[str, int]]:
+        """Up to `count` index entries (session id, score), newest first, after `after`
+        (exclusive; None: from the newest, pruning entries scored before `prune_before_ms`)."""
+        index = keys.ops_sessions_key()
+        pipe = self._client.pipeline(transaction=False)
+        if after is None:
+            pipe.zremrangebyscore(index, "-inf", f"({prune_before_ms}")
+            pipe.zrevrangebyscore(index, "+inf", "-inf", start=0, num=count, withscores=True)
+        else:
+            score, _ = after
+            # entries of the same millisecond sort by member, descending: those below its member
+            pipe.zrevrangebyscore(index, score, score, withscores=True)
+            pipe.zrevrangebyscore(index, f"({score}", "-inf", start=0, num=count, withscores=True)
+        async with translated_errors():
+            ties, older = await pipe.execute()
+        if after is None:
+            ties = []
+        found = [
+            (text(member), int(score))
+            for member, score in ties
+            if after is not None and text(member) < after[1]
+        ]
+        found += [(text(member), int(score)) for member, score in older]
+        return found[:count]
+
+    async def listed(self, entries: Sequence[tuple[str, int]]) -> list[Listed]:
+        """The snapshots of index entries, in one pipeline."""
+        if not entries:
+            return []
+        pipe = self._client.pipeline(transaction=False)
+        for session_id, _ in entries:
+            pipe.hmget(keys.session_key(session_id), "v", "s")
+        async with translated_errors():
+            replies = await pipe.execute()
+        return [
+            Listed(session_id, score, _record(snapshot), int(version or 0))
+            for (session_id, score), (version, snapshot) in zip(entries, replies, strict=True)
+        ]
+
+    async def forget(self, session_ids: Sequence[str]) -> None:
+        """Drop index entries whose session has expired."""
+        if session_ids:
+            async with translated_errors():
+                await self._client.zrem(keys.ops_sessions_key(), *session_ids)
+
+    async def detail(self, session_id: str) -> Detail:
+        """Snapshot, outbox and armed timers of one session (one slot, one round trip)."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hmget(keys.session_key(session_id), "v", "s")
+        pipe.hgetall(keys.outbox_key(session_id))
+        pipe.hgetall(keys.session_timers_key(session_id))
+        async with translated_errors():
+            (version, snapshot), outbox, timers = await pipe.execute()
+        return Detail(
+            _record(snapshot),
+            int(version or 0),
+            sorted((text(key), EFFECT_DECODER.decode(raw)) for key, raw in outbox.items()),
+            {text(member): int(due) for member, due in timers.items()},
+        )
+
+    async def timeline(
+        self, session_id: str, *, events_after: str, noted_after: str, count: int
+    ) -> Timeline:
+        """The session's snapshot and up to `count` entries of each stream after its cursor
+        (exclusive), oldest first (one slot, one round trip)."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hget(keys.session_key(session_id), "s")
+        pipe.xrange(keys.events_key(session_id), next_id(events_after), "+", count=count)
+        pipe.xrange(keys.timeline_key(session_id), next_id(noted_after), "+", count=count)
+        async with translated_errors():
+            snapshot, events, noted = await pipe.execute()
+        return Timeline(_record(snapshot), _entries(events), _entries(noted))
+
+
+def next_id(entry_id: str) -> str:
+    """The smallest stream id after `entry_id` (XRANGE's start is inclusive)."""
+    ms, _, seq = entry_id.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"
+
+
+def _record(snapshot: bytes | None) -> SessionRecord | None:
+    return None if snapshot is None else SESSION_DECODER.decode(snapshot)
+
+
+def _entries(replies: Any) -> list[Entry]:
+    return [(text(entry_id), bytes(fields.get(b"e") or b"")) for entry_id, fields in replies]

@@ -1,0 +1,235 @@
+"""The operations console in a real browser (profile §17): Debian's chromium, headless, driven
+by selenium through chromedriver. An operator logs in with a token, opens a session made
+through the API, and sees what a person would look for: the states, the commands, the webhook
+and its verdict, the epoch change of a handoff.
+
+Needs `chromium` and `chromedriver` (Debian: `chromium`, `chromium-driver`; `.ci/run` installs
+them). Without them the test is skipped, except in CI (`CI` set), where it fails.
+`AIM_OPS_SCREENSHOT=<file.png>` saves a screenshot of the page (`scripts/screenshot-ops`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from realtime.app import create_app
+from realtime.store.redis_client import RedisClient
+from tests.conftest import livekit_settings, serving
+from tests.e2e.op_helpers import provider_call
+from tests.e2e.ops_helpers import bearer, rpc_as
+from tests.e2e.realtime_helpers import CAPS, create_part, new_id, session_of
+from tests.e2e.test_webhooks import deliver, room, webhook
+
+pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.slow]
+
+AGENT = "agent-AJ_worker-1"
+WAIT_S = 20
+
+
+def binaries() -> tuple[str, str]:
+    """chromium and chromedriver, or skip (fail in CI: the browser test must run there)."""
+    browser = next(
+        (found for name in ("chromium", "chromium-browser") if (found := shutil.which(name))),
+        None,
+    )
+    driver = shutil.which("chromedriver")
+    if browser and driver:
+        return browser, driver
+    missing = ", ".join(n for n, f in (("chromium", browser), ("chromedriver", driver)) if not f)
+    reason = (
+        f"the console's browser test needs {missing} (apt-get install chromium chromium-driver)"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def chromium(browser: str, driver_path: str) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    with tempfile.TemporaryDirectory(prefix="aim-chromium-") as profile:
+        options = webdriver.ChromeOptions()
+        options.binary_location = browser
+        for argument in (
+            "--headless=new",
+            "--no-sandbox",  # root in a container has no user namespace for the sandbox
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1440,1000",
+            f"--user-data-dir={profile}",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-default-apps",
+        ):
+            options.add_argument(argument)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+        try:
+            yield driver
+        finally:
+            driver.quit()
+
+
+@contextlib.asynccontextmanager
+async def service(livekit: Any, store: RedisClient) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
+    app = create_app(livekit_settings(livekit), store=store, tracer_provider=None)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        yield base_url, http
+
+
+async def new_session(http: httpx.AsyncClient, subject: str) -> str:
+    created = await rpc_as(
+        http,
+        "SendMessage",
+        {"message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}},
+        subject=subject,
+    )
+    session_id: str = session_of(created["result"]["task"])["sessionId"]
+    return session_id
+
+
+async def endpoint(http: httpx.AsyncClient, sid: str, key: str, epoch: int) -> str:
+    registered = await rpc_as(
+        http, "aim.realtime.RegisterEndpoint", {"sessionId": sid, "sessionEpoch": epoch,
+        "commandId": new_id(), "clientEndpointKey": key, "capabilities": CAPS},
+    )  # fmt: skip
+    endpoint_id: str = registered["result"]["endpoint"]["endpointId"]
+    return endpoint_id
+
+
+async def join(http: httpx.AsyncClient, sid: str, endpoint_id: str, epoch: int) -> dict[str, Any]:
+    joined = await rpc_as(
+        http, "aim.realtime.JoinSession", {"sessionId": sid, "sessionEpoch": epoch,
+        "endpointId": endpoint_id, "commandId": new_id()},
+    )  # fmt: skip
+    session: dict[str, Any] = joined["result"]["session"]
+    return session
+
+
+async def handed_over_session(http: httpx.AsyncClient, livekit: Any) -> str:
+    """A session joined on a phone, then handed over to a laptop (epoch 2), as a user does; the
+    agent reports what it does meanwhile."""
+    sid = await new_session(http, "alice")
+    provider_token = json.loads(livekit.dispatches_in(room(sid))[-1].metadata)["providerToken"]
+    phone = await endpoint(http, sid, "phone", 1)
+    await join(http, sid, phone, 1)
+    assert await deliver(http, webhook("participant_joined", room(sid), identity=phone)) == (
+        "applied"
+    )
+    agent = webhook("participant_joined", room(sid), identity=AGENT, agent=True)
+    assert await deliver(http, agent) == "applied"
+    status, body, _ = await provider_call(
+        http, provider_token, "ReportAgentState", sessionId=sid, sessionEpoch=1, state="listening"
+    )
+    assert status == 200, body
+    laptop = await endpoint(http, sid, "laptop", 1)
+    handed = await join(http, sid, laptop, 1)
+    assert handed["sessionEpoch"] == 2
+    arrived = webhook("participant_joined", room(sid), identity=laptop, epoch=2)
+    assert await deliver(http, arrived) == "applied"
+    return sid
+
+
+def look(driver: Any, base_url: str, token: str, sid: str, screenshot: str | None) -> str:
+    """What an operator sees after logging in and opening the session (blocking: selenium)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, WAIT_S)
+    driver.get(f"{base_url}/ops")
+    assert driver.title.startswith("AIM realtime")
+    field = driver.find_element(By.ID, "token")
+    assert field.get_attribute("type") == "password"
+    field.send_keys(token)
+    driver.find_element(By.ID, "connect").click()
+    row = wait.until(
+        seen.element_to_be_clickable((By.CSS_SELECTOR, f'#sessions tr[data-session="{sid}"]'))
+    )
+    assert field.get_attribute("value") == ""  # the token is not left in the page
+    row.click()
+    wait.until(seen.text_to_be_present_in_element((By.ID, "timeline"), "epoch 1 → 2"))
+    wait.until(seen.text_to_be_present_in_element((By.ID, "live-note"), "live, refreshing"))
+    stored = driver.execute_script(
+        "return JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie"
+    )
+    assert stored == "{}{}", stored
+    if screenshot:  # the whole page, as tall as its content (chromium's DevTools protocol)
+        size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+        shot = driver.execute_cdp_cmd(
+            "Page.captureScreenshot",
+            {"format": "png", "captureBeyondViewport": True, "clip": clip},
+        )
+        Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+    problems = [
+        entry["message"]
+        for entry in driver.get_log("browser")
+        if entry["level"] in ("SEVERE", "WARNING")
+    ]
+    assert not problems, problems  # a Content-Security-Policy refusal would show here
+    text: str = driver.find_element(By.TAG_NAME, "body").text
+    return text
+
+
+async def test_an_operator_sees_a_sessions_states_commands_webhooks_and_handoff(livekit, store):
+    browser, driver_path = binaries()
+    screenshot = os.environ.get("AIM_OPS_SCREENSHOT") or None
+    if screenshot:
+        Path(screenshot).parent.mkdir(parents=True, exist_ok=True)
+    async with service(livekit, store) as (base_url, http):
+        await new_session(http, "bob")
+        over = await new_session(http, "carol")
+        ended = await rpc_as(
+            http, "aim.realtime.EndSession", {"sessionId": over, "commandId": new_id(),
+                                              "reason": "user hung up"}, subject="carol",
+        )  # fmt: skip
+        assert "result" in ended
+        sid = await handed_over_session(http, livekit)
+        await asyncio.sleep(0.3)  # the recorder's entries (the second join's) are written
+
+        def browse() -> str:
+            with chromium(browser, driver_path) as driver:
+                return look(driver, base_url, bearer("operator"), sid, screenshot)
+
+        text = await asyncio.to_thread(browse)
+
+    # the live view: sessions by state, with counts
+    assert "active 1" in text
+    assert "ready 1" in text
+    assert "alice" in text
+    assert "bob" in text
+    # the session: its state and epoch now, and how it got there
+    assert "Epoch\n2" in text or "Epoch 2" in text
+    for seen_text in (
+        "created → provisioning",
+        "provisioning → ready",
+        "ready → joining",
+        "joining → active",
+        "SendMessage applied",
+        "RegisterEndpoint applied",
+        "JoinSession applied",
+        "ReportAgentState applied",
+        "webhook participant_joined applied",
+        "CreateRoom ok",
+        "CreateDispatch ok",
+        "RemoveParticipant ok",
+        "epoch 1 → 2",
+    ):
+        assert seen_text in text, (seen_text, text)
