@@ -60,7 +60,7 @@ async def test_sessions_are_found_through_both_due_indexes(store, monkeypatch):
 async def test_a_census_stops_at_its_limit_and_says_so(store):
     for _ in range(3):
         await seed(store, "ready", timer_ms=None, effects=1)
-    census = await SessionStore(store).census(limit=2)
+    census = await CensusStore(store, SessionStore(store)).read(limit=2)
     assert census.truncated
     assert census.states["ready"] == 2
     assert census.outbox_pending == 2
