@@ -125,6 +125,8 @@ async def workers(
         environ = {
             **base,
             "AIM_REDIS_URL": redis or url,
+            # on the Cluster pass, workers are started as an operator starts them there
+            "AIM_REDIS_CLUSTER": "1" if store.cluster and redis is None else "0",
             "AIM_LIVEKIT_URL": livekit.ws_url,
             "AIM_LIVEKIT_API_KEY": LIVEKIT_KEY,
             "AIM_LIVEKIT_API_SECRET": LIVEKIT_SECRET,
