@@ -89,7 +89,7 @@ async def running(
         redis, release = open_store(settings)
     sessions = SessionStore(redis)
     events = EventStore(redis)
-    gateway = LiveKitGateway(settings)
+    gateway = LiveKitGateway(settings, telemetry=telemetry)
     engine = Engine(settings, sessions, project=projection.follow, clock=clock, telemetry=telemetry)
     metrics = metrics or Metrics(None)
     runner = Runner(

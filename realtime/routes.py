@@ -34,6 +34,8 @@ from realtime.rpc.dispatch import Dispatcher, SseEvent
 from realtime.rpc.envelope import body_error
 from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
+from realtime.telemetry import WebhookSpan
+from state_machines.session import parse_room_name
 
 log = logging.getLogger(__name__)
 
@@ -141,37 +143,41 @@ async def provider(request: Request[Any, Any, Any]) -> ASGIResponse:
 
 @post("/livekit/webhook", status_code=200)
 async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
-    """Signed LiveKit webhooks: 401 unless verified, 200 once recorded, 503 if it cannot be."""
+    """Signed LiveKit webhooks: 401 unless verified, 200 once recorded, 503 if it cannot be;
+    one server span each (`Telemetry.webhook_span`)."""
     dispatcher: Dispatcher = state.dispatcher
-    services = dispatcher.services
+    with dispatcher.telemetry.webhook_span() as span:
+        status, verdict, body = await _webhook(request, dispatcher.services, span)
+        span.set_outcome(status, verdict)
+    dispatcher.services.metrics.webhook(verdict)
+    return Response(body, status_code=status, media_type=JSON)
+
+
+async def _webhook(
+    request: Request[Any, Any, Any], services: Services, span: WebhookSpan
+) -> tuple[int, str, bytes]:
+    """(HTTP status, outcome, body) of one webhook delivery."""
     fields = header_fields(request)
     body, too_large = await read_limited(
         request, services.settings.max_body_bytes, fields.get("content-length")
     )
     if too_large:
-        return Response(b'{"error":"body too large"}', status_code=413, media_type=JSON)
+        return 413, "malformed", b'{"error":"body too large"}'
     unreadable = body_error(body)
     if unreadable is not None:
-        services.metrics.webhook("malformed")
         error = {"code": code_of(unreadable), "message": unreadable.message}
-        return Response(msgspec.json.encode({"error": error}), status_code=400, media_type=JSON)
-    authorization = fields.get("authorization", "")
+        return 400, "malformed", msgspec.json.encode({"error": error})
     try:
-        notice = verify_webhook(services.settings, body, authorization)
+        notice = verify_webhook(services.settings, body, fields.get("authorization", ""))
     except WebhookRejected as exc:
-        services.metrics.webhook("rejected")
-        return Response(
-            msgspec.json.encode({"error": f"webhook not accepted: {exc}"}),
-            status_code=401,
-            media_type=JSON,
-        )
+        return 401, "rejected", msgspec.json.encode({"error": f"webhook not accepted: {exc}"})
+    named = parse_room_name(notice.room)
+    span.set_event(notice.event, named[0] if named else None)
     try:
         outcome = await webhooks.handle(services, notice)
     except Unavailable:
-        services.metrics.webhook("unavailable")
-        return Response(b'{"error":"state store unavailable"}', status_code=503, media_type=JSON)
-    services.metrics.webhook(outcome)
-    return Response(msgspec.json.encode({"status": outcome}), media_type=JSON)
+        return 503, "unavailable", b'{"error":"state store unavailable"}'
+    return 200, outcome, msgspec.json.encode({"status": outcome})
 
 
 class AgentCardBody:

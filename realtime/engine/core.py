@@ -18,27 +18,40 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
 import msgspec
 
 from realtime.engine.entries import (
+    CALLS,
+    LINKED,
     Command,
     Note,
     TaskProjection,
+    cause_of,
     event_entry,
     outbox_entries,
     outcome_of,
     task_record_for,
     without_known_history,
 )
+from realtime.engine.outcomes import (
+    Applied,
+    Contended,
+    Decided,
+    Missing,
+    Outcome,
+    Refused,
+    Replayed,
+    Reused,
+    replay_of,
+)
 from realtime.engine.schedule import armed_by
-from realtime.livekit_adapter.tokens import JoinMedia, issue_join
+from realtime.livekit_adapter.tokens import issue_join
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, SessionRecord, TaskRecord
 from realtime.store.sessions import Loaded, SessionStore
-from realtime.telemetry import Telemetry, note_transition
+from realtime.telemetry import Telemetry, current_cause, link_to_cause, note_transition
 from realtime.timestamps import timestamp
 from state_machines import Accepted, Rejected, Session
 from state_machines import AnyEvent as AnyEvent  # what `execute` applies, named for methods/
@@ -49,77 +62,6 @@ log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS: Final = 8
 RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
-
-
-@dataclass(frozen=True, slots=True)
-class Applied:
-    """The event applied. `changed`: this call committed a transition (False for an accepted
-    no-op, or an event fenced by `only_at_version` that no longer applies)."""
-
-    session: Session
-    version: int
-    task: TaskRecord  # the task as it stands after this call
-    changed: bool
-    join: JoinMedia | None = None  # the join token the transition issued
-    outcome: CommandOutcome | None = None  # a command's outcome as stored
-
-
-@dataclass(frozen=True, slots=True)
-class Replayed:
-    """The commandId was applied before with the same method and params: its stored outcome."""
-
-    outcome: CommandOutcome
-
-
-@dataclass(frozen=True, slots=True)
-class Reused:
-    """The commandId was applied before for a different request (another method or params)."""
-
-    outcome: CommandOutcome
-    command: Command
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """The core refused the event; nothing was written."""
-
-    rejection: Rejected
-    session: Session
-
-
-@dataclass(frozen=True, slots=True)
-class Missing:
-    """No such session (or, for a client, not one of the caller's)."""
-
-    session_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Contended:
-    """Other writers committed first MAX_ATTEMPTS times in a row; nothing was written."""
-
-    session_id: str
-
-
-Outcome = Applied | Replayed | Reused | Refused | Missing | Contended
-
-
-@dataclass(frozen=True, slots=True)
-class Decided:
-    """An accepted decision before its commit: the session, version and task as `commit` will
-    write them, and the join media when the decision issues a token. A `noop` changes no state
-    (it only stores a command's outcome)."""
-
-    session_id: str
-    loaded: Loaded
-    decision: Accepted[Session]
-    session: Session
-    version: int
-    task: TaskRecord
-    join: JoinMedia | None
-    now_ms: int
-    command: Command | None
-    noop: bool
 
 
 class Engine:
@@ -154,15 +96,19 @@ class Engine:
         owner: str | None = None,
         command: Command | None = None,
         only_at_version: int | None = None,
+        linked: bool = False,
     ) -> Decided | Outcome:
         """Load the session and decide `event` against it. `owner` None means a server event
-        (webhook, timer, effect follow-up, the reconciler): no ownership check."""
+        (webhook, timer, effect follow-up, the reconciler): no ownership check. `linked`: the
+        current span links to the session's last call (`LINKED`)."""
         loaded = await self.sessions.load(session_id, command.command_id if command else None)
         record = loaded.record
         if record is None or (owner is not None and record.owner != owner):
             return Missing(session_id)
+        if linked:
+            link_to_cause(record.caller)
         if loaded.outcome is not None and command is not None:
-            return _replay(loaded.outcome, command)
+            return replay_of(loaded.outcome, command)
         now_ms = self.now_ms()
         if only_at_version is not None and loaded.version != only_at_version:
             # armed for a state the session has left (e.g. an idle timer): nothing to do
@@ -236,9 +182,15 @@ class Engine:
         note: Note | None = None,
     ) -> Outcome:
         """Decide and commit `event`, again after a conflict; a command's `result` is fixed."""
+        fence, linked = only_at_version, note is not None and note.cause in LINKED
         for _ in range(MAX_ATTEMPTS):
             decided = await self.decide(
-                session_id, event, owner=owner, command=command, only_at_version=only_at_version
+                session_id,
+                event,
+                owner=owner,
+                command=command,
+                only_at_version=fence,
+                linked=linked,
             )
             if not isinstance(decided, Decided):
                 return decided
@@ -259,11 +211,12 @@ class Engine:
         now_ms = self.now_ms()
         pending = outbox_entries(1, session.epoch, decision.outbox)
         event = event_entry(None, session, 1, now_ms, None, task.task, note)
+        cause = current_cause()
         with self.telemetry.redis_span("commit", session.session_id):
             committed = await self.sessions.commit(
                 session.session_id,
                 expected_version=0,
-                record=record,
+                record=msgspec.structs.replace(record, caller=cause),
                 task=task,
                 command_id=None,
                 outcome=b"",
@@ -273,8 +226,12 @@ class Engine:
                 due_ms=now_ms + RETRY_GRACE_MS,
                 timers=armed_by(self.settings, None, session, 1, now_ms),
                 now_ms=now_ms,
+                cause=cause,
             )
-        return committed.status == "ok"  # the caller carries out provisioning (it may wait)
+        if committed.status != "ok":
+            return False
+        note_transition(session.session_id, session.epoch, None, None, session.state)
+        return True  # the caller carries out provisioning (it may wait)
 
     async def record(self, session_id: str, note: Note) -> Applied | Missing | Contended:
         """An event entry for something done to the session that changes none of its state (a
@@ -284,6 +241,8 @@ class Engine:
             loaded = await self.sessions.load(session_id)
             if loaded.record is None:
                 return Missing(session_id)
+            if note.cause in LINKED:
+                link_to_cause(loaded.record.caller)
             session, now_ms = loaded.record.session, self.now_ms()
             task = self._task(loaded, now_ms)
             version = loaded.version + 1
@@ -317,11 +276,13 @@ class Engine:
         event = event_entry(
             old, new, version, decided.now_ms, decided.command, decided.task.task, note
         )
+        cause = current_cause()
+        caller = cause if cause_of(decided.command, note) in CALLS else loaded.record.caller
         with self.telemetry.redis_span("commit", decided.session_id):
             committed = await self.sessions.commit(
                 decided.session_id,
                 expected_version=loaded.version,
-                record=msgspec.structs.replace(loaded.record, session=new),
+                record=msgspec.structs.replace(loaded.record, session=new, caller=caller),
                 task=decided.task,
                 command_id=command_id,
                 outcome=_ENCODER.encode(outcome) if outcome is not None else b"",
@@ -331,13 +292,14 @@ class Engine:
                 due_ms=decided.now_ms + RETRY_GRACE_MS,
                 timers=armed_by(self.settings, old, new, version, decided.now_ms),
                 now_ms=decided.now_ms,
+                cause=cause,
             )
         if committed.status == "conflict":
             return None
         if committed.status == "replay":
             assert committed.outcome is not None  # noqa: S101
             assert decided.command is not None  # noqa: S101 - only a command replays
-            return _replay(committed.outcome, decided.command)
+            return replay_of(committed.outcome, decided.command)
         note_transition(decided.session_id, new.epoch, command_id, old.state, new.state)
         if new.state in machine.TERMINAL_STATES and old.state not in machine.TERMINAL_STATES:
             await self.sessions.forget_live(loaded.record.owner, [decided.session_id])
@@ -362,7 +324,7 @@ class Engine:
         if kept.status == "replay":
             assert kept.outcome is not None  # noqa: S101
             assert decided.command is not None  # noqa: S101
-            return _replay(kept.outcome, decided.command)
+            return replay_of(kept.outcome, decided.command)
         return Applied(decided.session, decided.version, decided.task, False, None, outcome)
 
     def _task(
@@ -380,9 +342,3 @@ class Engine:
 
 
 _ENCODER: Final = msgspec.json.Encoder()
-
-
-def _replay(outcome: CommandOutcome, command: Command) -> Replayed | Reused:
-    if outcome.method != command.method or outcome.digest != command.digest:
-        return Reused(outcome, command)
-    return Replayed(outcome)

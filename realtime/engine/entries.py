@@ -13,7 +13,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from realtime.store.records import CommandOutcome, PendingEffect, Task, TaskRecord
-from realtime.telemetry import current_trace_id
+from realtime.telemetry import current_cause, current_trace_id
 from realtime.timestamps import timestamp
 from state_machines import Accepted, OutboxEffect, Session
 from state_machines.effects import AppendHistory
@@ -51,6 +51,13 @@ class Cause(StrEnum):
     RECONCILER = "reconciler"  # a correction of drift between LiveKit and the sessions
 
 
+# causes of commits made by a call: each keeps the call's span as the session's `caller`
+CALLS: Final = frozenset((Cause.CREATE, Cause.COMMAND, Cause.PROVIDER))
+# causes whose spans link to the session's caller, as the request behind what LiveKit reports
+# (timers and effects link to the span that armed or stored them, which they carry)
+LINKED: Final = frozenset((Cause.WEBHOOK, Cause.RECONCILER))
+
+
 @dataclass(frozen=True, slots=True)
 class Note:
     """Why a commit happened, written into its event entry: the cause and what names it (the
@@ -64,6 +71,13 @@ class Note:
     event_id: str | None = None
     timer: str | None = None
     effect: str | None = None
+
+
+def cause_of(command: Command | None, note: Note | None) -> Cause | None:
+    """What made a commit: the note's cause, or a command's when it carries none."""
+    if note is not None:
+        return note.cause
+    return Cause.COMMAND if command is not None else None
 
 
 def outcome_of(
@@ -112,7 +126,7 @@ def event_entry(
     if command is not None:
         entry["commandId"] = command.command_id
         entry["method"] = command.method
-    cause = note.cause if note is not None else Cause.COMMAND if command is not None else None
+    cause = cause_of(command, note)
     if cause is not None:
         entry["cause"] = cause
     if note is not None:
@@ -157,9 +171,13 @@ def _operations_moved(old: Session | None, new: Session) -> list[dict[str, str]]
 def outbox_entries(
     version: int, epoch: int, effects: tuple[OutboxEffect, ...]
 ) -> list[tuple[str, PendingEffect]]:
-    """Outbox entries; ids `<version>-<n>` sort in commit order."""
+    """Outbox entries; ids `<version>-<n>` sort in commit order. Each names the span of the
+    commit that stores it, so the span that carries it out links back (profile §13)."""
+    if not effects:
+        return []
+    cause = current_cause()
     return [
-        (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=epoch))
+        (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=epoch, cause=cause))
         for index, effect in enumerate(effects)
     ]
 

@@ -4,7 +4,8 @@ Every call is idempotent (an existing room is upserted, a missing room or partic
 done, a dispatch is created only when none exists for the agent) and bounded by a timeout of our
 own: livekit-api hands aiohttp no timeout, so a hung server would otherwise hang the caller.
 Failures are sorted into `LiveKitUnavailable` (retry later) and `LiveKitRejected` (no retry will
-help: wrong credentials, bad request).
+help: wrong credentials, bad request). Each call is one client span named by its Twirp method
+(`livekit.AgentDispatchService/CreateDispatch`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, NamedTuple, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 from livekit import api
 
 from realtime.settings import Settings
+from realtime.telemetry import ATTR_ERROR_TYPE, ATTR_RPC_STATUS_CODE, Telemetry
 
 T = TypeVar("T")
 
@@ -28,6 +31,8 @@ ROOM_DEPARTURE_TIMEOUT_S: Final = 20
 ROOM_MAX_PARTICIPANTS: Final = 16  # up to 8 endpoints, the agent, and room for handoffs
 
 DATA_TOPIC: Final = "aim.realtime.v1"
+ROOMS: Final = "livekit.RoomService/"
+DISPATCH: Final = "livekit.AgentDispatchService/"
 
 SOURCE_NAMES: Final = {
     "microphone": api.TrackSource.MICROPHONE,
@@ -70,10 +75,18 @@ class LiveParticipant(NamedTuple):
 class LiveKitGateway:
     """Server API calls for one process; the HTTP session is opened on first use."""
 
-    def __init__(self, settings: Settings, *, timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        timeout_s: float = CALL_TIMEOUT_S,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self.settings = settings
         self.timeout_s = timeout_s
+        self.telemetry = telemetry or Telemetry(None)
         self._api: api.LiveKitAPI | None = None
+        self._server = urlsplit(settings.livekit_url or "").netloc
 
     @property
     def configured(self) -> bool:
@@ -96,26 +109,36 @@ class LiveKitGateway:
             await self._api.aclose()
             self._api = None
 
-    async def _call(self, call: Callable[[api.LiveKitAPI], Awaitable[T]]) -> T:
+    async def _call(
+        self, method: str, room: str, call: Callable[[api.LiveKitAPI], Awaitable[T]]
+    ) -> T:
         client = self._client()
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                return await call(client)
-        except api.ServerError as exc:
-            if exc.status >= 500 or exc.status == 429:
-                raise LiveKitUnavailable(f"LiveKit answered {exc.status} {exc.code}") from exc
-            raise LiveKitRejected(
-                "LiveKit rejected our credentials (401)"
-                if exc.status == 401
-                else f"LiveKit refused the call: {exc.status} {exc.code} {exc.message}",
-                status=exc.status,
-            ) from exc
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise LiveKitUnavailable(f"LiveKit unreachable: {type(exc).__name__}") from exc
+        with self.telemetry.livekit_span(method, room, self._server) as span:
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    return await call(client)
+            except api.ServerError as exc:
+                span.set_attribute(ATTR_RPC_STATUS_CODE, exc.code or str(exc.status))
+                span.set_attribute(ATTR_ERROR_TYPE, exc.code or str(exc.status))
+                if exc.status >= 500 or exc.status == 429:
+                    raise LiveKitUnavailable(f"LiveKit answered {exc.status} {exc.code}") from exc
+                raise LiveKitRejected(
+                    "LiveKit rejected our credentials (401)"
+                    if exc.status == 401
+                    else f"LiveKit refused the call: {exc.status} {exc.code} {exc.message}",
+                    status=exc.status,
+                ) from exc
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                span.set_attribute(ATTR_ERROR_TYPE, type(exc).__name__)
+                raise LiveKitUnavailable(f"LiveKit unreachable: {type(exc).__name__}") from exc
 
     async def ping(self) -> None:
         """One cheap authenticated call (ListRooms of no names): reachability and credentials."""
-        await self._call(lambda c: c.room.list_rooms(api.ListRoomsRequest(names=["aim-check"])))
+        await self._call(
+            ROOMS + "ListRooms",
+            "",
+            lambda c: c.room.list_rooms(api.ListRoomsRequest(names=["aim-check"])),
+        )
 
     async def create_room(self, room: str, *, metadata: dict[str, Any]) -> None:
         """Create (or, since CreateRoom is an upsert, refresh) the session's room."""
@@ -126,26 +149,30 @@ class LiveKitGateway:
             max_participants=ROOM_MAX_PARTICIPANTS,
             metadata=json.dumps(metadata, separators=(",", ":")),
         )
-        await self._call(lambda c: c.room.create_room(request))
+        await self._call(ROOMS + "CreateRoom", room, lambda c: c.room.create_room(request))
 
     async def ensure_dispatch(self, room: str, *, metadata: dict[str, Any]) -> str:
         """Dispatch the agent into `room` once: LiveKit does not de-duplicate dispatches, so an
         existing dispatch for our agent name (from an earlier attempt) is reused."""
         agent = self.settings.agent_name
-        existing = await self._call(lambda c: c.agent_dispatch.list_dispatch(room))
+        existing = await self._call(
+            DISPATCH + "ListDispatch", room, lambda c: c.agent_dispatch.list_dispatch(room)
+        )
         for dispatch in existing:
             if dispatch.agent_name == agent:
                 return str(dispatch.id)
         request = api.CreateAgentDispatchRequest(
             agent_name=agent, room=room, metadata=json.dumps(metadata, separators=(",", ":"))
         )
-        created = await self._call(lambda c: c.agent_dispatch.create_dispatch(request))
+        created = await self._call(
+            DISPATCH + "CreateDispatch", room, lambda c: c.agent_dispatch.create_dispatch(request)
+        )
         return str(created.id)
 
     async def list_rooms(self, names: Sequence[str] = ()) -> list[LiveRoom]:
         """Every room (ListRooms does not page), or those of `names` that exist."""
         request = api.ListRoomsRequest(names=list(names))
-        reply = await self._call(lambda c: c.room.list_rooms(request))
+        reply = await self._call(ROOMS + "ListRooms", "", lambda c: c.room.list_rooms(request))
         return [
             LiveRoom(room.name, room.creation_time_ms or room.creation_time * 1000)
             for room in reply.rooms
@@ -154,19 +181,25 @@ class LiveKitGateway:
     async def list_participants(self, room: str) -> list[LiveParticipant]:
         """Who is in `room` (nobody, if it does not exist)."""
         request = api.ListParticipantsRequest(room=room)
-        reply = await self._call(lambda c: c.room.list_participants(request))
+        reply = await self._call(
+            ROOMS + "ListParticipants", room, lambda c: c.room.list_participants(request)
+        )
         agent = api.ParticipantInfo.Kind.AGENT
         return [LiveParticipant(p.identity, p.kind == agent) for p in reply.participants]
 
     async def remove_participant(self, room: str, identity: str) -> bool:
         """False when the participant (or its room) was not there: nothing to do."""
         request = api.RoomParticipantIdentity(room=room, identity=identity)
-        return await self._tolerate_missing(lambda c: c.room.remove_participant(request))
+        return await self._tolerate_missing(
+            ROOMS + "RemoveParticipant", room, lambda c: c.room.remove_participant(request)
+        )
 
     async def delete_room(self, room: str) -> bool:
         """False when the room was already gone."""
         request = api.DeleteRoomRequest(room=room)
-        return await self._tolerate_missing(lambda c: c.room.delete_room(request))
+        return await self._tolerate_missing(
+            ROOMS + "DeleteRoom", room, lambda c: c.room.delete_room(request)
+        )
 
     async def update_permissions(
         self, room: str, identity: str, *, can_subscribe: bool, publish_sources: Sequence[str]
@@ -180,7 +213,9 @@ class LiveKitGateway:
             can_update_metadata=False,
         )
         request = api.UpdateParticipantRequest(room=room, identity=identity, permission=permission)
-        await self._tolerate_missing(lambda c: c.room.update_participant(request))
+        await self._tolerate_missing(
+            ROOMS + "UpdateParticipant", room, lambda c: c.room.update_participant(request)
+        )
 
     async def send_data(self, room: str, destination: Sequence[str], body: str) -> None:
         """A reliable data message on topic `aim.realtime.v1` (to `destination`, or everyone)."""
@@ -191,13 +226,15 @@ class LiveKitGateway:
             destination_identities=list(destination),
             topic=DATA_TOPIC,
         )
-        await self._tolerate_missing(lambda c: c.room.send_data(request))
+        await self._tolerate_missing(ROOMS + "SendData", room, lambda c: c.room.send_data(request))
 
-    async def _tolerate_missing(self, call: Callable[[api.LiveKitAPI], Awaitable[Any]]) -> bool:
+    async def _tolerate_missing(
+        self, method: str, room: str, call: Callable[[api.LiveKitAPI], Awaitable[Any]]
+    ) -> bool:
         """True when the call was carried out, False when its room or participant was missing
         (which counts as done)."""
         try:
-            await self._call(call)
+            await self._call(method, room, call)
         except LiveKitRejected as exc:
             if exc.status != 404:
                 raise

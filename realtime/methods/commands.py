@@ -14,20 +14,18 @@ from typing import Any, Final
 import msgspec
 
 from realtime.a2a.sessions import JoinResult
-from realtime.engine.core import (
-    MAX_ATTEMPTS,
-    AnyEvent,
+from realtime.engine.core import MAX_ATTEMPTS, AnyEvent, Engine
+from realtime.engine.entries import Command, Note, params_digest
+from realtime.engine.outcomes import (
     Applied,
     Contended,
     Decided,
-    Engine,
     Missing,
     Outcome,
     Refused,
     Replayed,
     Reused,
 )
-from realtime.engine.entries import Command, Note, params_digest
 from realtime.errors import CommandConflict, ServiceError, SessionNotFound, Unavailable
 from realtime.livekit_adapter.tokens import sign_join_token
 from realtime.methods.context import Call, Services

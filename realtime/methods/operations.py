@@ -11,8 +11,8 @@ from realtime.a2a import interactions as payloads
 from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
-from realtime.engine.core import Decided
 from realtime.engine.entries import Command, params_digest
+from realtime.engine.outcomes import Decided
 from realtime.errors import InvalidState, OperationNotFound, invalid_params
 from realtime.methods import tasks
 from realtime.methods.commands import load_own, run_client_command, run_command

@@ -19,8 +19,9 @@ from msgspec import UNSET
 from realtime.a2a import provider as p
 from realtime.a2a import types as wire
 from realtime.auth import ProviderGrant
-from realtime.engine.core import AnyEvent, Decided
+from realtime.engine.core import AnyEvent
 from realtime.engine.entries import Cause, Command, Note, params_digest
+from realtime.engine.outcomes import Decided
 from realtime.errors import CommandConflict, invalid_params
 from realtime.methods.commands import applied, run_command
 from realtime.methods.context import Services

@@ -13,8 +13,8 @@ from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
 from realtime.a2a.projection import task_metadata
-from realtime.engine.core import Decided, Missing, Refused
 from realtime.engine.entries import Cause, Note
+from realtime.engine.outcomes import Decided, Missing, Refused
 from realtime.errors import (
     CommandConflict,
     CommandNotFound,

@@ -12,8 +12,8 @@ from typing import Final
 
 import msgspec
 
-from realtime.engine.core import Applied, Contended, Missing, Refused, Replayed
 from realtime.engine.entries import Cause, Command, Note, params_digest
+from realtime.engine.outcomes import Applied, Contended, Missing, Refused, Replayed
 from realtime.errors import Unavailable
 from realtime.livekit_adapter.webhooks import Notice
 from realtime.methods.context import Services

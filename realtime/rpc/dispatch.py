@@ -308,6 +308,7 @@ class Dispatcher(Endpoint):
             )
         spec = METHODS.get(target)
         if spec is None:
+            span.set_unknown_method(method)
             raise MethodNotFound(
                 f"Method {method!r} does not exist. Methods: {', '.join(METHODS)}.",
                 details={"method": method},

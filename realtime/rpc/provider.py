@@ -33,6 +33,7 @@ class ProviderDispatcher(Endpoint):
         envelope = self._envelope(body, span, served)
         handler = PROVIDER_METHODS.get(envelope.method)
         if handler is None:
+            span.set_unknown_method(envelope.method)
             raise MethodNotFound(
                 f"Method {envelope.method!r} does not exist on /provider. Methods: "
                 f"{', '.join(PROVIDER_METHODS)}.",

@@ -128,6 +128,13 @@ def session_timers_key(session_id: str) -> str:
     return f"{PREFIX}:{{{session_id}}}:timers"
 
 
+def timer_causes_key(session_id: str) -> str:
+    """Hash: the session's armed timers → the span of the commit that armed them (a W3C
+    traceparent), so the span of a timer that fires links back; written and removed with the
+    timers, only when that commit was traced."""
+    return f"{PREFIX}:{{{session_id}}}:timer-causes"
+
+
 def ops_sessions_key() -> str:
     """Sorted set: every session id scored by its last commit (ms), newest the highest; its own
     hash tag, so it has a slot of its own on Redis Cluster. Written (ZADD GT) in each commit's

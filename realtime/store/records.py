@@ -49,6 +49,10 @@ class SessionRecord(msgspec.Struct, kw_only=True, rename="camel"):
     owner: str
     principal_name: str
     session: Session
+    # the span of the last client or agent call that changed the session (a W3C traceparent):
+    # what a webhook's or the reconciler's span links to, as the request behind what LiveKit
+    # reports (None when that call was not traced)
+    caller: str | None = None
 
     def check_writable(self) -> None:
         if self.schema > SESSION_SCHEMA:
@@ -81,6 +85,9 @@ class PendingEffect(msgspec.Struct, kw_only=True, rename="camel"):
     # secret: the gateway's messages name status codes and exception classes), and when
     last_error: str | None = None
     last_attempt_at: str | None = None
+    # the span of the commit that stored it (a W3C traceparent), linked from the span that
+    # carries it out; None when that commit was not traced
+    cause: str | None = None
 
 
 SESSION_ENCODER: Final = msgspec.json.Encoder()

@@ -177,12 +177,14 @@ class SessionStore:
         due_ms: int,
         timers: Mapping[str, int] | None = None,
         now_ms: int = 0,
+        cause: str | None = None,
     ) -> Committed:
         """One atomic script on the session's slot; the cross-slot indexes (due effects and
         timers, the owner's tasks, every session by its last commit at `now_ms`) ride along in
         the same round trip, written idempotently: an index entry whose commit lost its version
         race is harmless (an empty outbox is dropped, a stale timer refused, a session listed
-        by the time it was last touched)."""
+        by the time it was last touched). `cause` names the committing span for the timers it
+        arms."""
         record.check_writable()
         args: list[Any] = [
             expected_version,
@@ -208,7 +210,7 @@ class SessionStore:
             # redis-py's cluster pipeline refuses scripts: the due entries, the commit, then the
             # owner and operations indexes (idempotent; a later commit refreshes them)
             async with translated_errors():
-                await self._arm(session_id, effects, due_ms, timers, ttl_s)
+                await self._arm(session_id, effects, due_ms, timers, ttl_s, cause)
                 reply = await self._commit(keys=script_keys, args=args)
                 await self._client.zadd(
                     keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms}
@@ -217,7 +219,7 @@ class SessionStore:
         else:
             # one round trip: the due entries, the commit, the indexes (all idempotent but the
             # commit, which a NOSCRIPT answer shows did not run)
-            commands = _armed(session_id, effects, due_ms, timers, ttl_s)
+            commands = _armed(session_id, effects, due_ms, timers, ttl_s, cause)
             commit_at = len(commands)
             commands.append(("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args))
             commands.append(
@@ -234,11 +236,12 @@ class SessionStore:
         due_ms: int,
         timers: Mapping[str, int] | None,
         ttl_s: int,
+        cause: str | None,
     ) -> None:
         """The cross-slot due entries of a commit, written *before* it: if the commit then fails
         or conflicts they are harmless (an empty outbox is dropped from the index, a stale timer
         is refused), while a commit whose indexes were lost could never be found again."""
-        for command in _armed(session_id, effects, due_ms, timers, ttl_s):
+        for command in _armed(session_id, effects, due_ms, timers, ttl_s, cause):
             await self._client.execute_command(*command)
 
     async def pending(self, session_id: str) -> list[tuple[str, PendingEffect]]:
@@ -335,11 +338,19 @@ class SessionStore:
             if self._cluster:  # two slots: two commands
                 await self._client.zrem(keys.timers_due_key(), member)
                 await self._client.hdel(keys.session_timers_key(session_id), member)
+                await self._client.hdel(keys.timer_causes_key(session_id), member)
                 return
             pipe = self._client.pipeline(transaction=False)
             pipe.zrem(keys.timers_due_key(), member)
             pipe.hdel(keys.session_timers_key(session_id), member)
+            pipe.hdel(keys.timer_causes_key(session_id), member)
             await pipe.execute()
+
+    async def timer_cause(self, member: str) -> str | None:
+        """The span that armed a timer (a traceparent), when its commit was traced."""
+        async with translated_errors():
+            cause = await self._client.hget(keys.timer_causes_key(member.partition("|")[0]), member)
+        return text(cause) if cause is not None else None
 
     async def due(self, now_ms: int, limit: int = 50) -> list[str]:
         async with translated_errors():
@@ -355,9 +366,11 @@ def _armed(
     due_ms: int,
     timers: Mapping[str, int] | None,
     ttl_s: int,
+    cause: str | None = None,
 ) -> list[tuple[Any, ...]]:
     """The due entries of a commit: the session in the outbox index when it stores effects;
-    its timers in the timers index and in the session's own list (what an operator reads)."""
+    its timers in the timers index and in the session's own list (what an operator reads),
+    and the span that armed them."""
     commands: list[tuple[Any, ...]] = []
     if effects:
         commands.append(("ZADD", keys.outbox_due_key(), due_ms, session_id))
@@ -366,6 +379,11 @@ def _armed(
         armed = keys.session_timers_key(session_id)
         commands.append(("HSET", armed, *(item for pair in timers.items() for item in pair)))
         commands.append(("EXPIRE", armed, ttl_s))
+        if cause:
+            causes = keys.timer_causes_key(session_id)
+            pairs = (item for member in timers for item in (member, cause))
+            commands.append(("HSET", causes, *pairs))
+            commands.append(("EXPIRE", causes, ttl_s))
     return commands
 
 

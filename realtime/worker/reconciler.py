@@ -33,8 +33,9 @@ from typing import Final
 
 import msgspec
 
-from realtime.engine.core import Applied, Contended, Engine, Replayed
+from realtime.engine.core import Engine
 from realtime.engine.entries import Cause, Command, Note, params_digest
+from realtime.engine.outcomes import Applied, Contended, Replayed
 from realtime.engine.schedule import Timer
 from realtime.errors import Unavailable
 from realtime.livekit_adapter.api import (
@@ -193,7 +194,8 @@ class Reconciler:
             self.held = await self.lease.hold(self.token, self.lease_ms)
             if not self.held:
                 return None
-            return await self.sweep()
+            with self.engine.telemetry.background_span("reconcile", None, {}):
+                return await self.sweep()
         except LeaseLost:
             log.info("reconciler sweep stopped: another worker holds the lease now")
         except LiveKitRejected as exc:
@@ -213,8 +215,7 @@ class Reconciler:
         # sessions before rooms: a session that had its room then and lacks it in the listing
         # lost it (a session provisioned meanwhile is still in `provisioning` here)
         live = await self._live_sessions()
-        with self.engine.telemetry.livekit_span("ListRooms", "", ""):
-            rooms = await self.gateway.list_rooms()
+        rooms = await self.gateway.list_rooms()
         now_ms = self.engine.now_ms()
         ours = {room.name: (name, room) for room in rooms if (name := parse_room_name(room.name))}
         for name, room in ours.values():
@@ -263,16 +264,14 @@ class Reconciler:
         self, session_id: str, room: str, session: Session | None, why: Reason, report: Report
     ) -> None:
         await self._keep_lease()
-        with self.engine.telemetry.livekit_span("DeleteRoom", session_id, room):
-            if not await self.gateway.delete_room(room):
-                return  # gone meanwhile: nothing was corrected
+        if not await self.gateway.delete_room(room):
+            return  # gone meanwhile: nothing was corrected
         await self._corrected(
             Correction.ROOM_DELETED, session_id, room, report, reason=why, stream=session
         )
 
     async def _check_participants(self, session_id: str, room: str, report: Report) -> None:
-        with self.engine.telemetry.livekit_span("ListParticipants", session_id, room):
-            participants = await self.gateway.list_participants(room)
+        participants = await self.gateway.list_participants(room)
         if not participants:
             return
         # read after the listing, so a device that joined meanwhile is known
@@ -284,9 +283,8 @@ class Reconciler:
             if why is None:
                 continue
             await self._keep_lease()
-            with self.engine.telemetry.livekit_span("RemoveParticipant", session_id, room):
-                if not await self.gateway.remove_participant(room, participant.identity):
-                    continue  # it left meanwhile
+            if not await self.gateway.remove_participant(room, participant.identity):
+                continue  # it left meanwhile
             await self._corrected(
                 Correction.PARTICIPANT_REMOVED,
                 session_id,
@@ -299,9 +297,8 @@ class Reconciler:
 
     async def _room_missing(self, session: Session, report: Report) -> None:
         room = session.room
-        with self.engine.telemetry.livekit_span("ListRooms", session.session_id, room):
-            if await self.gateway.list_rooms([room]):
-                return  # there after all (created after the listing)
+        if await self.gateway.list_rooms([room]):
+            return  # there after all (created after the listing)
         await self._keep_lease()
         correction = {"kind": Correction.ROOM_MISSING, "room": room, "reason": Reason.ROOM_GONE}
         outcome = await self.engine.execute(

@@ -17,13 +17,15 @@ import uuid
 from typing import Any, Final, assert_never
 
 from realtime.auth import mint_provider_token
-from realtime.engine.core import Applied, Contended, Engine
+from realtime.engine.core import Engine
 from realtime.engine.entries import Cause, Note
+from realtime.engine.outcomes import Applied, Contended
 from realtime.errors import Unavailable
 from realtime.livekit_adapter.api import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 from realtime.metrics import Metrics
 from realtime.store.records import PendingEffect
 from realtime.store.timeline import effect_entry
+from realtime.telemetry import ATTR_SESSION_ID
 from realtime.timestamps import timestamp
 from state_machines import (
     CreateRoom,
@@ -139,29 +141,41 @@ class Runner:
                 )
                 await self.sessions.done(session_id, effect_id)
                 continue
-            call = livekit_call(entry.effect)
-            started_ms, started = self.engine.now_ms(), time.perf_counter()
-            try:
-                room = getattr(entry.effect, "room", "")
-                with self.engine.telemetry.livekit_span(
-                    type(entry.effect).__name__, session_id, room
-                ):
-                    follow_up = await self._perform(session_id, entry.effect, session)
-            except (LiveKitUnavailable, LiveKitRejected) as exc:
-                await self._failed(session_id, effect_id, entry, exc, started_ms, started)
-                return False, False
-            noted = effect_entry(
-                started_ms,
-                call,
-                attempt=entry.attempts + 1,
-                result="ok",
-                duration_ms=_elapsed_ms(started),
-            )
-            if follow_up is not None:
-                # commit the follow-up before forgetting the effect: if the commit fails, the
-                # effect (idempotent) is carried out again and its follow-up retried
-                await self._feed(session_id, follow_up, call)
-            await self.sessions.done(session_id, effect_id, noted, self.engine.settings.task_ttl_s)
+            attributes: dict[str, str | int] = {
+                ATTR_SESSION_ID: session_id,
+                "aim.effect": type(entry.effect).__name__,
+                "aim.effect.attempt": entry.attempts + 1,
+            }
+            name = f"effect {type(entry.effect).__name__}"
+            with self.engine.telemetry.background_span(name, entry.cause, attributes):
+                if not await self._carry_out(session_id, effect_id, entry, session):
+                    return False, False
+
+    async def _carry_out(
+        self, session_id: str, effect_id: str, entry: PendingEffect, session: Session | None
+    ) -> bool:
+        """Carry out one effect, commit what it feeds back, forget it; False when it failed
+        (it stays for a retry)."""
+        call = livekit_call(entry.effect)
+        started_ms, started = self.engine.now_ms(), time.perf_counter()
+        try:
+            follow_up = await self._perform(session_id, entry.effect, session)
+        except (LiveKitUnavailable, LiveKitRejected) as exc:
+            await self._failed(session_id, effect_id, entry, exc, started_ms, started)
+            return False
+        noted = effect_entry(
+            started_ms,
+            call,
+            attempt=entry.attempts + 1,
+            result="ok",
+            duration_ms=_elapsed_ms(started),
+        )
+        if follow_up is not None:
+            # commit the follow-up before forgetting the effect: if the commit fails, the
+            # effect (idempotent) is carried out again and its follow-up retried
+            await self._feed(session_id, follow_up, call)
+        await self.sessions.done(session_id, effect_id, noted, self.engine.settings.task_ttl_s)
+        return True
 
     async def _failed(
         self,

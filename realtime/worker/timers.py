@@ -14,12 +14,14 @@ import contextlib
 import logging
 from typing import Final
 
-from realtime.engine.core import Applied, Contended, Engine, Missing
+from realtime.engine.core import Engine
 from realtime.engine.entries import Cause, Note
+from realtime.engine.outcomes import Applied, Contended, Missing
 from realtime.engine.schedule import Timer
 from realtime.errors import Unavailable
 from realtime.metrics import Metrics
 from realtime.store.timeline import Recorder
+from realtime.telemetry import ATTR_SESSION_ID
 from state_machines import (
     GraceExpired,
     IdleTimeout,
@@ -90,16 +92,22 @@ class Timers:
             log.error("dropping malformed timer %r", member)
             await self.sessions.timer_done(member)
             return
+        telemetry = self.engine.telemetry
         try:
-            outcome = await self.engine.execute(
-                timer.session_id,
-                event,
-                # idle timers of earlier releases do not name their idle period: version-checked
-                only_at_version=(
-                    timer.version if timer.kind == "idle" and not timer.endpoint_id else None
-                ),
-                note=Note(Cause.TIMER, timer=timer.kind),
-            )
+            # the span links to the one that armed the timer (read only when tracing)
+            cause = await self.sessions.timer_cause(member) if telemetry.provider else None
+            attributes = {ATTR_SESSION_ID: timer.session_id, "aim.timer": timer.kind}
+            with telemetry.background_span(f"timer {timer.kind}", cause, attributes):
+                outcome = await self.engine.execute(
+                    timer.session_id,
+                    event,
+                    # idle timers of earlier releases do not name their idle period: checked
+                    # by version
+                    only_at_version=(
+                        timer.version if timer.kind == "idle" and not timer.endpoint_id else None
+                    ),
+                    note=Note(Cause.TIMER, timer=timer.kind),
+                )
         except Unavailable:
             return  # keep the claim; the timer comes back when the lease runs out
         match outcome:

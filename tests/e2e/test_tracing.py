@@ -17,19 +17,39 @@ def server_spans(exporter):
 
 
 async def test_each_call_has_one_span_with_the_rpc_attributes(client, span_exporter):
+    # the JSON-RPC server span of semantic conventions 1.44.0
     await rpc(client, "ListTasks", {}, request_id="req-7")
     (span,) = server_spans(span_exporter)
     assert span.name == "ListTasks"
-    assert span.attributes["rpc.system"] == "jsonrpc"
+    assert span.attributes["rpc.system.name"] == "jsonrpc"
     assert span.attributes["rpc.method"] == "ListTasks"
-    assert span.attributes["rpc.jsonrpc.request_id"] == "req-7"
-    assert "rpc.jsonrpc.error_code" not in span.attributes
+    assert span.attributes["jsonrpc.request.id"] == "req-7"
+    assert span.attributes["jsonrpc.protocol.version"] == "2.0"
+    assert span.attributes["server.address"] == "127.0.0.1"
+    assert isinstance(span.attributes["server.port"], int)
+    assert "rpc.response.status_code" not in span.attributes
+    assert "error.type" not in span.attributes
+    assert span.status.status_code.name == "UNSET"
+    assert span.instrumentation_scope.schema_url == "https://opentelemetry.io/schemas/1.44.0"
 
 
 async def test_error_code_is_recorded_on_the_span(client, span_exporter):
     await rpc(client, "GetTask", {"id": "3c9a1f0e-7b6d-4e5c-8a2b-1d0c9e8f7a6b"})
     (span,) = server_spans(span_exporter)
-    assert span.attributes["rpc.jsonrpc.error_code"] == -32001
+    assert span.attributes["rpc.response.status_code"] == "-32001"
+    assert span.attributes["error.type"] == "-32001"
+    # every JSON-RPC error response is an error of the call (the JSON-RPC conventions)
+    assert span.status.status_code.name == "ERROR"
+    assert "not found" in span.status.description.lower()
+
+
+async def test_an_unknown_method_is_other_and_keeps_its_original_name(client, span_exporter):
+    await rpc(client, "NoSuchMethod", {})
+    (span,) = server_spans(span_exporter)
+    assert span.name == "jsonrpc"
+    assert span.attributes["rpc.method"] == "_OTHER"
+    assert span.attributes["rpc.method_original"] == "NoSuchMethod"
+    assert span.attributes["rpc.response.status_code"] == "-32601"
 
 
 async def test_span_joins_the_callers_traceparent(client, span_exporter):
@@ -104,12 +124,13 @@ async def test_redis_commits_and_livekit_calls_are_child_spans(rt_client, liveki
     (commit,) = [
         s
         for s in spans
-        if s.name == "redis.commit"
+        if s.name == "commit redis"
         and s.parent
         and s.parent.span_id == register_span.context.span_id
     ]
     assert commit.kind.name == "CLIENT"
-    assert commit.attributes["db.system"] == "redis"
+    assert commit.attributes["db.system.name"] == "redis"
+    assert commit.attributes["db.operation.name"] == "commit"
     assert commit.attributes["aim.session.id"] == sid
     create_span = next(s for s in spans if s.name == "SendMessage")
     livekit_calls = [
@@ -117,5 +138,19 @@ async def test_redis_commits_and_livekit_calls_are_child_spans(rt_client, liveki
         for s in spans
         if s.name.startswith("livekit.") and s.context.trace_id == create_span.context.trace_id
     ]
-    assert {s.name for s in livekit_calls} >= {"livekit.CreateRoom", "livekit.DispatchAgent"}
-    assert all(s.attributes["livekit.room"] == f"aim-{sid}-e1" for s in livekit_calls)
+    # one client span per Twirp call, named by its fully qualified method
+    assert [s.name for s in livekit_calls] == [
+        "livekit.RoomService/CreateRoom",
+        "livekit.AgentDispatchService/ListDispatch",
+        "livekit.AgentDispatchService/CreateDispatch",
+    ]
+    for span in livekit_calls:
+        assert span.kind.name == "CLIENT"
+        assert span.attributes["rpc.system.name"] == "twirp"
+        assert span.attributes["rpc.method"] == span.name
+        assert span.attributes["livekit.room"] == f"aim-{sid}-e1"
+        assert span.attributes["server.address"] == "127.0.0.1"
+    # inside the span of the effect that made them, itself inside the creating call's trace
+    by_id = {s.context.span_id: s for s in spans}
+    parents = {by_id[s.parent.span_id].name for s in livekit_calls}
+    assert parents == {"effect CreateRoom", "effect DispatchAgent"}

@@ -14,8 +14,9 @@ from redis.crc import key_slot
 
 from realtime.a2a import types as wire
 from realtime.a2a.projection import follow, task_metadata
-from realtime.engine.core import MAX_ATTEMPTS, Applied, Decided, Engine, Replayed
+from realtime.engine.core import MAX_ATTEMPTS, Engine
 from realtime.engine.entries import Command, params_digest
+from realtime.engine.outcomes import Applied, Decided, Replayed
 from realtime.errors import ServiceError
 from realtime.methods.commands import apply_command, outcome_of, stored_result
 from realtime.rpc.errors import code_of, error_object
