@@ -33,6 +33,14 @@ VERIFIED_MAX: Final = 4096
 VERIFIED_TTL_S: Final = 300.0
 
 
+# the scopes a bearer token may grant (profile §2): a client's three, and the operator's
+INVOKE_SCOPE: Final = "a2a.invoke"
+READ_SCOPE: Final = "a2a.tasks.read"
+CANCEL_SCOPE: Final = "a2a.tasks.cancel"
+CLIENT_SCOPES: Final = (INVOKE_SCOPE, READ_SCOPE, CANCEL_SCOPE)
+OPERATOR_SCOPE: Final = "aim.operator"  # the operations API and console (profile §17)
+
+
 class Principal(msgspec.Struct, frozen=True):
     """The authenticated caller: token subject, optional tenant and granted scopes."""
 

@@ -13,11 +13,17 @@ import time
 from collections.abc import Sequence
 
 from realtime import supervisor
-from realtime.settings import Settings, SettingsError
+from realtime.auth import CLIENT_SCOPES, OPERATOR_SCOPE, PROVIDER_SCOPE
+from realtime.settings import Settings, SettingsError, without_credentials
 from realtime.telemetry import JsonLogFormatter
 
-ALL_SCOPES = "a2a.invoke a2a.tasks.read a2a.tasks.cancel"
+log = logging.getLogger("realtime.cli")
+
+ALL_SCOPES = " ".join(CLIENT_SCOPES)
+KNOWN_SCOPES = (*CLIENT_SCOPES, OPERATOR_SCOPE)
+TOKEN_TTL_MAX_S = 30 * 86400
 STARTUP_FAILURE = supervisor.STARTUP_FAILURE
+BAD_CONFIGURATION = 2  # exit code: the configuration cannot work (every command)
 
 
 def _load_dotenv(path: str = ".env") -> None:
@@ -31,13 +37,26 @@ def _load_dotenv(path: str = ".env") -> None:
                 os.environ.setdefault(name.strip(), value.strip().strip('"').strip("'"))
 
 
-def _settings() -> Settings:
+def _settings(*, quiet: bool = False) -> Settings:
+    """The settings from the environment (and `.env`), or exit 2 with one line per problem;
+    what is acceptable but worth saying is logged (unless `quiet`: a process of `--workers`,
+    whose supervisor said it)."""
     _load_dotenv()
     try:
-        return Settings.from_env(os.environ)
+        settings = Settings.from_env(os.environ)
     except SettingsError as exc:
         print(exc, file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(BAD_CONFIGURATION) from None
+    from realtime.store.selection import missing_redis
+
+    problem = missing_redis(settings)
+    if problem is not None:
+        print(f"invalid configuration:\n  {problem}", file=sys.stderr)
+        raise SystemExit(BAD_CONFIGURATION)
+    if not quiet:
+        for warning in settings.warnings:
+            log.warning("%s", warning)
+    return settings
 
 
 def _announce_dev_secret(secret: str) -> None:
@@ -55,7 +74,7 @@ def _announce_dev_secret(secret: str) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings = _settings()
+    settings = _settings(quiet=args.socket_fd is not None)
     workers = args.workers or supervisor.cpu_count()
     if workers > 1 and args.socket_fd is None:
         return _supervise(args, settings, workers)
@@ -109,6 +128,51 @@ def _workers(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 65535, not {value}")
+    return value
+
+
+def _ttl(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if not 1 <= value <= TOKEN_TTL_MAX_S:
+        raise argparse.ArgumentTypeError(
+            f"must be from 1 to {TOKEN_TTL_MAX_S} seconds (30 days), not {value}"
+        )
+    return value
+
+
+def _subject(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty: the service refuses a blank 'sub'")
+    return text
+
+
+def _scopes(text: str) -> str:
+    names = text.split()
+    if not names:
+        raise argparse.ArgumentTypeError(f"name at least one of: {', '.join(KNOWN_SCOPES)}")
+    if PROVIDER_SCOPE in names:
+        raise argparse.ArgumentTypeError(
+            f"{PROVIDER_SCOPE} tokens are minted by the service, one per session, for the agent "
+            "it dispatches (docs/protocol.md, Provider API)"
+        )
+    unknown = [name for name in names if name not in KNOWN_SCOPES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown scope {', '.join(map(repr, unknown))}; known: {', '.join(KNOWN_SCOPES)}"
+        )
+    return " ".join(names)
+
+
 def _worker(args: argparse.Namespace) -> int:
     import signal
 
@@ -133,10 +197,18 @@ def _token(args: argparse.Namespace) -> int:
     settings = _settings()
     if settings.auth_hs256_secret_generated or not settings.auth_hs256_secret:
         print(
-            "set AIM_AUTH_HS256_SECRET (at least 32 bytes) to the secret the service uses",
+            "set AIM_AUTH_HS256_SECRET (at least 32 bytes) to the secret the service uses "
+            "(scripts/token does so for the service scripts/serve runs)",
             file=sys.stderr,
         )
-        return 2
+        return BAD_CONFIGURATION
+    tenant_claim = settings.auth_tenant_claim
+    if tenant_claim is not None and not (args.tenant or "").strip():
+        print(
+            f"AIM_AUTH_TENANT_CLAIM is {tenant_claim!r}: give the token's tenant with --tenant",
+            file=sys.stderr,
+        )
+        return BAD_CONFIGURATION
     print(
         mint_dev_token(
             settings.auth_hs256_secret,
@@ -144,36 +216,47 @@ def _token(args: argparse.Namespace) -> int:
             scopes=args.scope.split(),
             ttl_s=args.ttl,
             now=time.time(),
+            tenant_claim=tenant_claim,
+            tenant=args.tenant if tenant_claim is not None else None,
+            issuer=settings.auth_issuer,
+            audience=settings.auth_audience,
         )
     )
     return 0
 
 
 async def _check_async(settings: Settings) -> int:
+    """One line per dependency: what it is (no credentials), then ready or why not."""
     from realtime.store.selection import open_store
+    from realtime.store.server import RedisUnavailableError
 
     ok = True
-    store, release = open_store(settings)
     try:
-        if await store.ping():
-            print("redis: reachable" + (" (embedded store)" if store.embedded else ""))
-        else:
-            print("redis: UNREACHABLE")
-            ok = False
-    finally:
-        await store.aclose()
-        release()
+        store, release = open_store(settings)
+    except RedisUnavailableError as exc:
+        print(f"redis: NOT READY ({exc})")
+        ok = False
+    else:
+        try:
+            reason = await store.probe()
+        finally:
+            await store.aclose()
+            release()
+        state = "reachable" if reason is None else f"NOT READY ({reason})"
+        print(f"redis: {store.target}: {state}")
+        ok = reason is None
     if settings.livekit_url is None:
         print("livekit: not configured (AIM_LIVEKIT_URL unset); media calls will fail")
     else:
         from realtime.livekit_adapter.api import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 
+        target = f"{without_credentials(settings.livekit_url)} (AIM_LIVEKIT_URL)"
         gateway = LiveKitGateway(settings)
         try:
             await gateway.ping()
-            print("livekit: reachable, credentials accepted")
+            print(f"livekit: {target}: reachable, credentials accepted")
         except (LiveKitUnavailable, LiveKitRejected) as exc:
-            print(f"livekit: NOT READY ({exc})")
+            print(f"livekit: {target}: NOT READY ({exc})")
             ok = False
         finally:
             await gateway.aclose()
@@ -190,24 +273,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonLogFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
-    parser = argparse.ArgumentParser(prog="aim-realtime")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the HTTP service")
-    serve.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    args = build_parser().parse_args(argv)
+    result: int = args.run(args)
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and option, each with its help text and default."""
+    helpful = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="aim-realtime",
+        description="The AIM realtime session orchestrator. Configuration comes from AIM_* "
+        "environment variables (and a .env file), listed in docs/configuration.md. Exit "
+        "codes: 0 done, 1 not ready (check) or failed, 2 bad configuration or arguments.",
+        formatter_class=helpful,
     )
-    serve.add_argument(
-        "--port", type=int, default=8080, help="port to listen on (default: %(default)s)"
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser(
+        "serve",
+        help="run the HTTP service",
+        description="Serve /a2a, /provider, /livekit/webhook, the Agent Card, probes, /metrics "
+        "and the operations console, with the worker loops (unless --no-worker).",
+        formatter_class=helpful,
     )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=_port, default=8080, help="port to listen on")
     serve.add_argument(
-        "--no-worker", action="store_true", help="leave effect retries and timers to workers"
+        "--no-worker",
+        action="store_true",
+        help="leave effect retries, timers and the reconciler to `aim-realtime worker`",
     )
     serve.add_argument(
         "--workers",
         type=_workers,
         default=1,
-        help="HTTP processes on this machine (0: one per CPU; default: %(default)s); with more "
-        "than one, one extra process retries effects and fires timers for all of them",
+        help="HTTP processes on this machine (0: one per CPU); with more than one, one extra "
+        "process retries effects and fires timers for all of them",
     )
     serve.add_argument(
         "--socket-fd",
@@ -218,25 +319,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         "hands to its HTTP processes)",
     )
     serve.set_defaults(run=_serve)
-    worker = commands.add_parser("worker", help="retry effects and fire timers (no HTTP)")
+    worker = commands.add_parser(
+        "worker",
+        help="retry effects, fire timers and reconcile LiveKit (no HTTP)",
+        description="The background loops without HTTP: outbox retries, durable timers and the "
+        "reconciler. Run one or more beside `serve --no-worker`.",
+        formatter_class=helpful,
+    )
     worker.set_defaults(run=_worker)
-    token = commands.add_parser("token", help="print a development bearer token")
-    token.add_argument("--sub", required=True, help="the subject (principal) of the token")
+    token = commands.add_parser(
+        "token",
+        help="print a development bearer token",
+        description="Sign a bearer token with AIM_AUTH_HS256_SECRET (with the issuer, audience "
+        "and tenant claim the settings require) and print it.",
+        formatter_class=helpful,
+    )
+    token.add_argument(
+        "--sub", type=_subject, required=True, help="the subject (principal) of the token"
+    )
     token.add_argument(
         "--scope",
+        type=_scopes,
         default=ALL_SCOPES,
-        help="space-separated scopes (default: the three client scopes; aim.operator opens the "
-        "operations API and console, /ops)",
+        help=f"space-separated scopes, of: {', '.join(KNOWN_SCOPES)} ({OPERATOR_SCOPE} opens "
+        "the operations API and console, /ops)",
     )
+    token.add_argument("--ttl", type=_ttl, default=3600, help="lifetime in seconds")
     token.add_argument(
-        "--ttl", type=int, default=3600, help="lifetime in seconds (default: %(default)s)"
+        "--tenant",
+        default=None,
+        help="the tenant, when AIM_AUTH_TENANT_CLAIM names a claim (required then)",
     )
     token.set_defaults(run=_token)
-    check = commands.add_parser("check", help="validate configuration and reach dependencies")
+    check = commands.add_parser(
+        "check",
+        help="validate configuration and reach dependencies",
+        description="Validate the configuration, then reach Redis and LiveKit once each. Exit "
+        "0: ready; 1: a dependency is not ready; 2: the configuration is invalid.",
+        formatter_class=helpful,
+    )
     check.set_defaults(run=_check)
-    args = parser.parse_args(argv)
-    result: int = args.run(args)
-    return result
+    return parser
 
 
 if __name__ == "__main__":

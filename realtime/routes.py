@@ -16,7 +16,7 @@ from litestar.datastructures import State
 from litestar.response import Stream
 from litestar.response.base import ASGIResponse
 
-from realtime.auth import Principal
+from realtime.auth import OPERATOR_SCOPE, Principal
 from realtime.errors import (
     AuthError,
     BadRequest,
@@ -268,7 +268,7 @@ async def ops_call(request: Request[Any, Any, Any], read: Read) -> ASGIResponse:
     authenticator = dispatcher.authenticator
     try:
         operator = await authenticator.authenticate(header_fields(request).get("authorization"))
-        authenticator.require_scope(operator, ops.OPERATOR_SCOPE)
+        authenticator.require_scope(operator, OPERATOR_SCOPE)
         body = await read(dispatcher.services, operator)
     except ServiceError as exc:
         return ops_error(exc)

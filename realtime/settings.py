@@ -17,6 +17,9 @@ import msgspec
 
 PROVIDER_CAPABILITIES = ("audio_input", "audio_output", "vision_input", "transcript_history")
 MIN_HS256_SECRET_BYTES = 32
+# LiveKit's secrets are LiveKit's to choose (its dev mode uses `secret`): shorter than this is a
+# warning, never an error
+MIN_LIVEKIT_SECRET_BYTES = 32
 # signs provider tokens when neither AIM_PROVIDER_TOKEN_SECRET nor a LiveKit secret is set
 # (one process, development only: other processes could not verify them)
 _PROCESS_PROVIDER_SECRET = secrets.token_urlsafe(48)
@@ -85,6 +88,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     metrics: bool = True  # GET /metrics (Prometheus text format)
     metrics_refresh_s: float = 15.0  # the gauges read from Redis are at most this old
     access_log: bool = True  # one JSON line per JSON-RPC call
+    # what from_env found acceptable but worth saying (a short LiveKit secret): one line each,
+    # naming the variable and never its value; the CLI logs them at start-up
+    warnings: tuple[str, ...] = ()
 
     @property
     def provider_url(self) -> str:
@@ -131,7 +137,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             reader.problems.append(
                 "AIM_LIVEKIT_API_KEY and AIM_LIVEKIT_API_SECRET must be set together"
             )
+        elif livekit_url is not None and api_key is None:
+            reader.problems.append(
+                "AIM_LIVEKIT_URL needs AIM_LIVEKIT_API_KEY and AIM_LIVEKIT_API_SECRET: the "
+                "service creates rooms and signs join tokens with them"
+            )
+        reader.short_livekit_secret("AIM_LIVEKIT_API_SECRET", api_secret)
         webhook_keys = reader.key_pairs("AIM_LIVEKIT_WEBHOOK_KEYS")
+        if reader.environ.get("AIM_LIVEKIT_WEBHOOK_KEYS", "").strip():
+            for _, webhook_secret in webhook_keys:
+                if reader.short_livekit_secret("AIM_LIVEKIT_WEBHOOK_KEYS", webhook_secret):
+                    break
         if not webhook_keys and api_key is not None and api_secret is not None:
             webhook_keys = ((api_key, api_secret),)
         settings = cls(
@@ -228,6 +244,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 "AIM_METRICS_REFRESH_S", defaults.metrics_refresh_s, low=0.0, high=3600.0
             ),
             access_log=reader.flag("AIM_ACCESS_LOG", default=defaults.access_log),
+            warnings=tuple(reader.warnings),
         )
         if reader.problems:
             raise SettingsError(reader.problems)
@@ -238,12 +255,26 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return Path(self.data_dir)
 
 
+def without_credentials(url: str) -> str:
+    """`url` as the log and `check` may show it: scheme, host, port and path; never a user,
+    password or query (where credentials travel)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix://{parts.path}"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
 class _Reader:
     """Reads typed values from the environment and collects every problem before failing."""
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.environ = environ
         self.problems: list[str] = []
+        self.warnings: list[str] = []
 
     def text(self, name: str) -> str | None:
         value = self.environ.get(name, "").strip()
@@ -256,6 +287,16 @@ class _Reader:
             self.problems.append(f"{name} must be at least {MIN_HS256_SECRET_BYTES} bytes long")
             return None
         return value
+
+    def short_livekit_secret(self, name: str, secret: str | None) -> bool:
+        """Warn (naming `name`, never the value) when a LiveKit secret is short; True then."""
+        if secret is None or len(secret.encode()) >= MIN_LIVEKIT_SECRET_BYTES:
+            return False
+        self.warnings.append(
+            f"{name} holds a secret shorter than {MIN_LIVEKIT_SECRET_BYTES} bytes: fine for "
+            "`livekit-server --dev`, too weak to guard production tokens and webhooks"
+        )
+        return True
 
     def flag(self, name: str, *, default: bool = False) -> bool:
         value = (self.text(name) or ("1" if default else "0")).lower()
@@ -303,11 +344,16 @@ class _Reader:
             valid = parts.scheme in schemes and bool(
                 parts.path if parts.scheme == "unix" else parts.hostname
             )
+            if parts.port == 0:  # .port raises ValueError unless a whole number up to 65535
+                valid = False
         except ValueError:
             valid = False
         if not valid:
             # never echo the value: URLs may carry passwords
-            self.problems.append(f"{name} must be a {'/'.join(schemes)} URL with a host")
+            self.problems.append(
+                f"{name} must be a {'/'.join(schemes)} URL with a host and, if it names a "
+                "port, a port from 1 to 65535"
+            )
             return None
         return raw
 

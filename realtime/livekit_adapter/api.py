@@ -12,17 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
+import jwt
 from livekit import api
 
 from realtime.settings import Settings
 from realtime.telemetry import ATTR_ERROR_TYPE, ATTR_RPC_STATUS_CODE, Telemetry
 
 T = TypeVar("T")
+
+# LiveKit's secrets are LiveKit's to choose (`livekit-server --dev` uses `secret`): a short one is
+# said once at start-up, naming its variable (Settings.warnings), instead of PyJWT's warning on
+# the first token signed with it (every API call, join token and webhook check here). The
+# service's own secrets are refused when short, so this silences nothing else.
+warnings.filterwarnings("ignore", category=jwt.warnings.InsecureKeyLengthWarning)
 
 # below the 5 s a blocking create waits, so a LiveKit that hangs is reported as unavailable
 CALL_TIMEOUT_S: Final = 4.0

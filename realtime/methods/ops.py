@@ -37,7 +37,6 @@ from realtime.worker.runner import livekit_call
 from state_machines import operation as operations
 from state_machines.session_model import SESSION_STATES
 
-OPERATOR_SCOPE: Final = "aim.operator"
 SESSIONS_LIMIT: Final = 50  # a listing page, unless `limit` says otherwise (1..200)
 SESSIONS_LIMIT_MAX: Final = 200
 TIMELINE_LIMIT: Final = 200  # timeline entries of a page, unless `limit` says otherwise

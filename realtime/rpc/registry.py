@@ -7,14 +7,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, NamedTuple
 
 from realtime.a2a.types import REALTIME_EXTENSION
+from realtime.auth import CANCEL_SCOPE, INVOKE_SCOPE, READ_SCOPE
 from realtime.methods import messages, operations, sessions, streaming, tasks
 from realtime.methods.context import Call, Services
 
 Handler = Callable[[Services, Call[Any]], Awaitable[Any]]
 
-INVOKE: Final = "a2a.invoke"
-READ: Final = "a2a.tasks.read"
-CANCEL: Final = "a2a.tasks.cancel"
+INVOKE: Final = INVOKE_SCOPE
+READ: Final = READ_SCOPE
+CANCEL: Final = CANCEL_SCOPE
 
 
 class MethodSpec(NamedTuple):

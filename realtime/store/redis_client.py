@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
@@ -45,14 +46,61 @@ def redis_unavailable() -> Unavailable:
     )
 
 
+class OutageLog:
+    """What the log says while Redis cannot be reached: the first failure with the target and
+    the reason, then one line per `every_s` at most (with the count), and one when it answers
+    again. Every store's calls feed it, so a worker's loops and the requests of an unreachable
+    Redis make a few lines a minute, not several a second."""
+
+    def __init__(self, every_s: float = 30.0) -> None:
+        self.every_s = every_s
+        self.target = "redis"  # what open_store opened, without credentials
+        self.down = False
+        self._failures = 0
+        self._said_at = 0.0
+
+    def failed(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        self._failures += 1
+        if not self.down:
+            self.down, self._said_at, self._failures = True, now, 0
+            log.warning("redis unavailable: %s: %s", self.target, describe_failure(exc))
+        elif now - self._said_at >= self.every_s:
+            log.warning(
+                "redis still unavailable: %s: %d failed calls in the last %.0f s (%s)",
+                self.target,
+                self._failures,
+                now - self._said_at,
+                describe_failure(exc),
+            )
+            self._said_at, self._failures = now, 0
+
+    def answered(self) -> None:
+        if self.down:
+            self.down = False
+            log.warning("redis reachable again: %s", self.target)
+
+
+OUTAGES: Final = OutageLog()
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A connection failure in one line: its class and redis-py's message (which names the
+    host and port, never a password)."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
 @contextlib.asynccontextmanager
 async def translated_errors() -> AsyncIterator[None]:
-    """Connection failures become -31012 (retryable, nothing stored)."""
+    """Connection failures become -31012 (retryable, nothing stored), reported by `OUTAGES`."""
     try:
         yield
     except CONNECTION_ERRORS as exc:
-        log.warning("redis unavailable: %s", type(exc).__name__)
+        OUTAGES.failed(exc)
         raise redis_unavailable() from exc
+    if OUTAGES.down:
+        OUTAGES.answered()
 
 
 class RedisClient:
@@ -61,6 +109,7 @@ class RedisClient:
     def __init__(self, client: Any, *, embedded: bool = False) -> None:
         self.client = client
         self.embedded = embedded
+        self.target = "redis"  # what it is, without credentials (`selection.open_store`)
         self.cluster = isinstance(client, RedisCluster)
         self.scripts = Scripts.register(client)
 
@@ -119,10 +168,15 @@ class RedisClient:
         await self.client.aclose()
 
     async def ping(self) -> bool:
+        return await self.probe() is None
+
+    async def probe(self) -> str | None:
+        """None when Redis answers PING, else why not (`describe_failure`)."""
         try:
-            return bool(await self.client.ping())
-        except CONNECTION_ERRORS:
-            return False
+            await self.client.ping()
+        except CONNECTION_ERRORS as exc:
+            return describe_failure(exc)
+        return None
 
 
 def slot_of(key: str) -> int:

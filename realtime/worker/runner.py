@@ -298,7 +298,8 @@ class Runner:
                 # concurrently: a session whose LiveKit calls hang must not hold up the others
                 await asyncio.gather(*(self.run(session_id) for session_id in due))
             except Unavailable as exc:  # Redis unreachable: try again on the next tick
-                log.warning("outbox sweep failed: %s", exc.message)
+                # said by the store's outage log (once, then at a bounded rate), not per tick
+                log.debug("outbox sweep failed: %s", exc.message)
             except Exception:  # a bug must not stop the worker for every other session
                 log.exception("outbox sweep failed")
             with contextlib.suppress(TimeoutError):

@@ -135,7 +135,8 @@ class Timers:
                 while await self.fire_due() == BATCH and not stop.is_set():
                     pass
             except Unavailable as exc:
-                log.warning("timer sweep failed: %s", exc.message)
+                # said by the store's outage log (once, then at a bounded rate), not per tick
+                log.debug("timer sweep failed: %s", exc.message)
             except Exception:  # a bug must not stop timers for every other session
                 log.exception("timer sweep failed")
             with contextlib.suppress(TimeoutError):

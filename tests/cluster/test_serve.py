@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from realtime.settings import without_credentials
 from realtime.store import keys
 from realtime.store.redis_client import RedisClient
 from tests.cluster import only_on_cluster
@@ -35,7 +36,7 @@ def test_check_reaches_the_cluster(tmp_path: Path, redis_url: str) -> None:
     result = run_cli("check", cwd=tmp_path, AIM_REDIS_URL=redis_url, AIM_REDIS_CLUSTER="1")
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "redis: reachable" in result.stdout
+    assert f"redis: {without_credentials(redis_url)} (AIM_REDIS_URL): reachable" in result.stdout
 
 
 async def test_serve_on_the_cluster_streams_a_session_and_its_worker_ends_it(

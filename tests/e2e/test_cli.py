@@ -18,7 +18,7 @@ import jwt
 import pytest
 
 from realtime.auth import Authenticator
-from realtime.settings import Settings
+from realtime.settings import Settings, without_credentials
 from tests.redis_processes import (
     kill_servers_under,
     needs_redis_server,
@@ -249,16 +249,22 @@ def test_check_with_a_reachable_redis_exits_0_and_says_so(
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "configuration: valid" in result.stdout
-    assert "redis: reachable" in result.stdout
+    assert f"redis: {without_credentials(redis_url or '')} (AIM_REDIS_URL): reachable" in (
+        result.stdout
+    )
     assert "embedded" not in result.stdout
 
 
-def test_check_with_an_unreachable_redis_exits_non_zero(tmp_path: Path) -> None:
-    result = run_cli("check", cwd=tmp_path, AIM_REDIS_URL="redis://127.0.0.1:1")
+def test_check_with_an_unreachable_redis_exits_1_naming_it_and_why(tmp_path: Path) -> None:
+    result = run_cli("check", cwd=tmp_path, AIM_REDIS_URL="redis://app:hunter2@127.0.0.1:1/0")
 
-    assert result.returncode != 0
-    assert "redis: UNREACHABLE" in result.stdout
-    assert "redis: reachable" not in result.stdout
+    assert result.returncode == 1
+    assert (
+        "redis: redis://127.0.0.1:1/0 (AIM_REDIS_URL): NOT READY (ConnectionError: Error 111 "
+        "connecting to 127.0.0.1:1."
+    ) in result.stdout
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
 
 
 # --- serve -----------------------------------------------------------------------------------

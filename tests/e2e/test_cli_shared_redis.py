@@ -87,7 +87,8 @@ def test_serve_worker_and_check_share_one_server_which_the_last_one_stops(
 
             checked = run_cli("check", cwd=tmp_path, AIM_DATA_DIR=str(tmp_path / "data"))
             assert checked.returncode == 0, checked.stdout + checked.stderr
-            assert "redis: reachable" in checked.stdout
+            assert f"redis: the private redis-server of {redis_dir} (unix socket " in checked.stdout
+            assert checked.stdout.splitlines()[1].endswith("): reachable")
             assert "embedded" not in checked.stdout
             assert f"(pid {servers[0]}," in checked.stderr
             assert redis_servers_over(redis_dir) == servers  # check left it to the others

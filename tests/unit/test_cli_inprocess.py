@@ -56,7 +56,7 @@ def test_check_reaches_the_configured_redis(monkeypatch, redis_url, capsys):
     assert main(["check"]) == 0
     out = capsys.readouterr().out
     assert "configuration: valid" in out
-    assert "redis: reachable" in out
+    assert "(AIM_REDIS_URL): reachable" in out
     assert "livekit: not configured" in out
 
 
@@ -69,10 +69,11 @@ async def test_check_reaches_livekit_when_configured(monkeypatch, redis_url, liv
         pytest.skip("no real Redis on this machine")
     settings = livekit_settings(livekit, redis_url=redis_url)
     assert await _check_async(settings) == 0
-    assert "livekit: reachable" in capsys.readouterr().out
+    target = f"livekit: {livekit.ws_url} (AIM_LIVEKIT_URL)"
+    assert f"{target}: reachable, credentials accepted" in capsys.readouterr().out
     await livekit.set_down(True)
     assert await _check_async(settings) == 1
-    assert "livekit: NOT READY" in capsys.readouterr().out
+    assert f"{target}: NOT READY (LiveKit unreachable: " in capsys.readouterr().out
 
 
 def test_logs_are_json_lines_with_trace_and_session_ids():

@@ -239,12 +239,18 @@ def test_configured_webhook_keys_replace_the_api_key_default() -> None:
     assert settings.livekit_webhook_keys == (("one", "s1"), ("two", "s:with:colons"))
 
 
+LIVEKIT_KEYS = {
+    "AIM_LIVEKIT_API_KEY": "APIkey",
+    "AIM_LIVEKIT_API_SECRET": "a-livekit-secret-of-at-least-32-bytes!",
+}
+
+
 def test_without_livekit_credentials_no_webhook_signer_is_accepted() -> None:
     assert Settings.from_env({}).livekit_webhook_keys == ()
 
 
 def test_livekit_public_url_defaults_to_the_api_url() -> None:
-    settings = Settings.from_env({"AIM_LIVEKIT_URL": "wss://livekit.example"})
+    settings = Settings.from_env({"AIM_LIVEKIT_URL": "wss://livekit.example", **LIVEKIT_KEYS})
 
     assert settings.livekit_url == "wss://livekit.example"
     assert settings.livekit_public_url == "wss://livekit.example"
@@ -255,6 +261,7 @@ def test_an_explicit_livekit_public_url_wins() -> None:
         {
             "AIM_LIVEKIT_URL": "http://livekit.internal:7880",
             "AIM_LIVEKIT_PUBLIC_URL": "wss://rtc.example",
+            **LIVEKIT_KEYS,
         }
     )
 
@@ -547,3 +554,59 @@ def test_a_provider_url_that_is_not_http_is_refused() -> None:
     with pytest.raises(SettingsError) as raised:
         Settings.from_env({"AIM_PROVIDER_BASE_URL": "ftp://x"})
     assert any("AIM_PROVIDER_BASE_URL" in problem for problem in raised.value.problems)
+
+
+# --- LiveKit settings that cannot work, and secrets LiveKit chose ------------------------------
+
+
+def test_a_livekit_url_without_keys_is_refused_naming_what_is_missing() -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({"AIM_LIVEKIT_URL": "ws://127.0.0.1:7880"})
+    (problem,) = raised.value.problems
+    assert problem.startswith(
+        "AIM_LIVEKIT_URL needs AIM_LIVEKIT_API_KEY and AIM_LIVEKIT_API_SECRET"
+    )
+
+
+def test_livekits_dev_secret_is_a_warning_naming_the_variable_never_the_value() -> None:
+    settings = Settings.from_env(
+        {
+            "AIM_LIVEKIT_URL": "ws://127.0.0.1:7880",
+            "AIM_LIVEKIT_API_KEY": "devkey",
+            "AIM_LIVEKIT_API_SECRET": "secret",
+        }
+    )
+    (warning,) = settings.warnings
+    assert warning.startswith("AIM_LIVEKIT_API_SECRET holds a secret shorter than 32 bytes")
+    assert "'secret'" not in warning
+    assert settings.livekit_webhook_keys == (("devkey", "secret"),)  # accepted, not refused
+
+
+def test_a_short_webhook_secret_is_one_warning() -> None:
+    settings = Settings.from_env({**LIVEKIT_KEYS, "AIM_LIVEKIT_WEBHOOK_KEYS": "a:short1,b:short2"})
+    assert [w.split()[0] for w in settings.warnings] == ["AIM_LIVEKIT_WEBHOOK_KEYS"]
+    assert "short1" not in settings.warnings[0]
+
+
+def test_long_livekit_secrets_warn_of_nothing() -> None:
+    assert Settings.from_env(LIVEKIT_KEYS).warnings == ()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:notaport",
+        "redis://127.0.0.1:99999",
+        "redis://127.0.0.1:0",
+        "redis://user:hunter2@127.0.0.1:-1",
+    ],
+)
+def test_a_url_with_a_bad_port_is_refused_without_echoing_it(url: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({"AIM_REDIS_URL": url})
+    (problem,) = raised.value.problems
+    assert problem == (
+        "AIM_REDIS_URL must be a redis/rediss/unix URL with a host and, if it names a port, "
+        "a port from 1 to 65535"
+    )
+    assert "hunter2" not in str(raised.value)

@@ -1,0 +1,185 @@
+"""A user's mistake on the command line or in the configuration is one line that names what is
+wrong, and the documented exit code (0 ready, 1 not ready, 2 bad configuration or arguments);
+never a traceback, never a secret's value."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import pytest
+
+from realtime.cli import build_parser
+from tests.e2e.test_cli import SECRET, run_cli, serving
+
+pytestmark = pytest.mark.e2e
+
+NO_REDIS_BINARY = "/nonexistent"  # a PATH with no redis-server on it (the CLI runs by path)
+
+
+def assert_clean(result_text: str) -> None:
+    assert "Traceback" not in result_text
+    assert "ExceptionGroup" not in result_text
+    assert SECRET not in result_text
+
+
+# --- token -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--ttl", "0"], "argument --ttl: must be from 1 to 2592000 seconds (30 days), not 0"),
+        (["--ttl", "-5"], "argument --ttl: must be from 1 to 2592000 seconds (30 days), not -5"),
+        (["--ttl", "soon"], "argument --ttl: not a whole number of seconds: 'soon'"),
+        (
+            ["--scope", "bogus.scope"],
+            "argument --scope: unknown scope 'bogus.scope'; known: "
+            "a2a.invoke, a2a.tasks.read, a2a.tasks.cancel, aim.operator",
+        ),
+        (["--scope", ""], "argument --scope: name at least one of: a2a.invoke"),
+        (
+            ["--scope", "aim.provider"],
+            "argument --scope: aim.provider tokens are minted by the service",
+        ),
+    ],
+)
+def test_token_refuses_a_bad_option_in_one_line(
+    tmp_path: Path, arguments: list[str], message: str
+) -> None:
+    result = run_cli(
+        "token", "--sub", "alice", *arguments, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET
+    )
+
+    assert result.returncode == 2
+    assert result.stdout == ""  # no token
+    assert f"aim-realtime token: error: {message}" in result.stderr
+    assert_clean(result.stderr)
+
+
+@pytest.mark.parametrize("subject", ["", "   "])
+def test_token_refuses_a_blank_subject(tmp_path: Path, subject: str) -> None:
+    result = run_cli("token", "--sub", subject, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET)
+
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "argument --sub: must not be empty: the service refuses a blank 'sub'" in result.stderr
+
+
+def test_token_help_describes_every_option_with_its_default(tmp_path: Path) -> None:
+    result = run_cli("token", "--help", cwd=tmp_path)
+
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())  # argparse wraps lines
+    assert "--sub SUB the subject (principal) of the token" in text
+    assert "--ttl TTL lifetime in seconds (default: 3600)" in text
+    assert "(default: a2a.invoke a2a.tasks.read a2a.tasks.cancel)" in text
+    assert "aim.operator" in text
+    assert "--tenant TENANT the tenant, when AIM_AUTH_TENANT_CLAIM names a claim" in text
+
+
+def test_every_command_and_option_has_help() -> None:
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert sorted(commands.choices) == ["check", "serve", "token", "worker"]
+    for name, command in commands.choices.items():
+        assert command.description, f"{name}: no description"
+        for action in command._actions:
+            assert action.help, f"{name} {action.dest}: no help"
+            assert action.help != argparse.SUPPRESS
+
+
+def test_token_names_the_tenant_the_settings_require(tmp_path: Path) -> None:
+    result = run_cli(
+        "token", "--sub", "alice", cwd=tmp_path,
+        AIM_AUTH_HS256_SECRET=SECRET, AIM_AUTH_TENANT_CLAIM="org",
+    )  # fmt: skip
+
+    assert result.returncode == 2
+    assert "AIM_AUTH_TENANT_CLAIM is 'org': give the token's tenant with --tenant" in result.stderr
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["check", "serve", "worker"])
+def test_require_redis_without_any_redis_is_bad_configuration(tmp_path: Path, command: str) -> None:
+    result = run_cli(
+        command, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, AIM_REQUIRE_REDIS="1",
+        PATH=NO_REDIS_BINARY,
+    )  # fmt: skip
+
+    assert result.returncode == 2
+    assert (
+        "AIM_REQUIRE_REDIS is set but neither AIM_REDIS_URL nor a redis-server binary exists"
+    ) in result.stderr
+    assert "configuration: valid" not in result.stdout
+    assert_clean(result.stdout + result.stderr)
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:notaport", "redis://127.0.0.1:99999"])
+@pytest.mark.parametrize("command", ["check", "serve"])
+def test_a_redis_url_with_a_bad_port_is_bad_configuration(
+    tmp_path: Path, command: str, url: str
+) -> None:
+    result = run_cli(command, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, AIM_REDIS_URL=url)
+
+    assert result.returncode == 2
+    assert (
+        "AIM_REDIS_URL must be a redis/rediss/unix URL with a host and, if it names a port, a "
+        "port from 1 to 65535"
+    ) in result.stderr
+    assert url.split(":")[-1] not in result.stderr  # the value is never echoed
+    assert_clean(result.stdout + result.stderr)
+
+
+def test_a_livekit_url_without_keys_is_bad_configuration(tmp_path: Path) -> None:
+    result = run_cli(
+        "check", cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, AIM_LIVEKIT_URL="ws://127.0.0.1:7880"
+    )
+
+    assert result.returncode == 2
+    assert "AIM_LIVEKIT_URL needs AIM_LIVEKIT_API_KEY and AIM_LIVEKIT_API_SECRET" in result.stderr
+
+
+def test_livekits_dev_secret_is_one_warning_and_not_pyjwts(tmp_path: Path) -> None:
+    # `livekit-server --dev` is devkey/secret; nothing listens on port 1, so check reaches
+    # LiveKit with a signed token (PyJWT would warn about the key here) and answers not ready
+    result = run_cli(
+        "check", cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET,
+        AIM_LIVEKIT_URL="ws://127.0.0.1:1", AIM_LIVEKIT_API_KEY="devkey",
+        AIM_LIVEKIT_API_SECRET="secret",
+    )  # fmt: skip
+
+    assert result.returncode == 1
+    warnings = [line for line in result.stderr.splitlines() if "shorter than 32 bytes" in line]
+    assert len(warnings) == 1
+    assert "AIM_LIVEKIT_API_SECRET holds a secret shorter than 32 bytes" in warnings[0]
+    assert '"secret"' not in warnings[0]
+    assert "InsecureKeyLengthWarning" not in result.stderr
+    assert "livekit: ws://127.0.0.1:1 (AIM_LIVEKIT_URL): NOT READY (LiveKit unreachable" in (
+        result.stdout
+    )
+
+
+# --- an unreachable Redis --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_serve_names_an_unreachable_redis_once_instead_of_flooding(tmp_path: Path) -> None:
+    with serving(
+        tmp_path, AIM_AUTH_HS256_SECRET=SECRET, AIM_REDIS_URL="redis://app:hunter2@127.0.0.1:1"
+    ) as service:
+        deadline = time.monotonic() + 20
+        while "redis unavailable" not in service.output() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3)  # the worker loops keep failing several times a second meanwhile
+        service.terminate()
+    output = service.output()
+    said = [line for line in output.splitlines() if "redis unavailable" in line]
+    assert len(said) == 1, output
+    assert "redis unavailable: redis://127.0.0.1:1 (AIM_REDIS_URL): ConnectionError" in said[0]
+    assert "still unavailable" not in output  # the next line comes after 30 s at the earliest
+    assert "hunter2" not in output
+    assert "sweep failed" not in output
