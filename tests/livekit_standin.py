@@ -22,19 +22,30 @@ calls the way the Go server does (livekit/livekit ``pkg/service``):
   the room's or participant's topic (SendData, MutePublishedTrack, UpdateSubscriptions,
   Create/List/DeleteDispatch) -> ``unavailable`` 503 "no response from servers" (after ~3 s on
   a real server: ``no_response_wait``). With ``auto_create``, CreateDispatch creates the room.
+
+Run on its own, ``python -m tests.livekit_standin [--port 7880] [--host 127.0.0.1] [--api-key
+devkey] [--api-secret secret]`` serves until Ctrl-C or SIGTERM and prints the service's
+``AIM_LIVEKIT_*`` settings for it (docs/local-livekit.md). It is still only a test double: no
+media, no agents join, no webhooks are sent.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import contextlib
 import hashlib
+import ipaddress
 import json
 import re
 import secrets
+import shlex
+import signal
+import sys
 import time
-from collections.abc import AsyncIterator
+import warnings
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -667,3 +678,115 @@ async def running_standin(
     """``async with running_standin(key, secret) as lk:`` yields a started ``LiveKitStandin``."""
     async with LiveKitStandin(api_key, api_secret, **options) as standin:
         yield standin
+
+
+# ---- run on its own: python -m tests.livekit_standin -----------------------------------------
+# the placeholder pair and the port of `livekit-server --dev`, so the printed settings match it
+DEV_API_KEY, DEV_API_SECRET, DEV_PORT = "devkey", "secret", 7880
+STOP_HINT = "Ctrl-C or SIGTERM stops it."
+
+
+def service_settings(standin: LiveKitStandin) -> dict[str, str]:
+    """The service's LiveKit settings for a running stand-in (the webhook signers default to
+    the API key pair, and the stand-in sends no webhooks anyway)."""
+    host = standin.host or "127.0.0.1"
+    with contextlib.suppress(ValueError):  # a name, not an address
+        if ipaddress.ip_address(host).is_unspecified:  # everywhere: loopback reaches it too
+            host = "127.0.0.1"
+    url = f"ws://[{host}]:{standin.port}" if ":" in host else f"ws://{host}:{standin.port}"
+    return {
+        "AIM_LIVEKIT_URL": url,
+        "AIM_LIVEKIT_PUBLIC_URL": url,
+        "AIM_LIVEKIT_API_KEY": standin.api_key,
+        "AIM_LIVEKIT_API_SECRET": standin.api_secret,
+    }
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError("must be from 0 (any free port) to 65535")
+    return port
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.livekit_standin",
+        description="Serve the LiveKit stand-in on its own, to try the service without a LiveKit "
+        "server. A TEST DOUBLE of LiveKit's server API (rooms, participants, agent dispatch, "
+        "kept in memory): no media, no real agents, no webhooks.",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port",
+        type=_port,
+        default=DEV_PORT,
+        help="port to listen on, 0 for any free one (default: %(default)s, as livekit-server)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=DEV_API_KEY,
+        help="the API key it accepts (default: %(default)s, as livekit-server --dev)",
+    )
+    parser.add_argument(
+        "--api-secret",
+        default=DEV_API_SECRET,
+        help="that key's secret (default: %(default)s, as livekit-server --dev)",
+    )
+    return parser.parse_args(argv)
+
+
+def _say(text: str, stream: Any = None) -> None:
+    stream = stream or sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    standin = LiveKitStandin(args.api_key, args.api_secret)
+    standin.host, standin.port = args.host, args.port
+    try:
+        await standin.start()
+    except OSError as exc:
+        await standin.stop()
+        _say(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", sys.stderr)
+        return 1
+    try:
+        settings = service_settings(standin)
+        _say(
+            f"LiveKit stand-in on {settings['AIM_LIVEKIT_URL']}: a TEST DOUBLE, not a LiveKit "
+            "server. It answers LiveKit's server API (rooms, participants, agent dispatch) from "
+            "memory; no media, no real agents (dispatches are recorded, no agent joins), and "
+            "webhooks are not sent."
+        )
+        _say("Settings for the service (paste them into the shell that runs scripts/serve):")
+        for name, value in settings.items():
+            _say(f"export {name}={shlex.quote(value)}")
+        _say(STOP_HINT)
+        await stop.wait()
+    finally:
+        await standin.stop()
+    _say("LiveKit stand-in stopped.")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from jwt.warnings import InsecureKeyLengthWarning
+
+    args = _arguments(argv)
+    # livekit-server --dev's short secret is the default on purpose; the service's side warns
+    warnings.filterwarnings("ignore", category=InsecureKeyLengthWarning)
+    return asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
