@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.e2e.test_cli import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -33,13 +34,6 @@ def shell_blocks() -> list[str]:
 def try_it_block() -> str:
     (block,) = [b for b in shell_blocks() if "scripts/token" in b and "curl" in b]
     return block
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def fresh_shell_environ(data_dir: Path) -> dict[str, str]:
