@@ -22,10 +22,13 @@ from typing import Final
 from realtime.errors import SERVER_GOING_AWAY, Unavailable
 from realtime.store import keys
 from realtime.store.events import Entry, EventStore
+from realtime.store.redis_client import SOCKET_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
-BLOCK_MS: Final = 10_000  # a blocking read returns at least this often (to notice shutdown)
+# a blocking read returns at least this often (to notice shutdown), and always before the
+# client's socket timeout: a read still waiting then would be taken for a lost connection
+BLOCK_MS: Final = int(SOCKET_TIMEOUT_S * 1000) - 1000
 POLL_S: Final = 0.05  # Cluster and the embedded store: how often the reader looks
 READ_COUNT: Final = 500  # entries per stream per read
 RETRY_S: Final = 0.5  # after Redis failed a read

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_POOL_SIZE: Final = 64
 POOL_TIMEOUT_S: Final = 5  # how long a request waits for a pooled connection
+# how long a reply may take before the connection counts as lost (redis-py's own default, said
+# here because a blocking XREAD must return before it: fanout.BLOCK_MS)
+SOCKET_TIMEOUT_S: Final = 5.0
 
 CONNECTION_ERRORS: Final = (
     redis.exceptions.ConnectionError,
@@ -124,7 +127,11 @@ class RedisClient:
         cls, url: str, *, cluster: bool = False, pool_size: int = DEFAULT_POOL_SIZE
     ) -> RedisClient:
         if cluster:
-            return cls(RedisCluster.from_url(url, max_connections=pool_size))
+            return cls(
+                RedisCluster.from_url(
+                    url, max_connections=pool_size, socket_timeout=SOCKET_TIMEOUT_S
+                )
+            )
         # maintenance notifications need RESP3, which we do not speak; left at redis-py's "auto",
         # the pool skips its check for connections the server closed (restart, idle timeout) and
         # hands them out, so each one failed a request with -31012 after Redis was back
@@ -132,6 +139,7 @@ class RedisClient:
             url,
             max_connections=pool_size,
             timeout=POOL_TIMEOUT_S,
+            socket_timeout=SOCKET_TIMEOUT_S,
             maint_notifications_config=MaintNotificationsConfig(enabled=False),
         )
         return cls(aioredis.Redis.from_pool(pool))

@@ -4,16 +4,17 @@ catch-up, slow subscribers, and one connection for many subscriptions."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 
 import pytest
 from redis.crc import key_slot
 
-from realtime.fanout import EventHub, LaggedError, Subscription, parse_id
+from realtime.fanout import RETRY_S, EventHub, LaggedError, Subscription, parse_id
 from realtime.store import keys
 from realtime.store.events import EventStore, slot_groups
-from realtime.store.redis_client import RedisClient
+from realtime.store.redis_client import SOCKET_TIMEOUT_S, RedisClient
 
 pytestmark = pytest.mark.redis
 
@@ -132,3 +133,25 @@ def test_stream_ids_compare_numerically():
     assert parse_id("5-10") > parse_id("5-9")
     with pytest.raises(ValueError, match="not a stream entry id"):
         parse_id("abc")
+
+
+@pytest.mark.slow
+async def test_an_idle_blocking_read_is_no_outage(store, caplog):
+    # a subscriber waits longer than the client's socket timeout with nothing to read: the
+    # reader's blocking XREAD must return before it, not be taken for a lost connection
+    if not store.can_block:
+        pytest.skip("the embedded store and Cluster are followed by polling")
+    hub = EventHub(EventStore(store), buffer=16)
+    session_id = str(uuid.uuid4())
+    subscription = await hub.subscribe(session_id, "0-0")
+    try:
+        with caplog.at_level(logging.WARNING):
+            await asyncio.sleep(SOCKET_TIMEOUT_S + 1.5)
+            started = time.monotonic()
+            ids = await commit(store, session_id, 1)
+            assert await drain(subscription, 1) == ids
+            waited = time.monotonic() - started
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+        assert waited < RETRY_S  # delivered at once, not after a reconnect's pause
+    finally:
+        await hub.close()
