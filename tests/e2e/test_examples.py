@@ -1,0 +1,411 @@
+"""The examples of docs/client-guide.md, run the way an app developer runs them, against a real
+service (a private Redis, the LiveKit stand-in): `docs/examples/journey.py` as a subprocess
+(what it prints, its exit status), and `docs/examples/browser/index.html` in headless Chromium
+(what a person sees on the page).
+
+What only LiveKit and an agent worker can do is done here as they would do it: the device's
+and the agent's participant_joined webhooks, signed as LiveKit signs them, and the agent's
+confirmation request over the provider API.
+
+The service answers no CORS preflight, so the page is served from the service's origin, the
+way a deployment puts both behind one reverse proxy: a small front server here serves the page
+at `/` and passes `/a2a` through to the service, streaming (SSE) included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from realtime.app import create_app
+from realtime.auth import mint_dev_token
+from realtime.store.redis_client import RedisClient
+from tests.conftest import livekit_settings, rpc, serving, token
+from tests.e2e.op_helpers import data_to_agent, provider_call, wait_for_data
+from tests.e2e.realtime_helpers import call, new_id
+from tests.e2e.test_ops_console import binaries, chromium
+from tests.e2e.test_webhooks import deliver, room, webhook
+
+pytestmark = [pytest.mark.e2e, pytest.mark.redis]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+JOURNEY = EXAMPLES / "journey.py"
+PAGE = EXAMPLES / "browser" / "index.html"
+PUBLIC_LIVEKIT = "wss://media.example"  # livekit_settings' AIM_LIVEKIT_PUBLIC_URL
+AGENT = "agent-AJ_worker-1"
+UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+WAIT_S = 15
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def service(livekit: Any, store: RedisClient) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
+    app = create_app(livekit_settings(livekit), store=store, tracer_provider=None)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        yield base_url, http
+
+
+# --- docs/examples/journey.py --------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def journey(
+    base_url: str, *args: str, env_token: str | None = None
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The script running against `base_url` (this event loop keeps serving meanwhile)."""
+    env = {k: v for k, v in os.environ.items() if k != "TOKEN"}
+    if env_token is not None:
+        env["TOKEN"] = env_token
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(JOURNEY),
+        "--url",
+        base_url,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def finished(process: asyncio.subprocess.Process) -> tuple[int, list[str], str]:
+    out, err = await asyncio.wait_for(process.communicate(), 40)
+    assert process.returncode is not None
+    return process.returncode, out.decode().splitlines(), err.decode()
+
+
+def steps(lines: list[str]) -> list[str]:
+    return [line.split()[0] for line in lines]
+
+
+async def test_journey_creates_joins_and_ends_a_session(livekit, store):
+    async with service(livekit, store) as (base_url, http):
+        async with journey(base_url, env_token=token("alice")) as process:
+            code, lines, err = await finished(process)
+
+        assert (code, err) == (0, ""), lines
+        assert steps(lines) == ["create", "ready", "register", "join", "end"]
+        created = re.fullmatch(rf"create +session ({UUID}) task ({UUID}): ready, epoch 1", lines[0])
+        assert created, lines[0]
+        sid, task_id = created.groups()
+        assert lines[1] == f"ready     session ready: room {room(sid)}, agent dispatched"
+        registered = re.fullmatch(rf"register +endpoint ({UUID}) \(registered\), session ready",
+                                  lines[2])  # fmt: skip
+        assert registered, lines[2]
+        assert lines[3].startswith(
+            f"join      session joining, epoch 1: LiveKit {PUBLIC_LIVEKIT} room {room(sid)}, "
+            "join token issued (expires 20"
+        ), lines[3]
+        assert lines[4] == "end       session ending, task TASK_STATE_COMPLETED"
+
+        # what the service and LiveKit saw: the script really did each step
+        session = (await call(http, "GetSession", sessionId=sid))["result"]["session"]
+        assert session["taskId"] == task_id
+        assert session["endReason"] == "journey finished"
+        assert [(e["endpointId"], e["clientEndpointKey"]) for e in session["endpoints"]] == [
+            (registered.group(1), "journey-script")
+        ]
+        assert [c.request.name for c in livekit.calls_to("CreateRoom")] == [room(sid)]
+        assert [c.request.room for c in livekit.calls_to("CreateDispatch")] == [room(sid)]
+        await livekit.wait_for_call("DeleteRoom")
+        assert room(sid) not in livekit.rooms
+        task = (await rpc(http, "GetTask", {"id": task_id, "historyLength": 0}))["result"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_journey_says_something_once_the_agent_has_joined(livekit, store):
+    async with service(livekit, store) as (base_url, http):
+        args = ("--token", token("alice"), "--say", "hello from the journey", "--device", "cli")
+        async with journey(base_url, *args) as process:
+            assert process.stdout is not None
+            seen: list[str] = []
+            while not seen or not seen[-1].startswith("agent "):  # joined, now waiting
+                line = await asyncio.wait_for(process.stdout.readline(), WAIT_S)
+                assert line, (seen, await process.stderr.read() if process.stderr else b"")
+                seen.append(line.decode().rstrip("\n"))
+            created = re.search(rf"session ({UUID})", seen[0])
+            assert created, seen
+            sid = created.group(1)
+            assert seen[-1] == "agent     waiting up to 30 s for the agent to join the room"
+            await asyncio.sleep(0.6)  # it keeps waiting while the agent is not there
+            assert process.returncode is None
+            assert data_to_agent(livekit, room(sid)) == []
+
+            # the agent worker LiveKit dispatched joins the room
+            livekit.add_participant(room(sid), AGENT, kind="agent")
+            joined = webhook("participant_joined", room(sid), identity=AGENT, agent=True)
+            assert await deliver(http, joined) == "applied"
+            code, rest, err = await finished(process)
+
+        assert (code, err) == (0, "")
+        lines = seen + rest
+        assert steps(lines) == ["create", "ready", "register", "join", "agent", "agent", "say",
+                                "end"]  # fmt: skip
+        assert lines[5] == f"agent     agent joined as {AGENT}"
+        assert re.fullmatch(r"say +text delivered to the agent \(accepted 20.*\), session joining",
+                            lines[6]), lines[6]  # fmt: skip
+        [message] = await wait_for_data(livekit, room(sid), "input.text")
+        assert message["payload"] == {"text": "hello from the journey"}
+        assert list(livekit.data_messages[-1].destination_identities) == [AGENT]
+        session = (await call(http, "GetSession", sessionId=sid))["result"]["session"]
+        assert [e["clientEndpointKey"] for e in session["endpoints"]] == ["cli"]
+
+
+async def test_journey_stops_at_the_first_json_rpc_error_with_one_line(livekit, store):
+    async with service(livekit, store) as (base_url, _):
+        foreign = mint_dev_token("another-secret-" + "x" * 40, subject="alice",
+                                 scopes=("a2a.invoke",), ttl_s=60, now=time.time())  # fmt: skip
+        async with journey(base_url, "--token", foreign) as process:
+            code, lines, err = await finished(process)
+        assert (code, lines) == (1, [])
+        assert err.count("\n") == 1
+        assert err.startswith("journey: SendMessage: -31401 UNAUTHENTICATED: "), err
+
+        # a request the service refuses halfway: a clientEndpointKey over 128 characters
+        async with journey(base_url, "--device", "d" * 129, env_token=token("alice")) as process:
+            code, lines, err = await finished(process)
+        assert code == 1
+        assert steps(lines) == ["create", "ready"]
+        assert err.count("\n") == 1
+        refused = "journey: aim.realtime.RegisterEndpoint: -32602 INVALID_PARAMS: "
+        assert err.startswith(refused), err
+        assert "params.clientEndpointKey" in err
+
+        async with journey(base_url) as process:  # no --token, no TOKEN
+            code, lines, err = await finished(process)
+        assert (code, lines) == (2, [])
+        assert "no token: pass --token or set TOKEN" in err
+
+
+# --- docs/examples/browser/index.html ------------------------------------------------------------
+
+HOP_BY_HOP = {b"host", b"connection", b"keep-alive", b"content-length", b"transfer-encoding"}
+
+
+def front(upstream: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """An ASGI app standing in for the reverse proxy of a deployment: `GET /` is the example
+    page, `/a2a` goes to the service and its answer comes back as it is sent (SSE too)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+        elif scope["path"] in ("/a2a", "/a2a/"):
+            await forward(upstream, scope, receive, send)
+        elif scope["method"] == "GET" and scope["path"] == "/":
+            await answer(send, 200, PAGE.read_bytes(), b"text/html; charset=utf-8")
+        else:
+            await answer(send, 404, b"not found", b"text/plain")
+
+    return app
+
+
+async def answer(send: Send, status: int, body: bytes, content_type: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type)]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
+
+
+async def forward(upstream: str, scope: Scope, receive: Receive, send: Send) -> None:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    sent = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP]
+    path = upstream + scope["path"]
+    async with (
+        httpx.AsyncClient(timeout=httpx.Timeout(10, read=None)) as client,  # SSE: no read limit
+        client.stream(scope["method"], path, content=body, headers=sent) as reply,
+    ):
+        kept = [(k, v) for k, v in reply.headers.raw if k.lower() not in HOP_BY_HOP]
+        await send({"type": "http.response.start", "status": reply.status_code, "headers": kept})
+
+        async def relay() -> None:
+            async for chunk in reply.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+
+        async def gone() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        tasks = [asyncio.ensure_future(relay()), asyncio.ensure_future(gone())]
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for task in done:
+            task.result()
+
+
+class Page:
+    """What a person does on the example page and sees there (selenium, blocking)."""
+
+    def __init__(self, driver: Any) -> None:
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        self.driver = driver
+        self.wait = WebDriverWait(driver, WAIT_S)
+
+    def element(self, element_id: str) -> Any:
+        from selenium.webdriver.common.by import By
+
+        return self.driver.find_element(By.ID, element_id)
+
+    def text(self, element_id: str) -> str:
+        text: str = self.element(element_id).text
+        return text
+
+    def log(self) -> list[str]:
+        from selenium.webdriver.common.by import By
+
+        items = self.driver.find_elements(By.CSS_SELECTOR, "#log li span")  # after the time
+        return [item.text for item in items]
+
+    def until_shown(self, element_id: str, text: str) -> None:
+        self.wait.until(lambda _: self.text(element_id) == text, f"#{element_id} != {text!r}")
+
+    def until_logged(self, text: str) -> None:
+        self.wait.until(lambda _: any(text in line for line in self.log()), f"no log {text!r}")
+
+    def start(self, url: str, bearer: str) -> None:
+        self.driver.get(url)
+        assert self.driver.title == "AIM realtime · browser example"
+        assert self.element("service").get_attribute("value") == url.rstrip("/")
+        self.element("token").send_keys(bearer)
+        self.element("start").click()
+
+    def say(self, text: str) -> None:
+        self.element("text").send_keys(text)
+        self.element("send").click()
+
+    def problems(self) -> list[str]:
+        logs = self.driver.get_log("browser")
+        return [e["message"] for e in logs if e["level"] in ("SEVERE", "WARNING")]
+
+
+@pytest.mark.slow
+async def test_the_browser_page_shows_a_session_live_from_start_to_end(livekit, store):
+    browser, driver_path = binaries()
+    async with (
+        service(livekit, store) as (base_url, http),
+        serving(front(base_url)) as page_url,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        # entered last, left first: the browser is gone before the servers stop
+        driver = await asyncio.to_thread(stack.enter_context, chromium(browser, driver_path))
+        page = Page(driver)
+
+        def started() -> str:
+            page.start(page_url + "/", token("alice"))
+            page.until_shown("state", "joining")
+            page.until_logged("joined: LiveKit")
+            return page.text("session")
+
+        sid = await asyncio.to_thread(started)
+        assert re.fullmatch(UUID, sid)
+        log = page.log()
+        assert log[0] == f"created session {sid} (provisioning)"
+        assert "session ready (epoch 1)" in log
+        endpoint = next(line for line in log if line.startswith("device registered"))
+        assert re.fullmatch(rf"device registered: endpoint ({UUID}) \(registered\)", endpoint)
+        assert f"joined: LiveKit {PUBLIC_LIVEKIT}, room {room(sid)}, token issued" in log
+        assert page.text("epoch") == "1"
+        assert page.text("task-state") == "TASK_STATE_WORKING"
+        assert page.text("media").startswith(f"{PUBLIC_LIVEKIT} · room {room(sid)} · token issued")
+        assert page.element("connect").is_enabled()
+        session = (await call(http, "GetSession", sessionId=sid))["result"]["session"]
+        device = session["activeEndpointId"]
+        assert endpoint == f"device registered: endpoint {device} (registered)"
+
+        # the tab connects to LiveKit with the token (here: LiveKit's webhook says it did)
+        arrived = webhook("participant_joined", room(sid), identity=device, epoch=1)
+        assert await deliver(http, arrived) == "applied"
+        await asyncio.to_thread(page.until_shown, "state", "active")
+
+        # text before the agent is in the room is refused, and the page says why
+        def refused() -> None:
+            page.say("anyone there?")
+            page.wait.until(lambda _: "-31003" in page.text("error"))
+
+        await asyncio.to_thread(refused)
+        assert "INVALID_STATE" in page.text("error")
+        assert "the agent is not in the room" in page.text("error")
+        assert data_to_agent(livekit, room(sid)) == []
+
+        livekit.add_participant(room(sid), AGENT, kind="agent")
+        agent = webhook("participant_joined", room(sid), identity=AGENT, agent=True)
+        assert await deliver(http, agent) == "applied"
+
+        def said() -> None:
+            page.element("text").clear()
+            page.say("hello from the page")
+            page.until_logged("text delivered to the agent")
+
+        await asyncio.to_thread(said)
+        assert page.text("error") == ""
+        [message] = await wait_for_data(livekit, room(sid), "input.text")
+        assert message["payload"] == {"text": "hello from the page"}
+
+        # the agent asks for a confirmation; the person approves it on the page
+        provider_token = json.loads(livekit.dispatches_in(room(sid))[-1].metadata)["providerToken"]
+        status, asked, _ = await provider_call(
+            http, provider_token, "RequestOperation", sessionId=sid, sessionEpoch=1,
+            requestId=new_id(), kind="action", confirmation="required",
+            action={"title": "Book a table for two", "tool": "reservations.book"},
+        )  # fmt: skip
+        assert status == 200, asked
+        operation_id = asked["result"]["operation"]["operationId"]
+
+        def approved() -> None:
+            page.wait.until(lambda _: page.element("ask").is_displayed(), "no confirmation asked")
+            assert page.text("ask-title") == "Book a table for two"
+            assert page.text("task-state") == "TASK_STATE_INPUT_REQUIRED"
+            page.element("approve").click()
+            page.until_logged("approved: operation running")
+            page.until_shown("task-state", "TASK_STATE_WORKING")
+
+        await asyncio.to_thread(approved)
+        assert "the agent asks: Book a table for two" in page.log()
+        got = await call(http, "GetOperation", sessionId=sid, operationId=operation_id)
+        assert got["result"]["operation"]["state"] == "running"
+
+        def ended() -> None:
+            page.element("end").click()
+            page.until_logged("stream closed: task TASK_STATE_COMPLETED")
+
+        await asyncio.to_thread(ended)
+        assert page.text("state") == "ending"
+        assert page.text("task-state") == "TASK_STATE_COMPLETED"
+        assert "EndSession: ending" in page.log()
+        assert not page.element("send").is_enabled()
+        problems = await asyncio.to_thread(page.problems)
+        assert not problems, problems
+        storage = "return JSON.stringify(localStorage) + JSON.stringify(sessionStorage)"
+        stored = await asyncio.to_thread(driver.execute_script, storage + " + document.cookie")
+        assert stored == "{}{}"  # the token stayed in the tab's memory
+        task = await rpc(http, "GetTask", {"id": session["taskId"], "historyLength": 0})
+        assert task["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
