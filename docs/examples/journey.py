@@ -1,7 +1,7 @@
 """One realtime session from start to end against a running AIM realtime service.
 
     TOKEN=$(scripts/token --sub alice)
-    uv run python docs/examples/journey.py --url http://127.0.0.1:8080
+    .venv/bin/python docs/examples/journey.py --url http://127.0.0.1:8080
 
 Steps, one line each with the state the service answered: create the session (SendMessage with
 a session.create part), wait until it is ready, register this script as a device
