@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any, get_args
 
+from realtime.a2a.modes import INPUT_MODES
 from realtime.a2a.params import InteractionType
 from realtime.a2a.sessions import MEDIA_BINDING
 from realtime.a2a.types import REALTIME_EXTENSION
@@ -30,7 +31,10 @@ def build_agent_card(settings: Settings) -> dict[str, Any]:
         "description": (
             "Starts live voice/video sessions with an AI agent over LiveKit WebRTC. "
             "Send a message with a session.create data part (extension "
-            f"{REALTIME_EXTENSION}) to start one; text-only chat is not offered."
+            f"{REALTIME_EXTENSION}) to start one; text-only chat is not offered. Message parts "
+            "may be application/json (session.create, ContinueTask's decision) or text/plain "
+            "(a text-only message is answered with a rejected task saying how to start a "
+            "session); parts of any other media type are refused with -32005."
         ),
         "version": _version(),
         # in order of preference; one entry per protocol version, both on the same URL
@@ -84,7 +88,8 @@ def build_agent_card(settings: Settings) -> dict[str, Any]:
         "securityRequirements": [
             {"schemes": {SCHEME: {"list": [scope]}}} for scope in (INVOKE, READ, CANCEL)
         ],
-        "defaultInputModes": ["application/json", "text/plain"],
+        # what message parts may carry (checked: `a2a/modes`)
+        "defaultInputModes": list(INPUT_MODES),
         "defaultOutputModes": ["application/json", "text/plain"],
         "skills": [
             {

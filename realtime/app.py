@@ -31,6 +31,7 @@ from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
 from realtime.settings import Settings
 from realtime.store import keys
+from realtime.store.cards import CardStore
 from realtime.store.census import CensusStore
 from realtime.store.events import EventStore
 from realtime.store.leases import DutyLease
@@ -116,6 +117,7 @@ async def running(
         hub=EventHub(events, buffer=settings.sse_buffer_events),
         recorder=recorder,
         ops_store=OpsStore(redis),
+        card_store=CardStore(redis),
         metrics=metrics,
         clock=clock,
     )

@@ -3,9 +3,11 @@ console."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import Any, Final
@@ -35,6 +37,7 @@ from realtime.rpc.envelope import body_error
 from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
 from realtime.telemetry import WebhookSpan
+from realtime.timestamps import http_date, parse_http_date
 from state_machines.session import parse_room_name
 
 log = logging.getLogger(__name__)
@@ -181,18 +184,59 @@ async def _webhook(
 
 
 class AgentCardBody:
-    """The card's bytes and ETag, computed once per process."""
+    """The card's bytes and ETag, computed once per process, and its Last-Modified: the time
+    this card's content was first served (`CardStore`: shared by every process, so the same
+    card has the same date on every replica and after restarts, and another card a later one;
+    never later than this process's now, RFC 9110 §8.8.2.1). While Redis cannot say, the card
+    goes out without it, asked again at most every RETRY_S."""
+
+    RETRY_S: Final = 10.0
+    WAIT_S: Final = 1.0  # a public GET never waits longer than this on Redis
 
     def __init__(self, card: dict[str, Any]) -> None:
         self.body = msgspec.json.encode(card)
         self.etag = '"' + hashlib.sha256(self.body).hexdigest()[:32] + '"'
+        self.modified: int | None = None  # Unix seconds, once known
+        self._next_try = 0.0
+
+    async def last_modified(self, services: Services) -> int | None:
+        if self.modified is None and time.monotonic() >= self._next_try:
+            self._next_try = time.monotonic() + self.RETRY_S
+            now_s = int(services.clock())
+            try:
+                self.modified = await asyncio.wait_for(
+                    services.card_store.modified(self.etag, now_s), self.WAIT_S
+                )
+            except (Unavailable, TimeoutError):
+                log.warning("agent card: Redis did not say when the card changed; no Last-Modified")
+            except Exception:  # a bug: the card still goes out, without the date
+                log.exception("agent card: reading when the card changed failed")
+        if self.modified is None:
+            return None
+        return min(self.modified, int(services.clock()))
+
+
+def not_modified(fields: dict[str, str], etag: str, modified: int | None) -> bool:
+    """Whether a GET of the card is answered 304 (RFC 9110 §13.2.2): If-None-Match decides when
+    it is sent (weak comparison, `*` matches); only without it If-Modified-Since does, when it
+    is one valid HTTP-date and the card has not changed after it."""
+    if_none_match = fields.get("if-none-match")
+    if if_none_match is not None:
+        tags = [tag.strip() for tag in if_none_match.split(",")]
+        return "*" in tags or any(tag.removeprefix("W/") == etag for tag in tags)
+    since = parse_http_date(fields.get("if-modified-since", ""))
+    return since is not None and modified is not None and modified <= since
 
 
 @get("/.well-known/agent-card.json")
 async def agent_card(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
     card: AgentCardBody = state.agent_card
+    dispatcher: Dispatcher = state.dispatcher
+    modified = await card.last_modified(dispatcher.services)
     headers = {"ETag": card.etag, "Cache-Control": "public, max-age=300"}
-    if card.etag in request.headers.get("if-none-match", ""):
+    if modified is not None:
+        headers["Last-Modified"] = http_date(modified)
+    if not_modified(header_fields(request), card.etag, modified):
         return Response(b"", status_code=304, headers=headers)
     return Response(card.body, media_type=JSON, headers=headers)
 

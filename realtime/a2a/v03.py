@@ -4,7 +4,9 @@ events and errors go back in 0.3 shapes (`kind` discriminators, kebab-case state
 Served 0.3 methods (no `A2A-Version` header, or `0.3`): message/send, message/stream, tasks/get,
 tasks/cancel, tasks/resubscribe. Mapping per the A2A 1.0 spec, appendix A. 0.3 params are
 validated strictly here (paths as the 0.3 client wrote them), then the 1.0 decoder checks the
-translated params as for any 1.0 call.
+translated params as for any 1.0 call. The 0.3 names of the methods this agent does not offer
+(push notification configs, the extended card) map onto their 1.0 names too, so they get A2A's
+error for them in the 0.3 form; their params are never translated (`MethodSpec.reads_params`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ METHODS: Final[Mapping[str, str]] = {
     "tasks/get": "GetTask",
     "tasks/cancel": "CancelTask",
     "tasks/resubscribe": "SubscribeToTask",
+    # not offered (-32003 / -32004), named so that a 0.3 client gets A2A's error, not -32601
+    "tasks/pushNotificationConfig/set": "CreateTaskPushNotificationConfig",
+    "tasks/pushNotificationConfig/get": "GetTaskPushNotificationConfig",
+    "tasks/pushNotificationConfig/list": "ListTaskPushNotificationConfigs",
+    "tasks/pushNotificationConfig/delete": "DeleteTaskPushNotificationConfig",
+    "agent/getAuthenticatedExtendedCard": "GetExtendedAgentCard",
 }
 TERMINAL: Final = frozenset({"completed", "canceled", "failed", "rejected"})
 DEFAULT_FILE_TYPE: Final = "application/octet-stream"

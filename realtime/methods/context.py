@@ -17,6 +17,7 @@ from realtime.engine.core import Engine
 from realtime.fanout import EventHub
 from realtime.metrics import Metrics
 from realtime.settings import Settings
+from realtime.store.cards import CardStore
 from realtime.store.events import EventStore
 from realtime.store.ops import OpsStore
 from realtime.store.sessions import SessionStore
@@ -49,6 +50,7 @@ class Services:
     hub: EventHub
     recorder: Recorder  # the operations timeline's entries that no commit carries
     ops_store: OpsStore  # the operations API's reads
+    card_store: CardStore  # when the Agent Card last changed (its Last-Modified)
     metrics: Metrics = field(default_factory=lambda: Metrics(None))
     clock: Callable[[], float] = time.time
     new_id: Callable[[], str] = field(default=_new_id)

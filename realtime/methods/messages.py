@@ -1,4 +1,9 @@
-"""SendMessage: a session.create data part starts a realtime session, anything else is refused."""
+"""SendMessage: a session.create data part starts a realtime session, anything else is refused.
+
+The one handler behind SendMessage, SendStreamingMessage and their A2A 0.3 names. After the
+params (the session.create part included) are valid, the parts' media types are checked
+(-32005) before anything is stored: before the realtime-only rejection and before a session is
+created."""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from typing import Any, Final
 
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
+from realtime.a2a.modes import require_input_modes
 from realtime.errors import ExtensionSupportRequired
 from realtime.methods import sessions, tasks
 from realtime.methods.context import Call, Services
@@ -36,9 +42,13 @@ def require_realtime_extension(call: Call[Any]) -> None:
 
 
 async def send_message(services: Services, call: Call[p.SendParams]) -> wire.SendMessageResult:
-    found = session_create_part(call.params.message)
+    message = call.params.message
+    found = session_create_part(message)
     if found is None:
+        require_input_modes(message.parts)
         return await tasks.send_message_rejected(services, call)
     index, data = found
     require_realtime_extension(call)
-    return await sessions.create_session(services, call, data, index)
+    create = p.decode_as(p.SessionCreate, data, root=f"params.message.parts[{index}].data")
+    require_input_modes(message.parts)
+    return await sessions.create_session(services, call, create, data)

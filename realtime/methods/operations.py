@@ -11,6 +11,7 @@ from realtime.a2a import interactions as payloads
 from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
+from realtime.a2a.modes import require_input_modes
 from realtime.engine.entries import Command, params_digest
 from realtime.engine.outcomes import Decided
 from realtime.errors import InvalidState, OperationNotFound, invalid_params
@@ -150,6 +151,7 @@ async def continue_task(services: Services, call: Call[p.ContinueParams]) -> Any
     params = call.params
     message = params.message
     decision = _decision(message)
+    require_input_modes(message.parts)  # -32005, like SendMessage, before the task is read
     owner = call.principal.key
     record = await tasks.load_own_task(services, owner, params.id)
     if message.context_id is not None and message.context_id != record.task.context_id:

@@ -71,10 +71,10 @@ def missing_capabilities(services: Services, create: p.SessionCreate) -> list[st
 
 
 async def create_session(
-    services: Services, call: Call[p.SendParams], data: Any, index: int
+    services: Services, call: Call[p.SendParams], create: p.SessionCreate, data: Any
 ) -> wire.SendMessageResult:
-    """SendMessage with a session.create part: idempotent by clientSessionId and messageId."""
-    create = p.decode_as(p.SessionCreate, data, root=f"params.message.parts[{index}].data")
+    """SendMessage with a session.create part (`create`, decoded from its JSON `data`):
+    idempotent by clientSessionId and messageId."""
     params = call.params
     config = params.configuration
     history_length = config.history_length if config is not msgspec.UNSET else None

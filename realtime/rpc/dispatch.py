@@ -2,7 +2,9 @@
 
 Order of checks: size → JSON → envelope → A2A-Version → method → authentication → scope →
 extension (aim.realtime.*) → rate limit → params → handler. Protocol errors that do not depend
-on who calls come first; nothing touches stored data before the caller is known. Streaming
+on who calls come first; nothing touches stored data before the caller is known. A method A2A
+defines and this agent does not offer (`MethodSpec.reads_params` False) is refused by its
+handler right after the rate limit, its params unread. Streaming
 methods run the same checks and their handler's own checks before the first event, so every
 error they can raise is answered as plain JSON-RPC JSON.
 
@@ -22,7 +24,7 @@ from typing import Any, Final, NamedTuple
 import msgspec
 
 from realtime.a2a import v03
-from realtime.a2a.params import decode_params
+from realtime.a2a.params import Params, decode_params
 from realtime.auth import Authenticator, Principal
 from realtime.errors import (
     AuthError,
@@ -38,7 +40,7 @@ from realtime.methods.context import Call, Services
 from realtime.methods.streaming import TaskStream
 from realtime.rpc.envelope import Envelope, RequestId, decode_envelope
 from realtime.rpc.errors import code_of, error_object, row
-from realtime.rpc.registry import EXTENSIONS, METHODS, SUPPORTED_VERSIONS
+from realtime.rpc.registry import EXTENSIONS, METHODS, OFFERED, SUPPORTED_VERSIONS
 from realtime.telemetry import ATTR_PRINCIPAL, RpcSpan, Telemetry
 
 log = logging.getLogger(__name__)
@@ -310,7 +312,7 @@ class Dispatcher(Endpoint):
         if spec is None:
             span.set_unknown_method(method)
             raise MethodNotFound(
-                f"Method {method!r} does not exist. Methods: {', '.join(METHODS)}.",
+                f"Method {method!r} does not exist. Methods: {', '.join(OFFERED)}.",
                 details={"method": method},
             )
         span.set_method(method)
@@ -328,6 +330,9 @@ class Dispatcher(Endpoint):
                 details={"extension": "urn:aim:a2a:realtime:v1"},
             )
         self.limiter.charge(principal.key, "requests")
+        if not spec.reads_params:  # defined by A2A, not offered here: refused, params unread
+            refused = Call(method=target, principal=principal, params=Params(), extensions=active)
+            return await spec.handler(self.services, refused)
         raw = bytes(raw_params)
         if served.v03:
             raw = v03.to_v10_params(method, raw)

@@ -1,5 +1,8 @@
 """The method table, read top to bottom: scope (schema `x-aim-transport.oauthScopes`),
-handler, and whether the realtime extension must be active."""
+handler, and whether the realtime extension must be active. The A2A methods this agent does not
+offer are in it too, with their scopes (A2A §7: every method is authenticated and authorized)
+and a handler that answers A2A's error for each (`methods/unoffered`); older A2A versions' names
+map onto these names in their adapter's table (`a2a/v03.METHODS`)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from typing import Any, Final, NamedTuple
 
 from realtime.a2a.types import REALTIME_EXTENSION
 from realtime.auth import CANCEL_SCOPE, INVOKE_SCOPE, READ_SCOPE
-from realtime.methods import messages, operations, sessions, streaming, tasks
+from realtime.methods import messages, operations, sessions, streaming, tasks, unoffered
 from realtime.methods.context import Call, Services
 
 Handler = Callable[[Services, Call[Any]], Awaitable[Any]]
@@ -23,7 +26,13 @@ class MethodSpec(NamedTuple):
     handler: Handler
     realtime: bool = False
     streaming: bool = False  # answers text/event-stream: the handler returns a TaskStream
+    # False: a method A2A defines and this agent does not offer; its handler refuses it
+    # whatever the params, so they are neither translated nor decoded
+    reads_params: bool = True
 
+
+_NO_PUSH: Final = unoffered.push_notifications
+_NO_EXTENDED_CARD: Final = unoffered.extended_agent_card
 
 METHODS: Final[dict[str, MethodSpec]] = {
     "SendMessage": MethodSpec(INVOKE, messages.send_message),
@@ -40,7 +49,15 @@ METHODS: Final[dict[str, MethodSpec]] = {
     "aim.realtime.SendInteraction": MethodSpec(INVOKE, operations.send_interaction, realtime=True),
     "aim.realtime.GetCommand": MethodSpec(READ, sessions.get_command, realtime=True),
     "aim.realtime.GetOperation": MethodSpec(READ, operations.get_operation, realtime=True),
+    # defined by A2A, not offered here (Agent Card: pushNotifications, extendedAgentCard false)
+    "CreateTaskPushNotificationConfig": MethodSpec(INVOKE, _NO_PUSH, reads_params=False),
+    "GetTaskPushNotificationConfig": MethodSpec(READ, _NO_PUSH, reads_params=False),
+    "ListTaskPushNotificationConfigs": MethodSpec(READ, _NO_PUSH, reads_params=False),
+    "DeleteTaskPushNotificationConfig": MethodSpec(INVOKE, _NO_PUSH, reads_params=False),
+    "GetExtendedAgentCard": MethodSpec(READ, _NO_EXTENDED_CARD, reads_params=False),
 }
+# the methods a caller can use (an unknown name's error lists these)
+OFFERED: Final = tuple(name for name, spec in METHODS.items() if spec.reads_params)
 
 SUPPORTED_VERSIONS: Final = ("1.0",)
 EXTENSIONS: Final = frozenset({REALTIME_EXTENSION})

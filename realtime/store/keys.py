@@ -109,6 +109,14 @@ def reconciler_lease_key() -> str:
     return f"{PREFIX}:{{reconciler}}:lease"
 
 
+def agent_card_key() -> str:
+    """Hash: `etag` of the Agent Card last served and `modified`, the time (Unix seconds) it was
+    first served after another card; shared by every process, so each serves the same
+    Last-Modified for the same card, restarts included. Its own hash tag; no TTL (one small
+    key for the lifetime of the deployment)."""
+    return f"{PREFIX}:{{card}}:modified"
+
+
 # --- the operations API (profile §17) ---------------------------------------------------------
 # a session's timeline keeps what its commits do not carry (replays, rejections, duplicate
 # webhooks, LiveKit calls, refused timers); capped like the event stream, and expiring with the

@@ -41,6 +41,7 @@ class Scripts:
     release_lease: Script
     claim_timers: Script
     task_snapshot: Script  # a task and its event stream's bounds, at one instant
+    card_modified: Script  # when the Agent Card's content last changed (Last-Modified)
 
     @classmethod
     def register(cls, client: Any) -> Scripts:

@@ -71,6 +71,7 @@ SKIPPED_ON_CLUSTER: Final[dict[str, str]] = {
     ),
     "tests/e2e/test_webhooks.py::test_a_503_records_nothing_so_livekits_retry_applies": _PROXY,
     "tests/e2e/test_webhooks.py::test_redis_lost_during_the_commit_answers_503*": _PROXY,
+    "tests/e2e/test_agent_card.py::test_without_redis_the_card_is_served_without_last*": _PROXY,
     # outside the pass (a whole suite run on a Cluster): these fail there, and a failed one
     # leaves its worker processes running against the Cluster
     "tests/e2e/test_cli_workers.py::test_workers_share_one_socket_one_secret_and_one_worker*": (

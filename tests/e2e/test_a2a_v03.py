@@ -59,8 +59,9 @@ def assert_v03_error(body: dict[str, Any], code: int, reason: str) -> dict[str, 
 
 
 async def test_message_send_answers_a_bare_0_3_task_with_kinds_and_kebab_states(client):
-    file_part = {"kind": "file", "file": {"uri": "https://example.com/a.png",
-                                          "mimeType": "image/png", "name": "a.png"}}  # fmt: skip
+    # a file of a media type the agent accepts (others are -32005: test_a2a_gaps)
+    file_part = {"kind": "file", "file": {"uri": "https://example.com/a.txt",
+                                          "mimeType": "text/plain", "name": "a.txt"}}  # fmt: skip
     message = text_message()
     message["parts"].append(file_part)
     body, response = await rpc03(client, "message/send", {"message": message})

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from email.utils import formatdate, parsedate_to_datetime
+from typing import Any
+
+import httpx
 import pytest
 
+from realtime.app import create_app
 from realtime.rpc.registry import METHODS
-from tests.conftest import REALTIME
+from realtime.settings import Settings
+from realtime.store.redis_client import RedisClient
+from tests.conftest import REALTIME, TEST_SECRET, serving
+from tests.tcp_proxy import redis_proxy
 
 pytestmark = pytest.mark.e2e
+
+CARD = "/.well-known/agent-card.json"
+T0 = 1_900_000_000  # a fixed "now" (2030-03-17) for services with an injected clock
 
 
 async def test_card_declares_the_jsonrpc_interface_and_capabilities(client):
@@ -81,12 +94,6 @@ async def test_card_is_cacheable_and_revalidates_with_its_etag(client):
 
 
 async def test_card_uses_the_public_base_url(store, tracer_provider):
-    import httpx
-
-    from realtime.app import create_app
-    from realtime.settings import Settings
-    from tests.conftest import TEST_SECRET, serving
-
     settings = Settings.from_env(
         {"AIM_AUTH_HS256_SECRET": TEST_SECRET, "AIM_PUBLIC_BASE_URL": "https://aim.example/"}
     )
@@ -101,3 +108,152 @@ async def test_health_and_readiness_probes(client):
     ready = await client.get("/readyz")
     assert ready.status_code == 200
     assert ready.json() == {"status": "ready"}
+
+
+# --- Last-Modified and conditional requests (RFC 9110 §8.8.2, §13.1, §13.2.2) -------------------
+
+
+def seconds(http_date: str) -> int:
+    return int(parsedate_to_datetime(http_date).timestamp())
+
+
+async def test_card_has_a_last_modified_beside_its_etag(client):
+    first = await client.get(CARD)
+    modified = first.headers["last-modified"]
+    assert modified.endswith(" GMT")  # IMF-fixdate
+    assert seconds(modified) <= seconds(first.headers["date"])
+    again = await client.get(CARD)
+    assert again.headers["last-modified"] == modified
+    assert again.headers["etag"] == first.headers["etag"]
+    revalidated = await client.get(CARD, headers={"If-None-Match": first.headers["etag"]})
+    assert revalidated.status_code == 304
+    for header in ("etag", "last-modified", "cache-control"):
+        assert revalidated.headers[header] == first.headers[header]
+
+
+async def test_if_modified_since_revalidates_by_date(client):
+    modified = (await client.get(CARD)).headers["last-modified"]
+    at = seconds(modified)
+    for since in (modified, formatdate(at + 3600, usegmt=True)):
+        response = await client.get(CARD, headers={"If-Modified-Since": since})
+        assert (response.status_code, response.content) == (304, b""), since
+    earlier = await client.get(CARD, headers={"If-Modified-Since": formatdate(at - 1, usegmt=True)})
+    assert earlier.status_code == 200
+    assert earlier.json()["name"]
+    # the obsolete forms are HTTP-dates too (a recipient must accept them)
+    asctime = parsedate_to_datetime(modified).strftime("%a %b %e %H:%M:%S %Y")
+    assert (await client.get(CARD, headers={"If-Modified-Since": asctime})).status_code == 304
+
+
+@pytest.mark.parametrize(
+    "since",
+    ["yesterday", "", "Sun, 06 Nov 2994 08:49:37 +0000", "2994-11-06T08:49:37Z",
+     "Sun, 06 Nov 2994 08:49:37 GMT, Mon, 07 Nov 2994 08:49:37 GMT"],
+)  # fmt: skip
+async def test_an_if_modified_since_that_is_not_one_http_date_is_ignored(client, since):
+    response = await client.get(CARD, headers={"If-Modified-Since": since})
+    assert response.status_code == 200
+    assert response.json()["name"]
+
+
+async def test_if_none_match_takes_precedence_over_if_modified_since(client):
+    first = await client.get(CARD)
+    etag, modified = first.headers["etag"], first.headers["last-modified"]
+    earlier = formatdate(seconds(modified) - 60, usegmt=True)
+    # another ETag: the card is sent, although the date alone would say 304
+    other = {"If-None-Match": '"0123"', "If-Modified-Since": modified}
+    response = await client.get(CARD, headers=other)
+    assert response.status_code == 200
+    assert response.json()["name"]
+    # ours (strong, weak, in a list, or `*`): 304, although the date alone would say 200
+    for if_none_match in (etag, f"W/{etag}", f'"0123", {etag}', "*"):
+        headers = {"If-None-Match": if_none_match, "If-Modified-Since": earlier}
+        response = await client.get(CARD, headers=headers)
+        assert (response.status_code, response.content) == (304, b""), if_none_match
+
+
+@contextlib.asynccontextmanager
+async def card_service(
+    store: RedisClient, tracer_provider: Any, *, now: float, base_url: str | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    environ = {"AIM_AUTH_HS256_SECRET": TEST_SECRET}
+    if base_url is not None:
+        environ["AIM_PUBLIC_BASE_URL"] = base_url
+    app = create_app(
+        Settings.from_env(environ),
+        store=store,
+        clock=lambda: now,
+        tracer_provider=tracer_provider,
+        run_worker=False,
+    )
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as http:
+        yield http
+
+
+async def test_last_modified_is_the_same_on_every_replica_and_after_restarts(
+    store, tracer_provider
+):
+    async with (
+        card_service(store, tracer_provider, now=T0) as one,
+        card_service(store, tracer_provider, now=T0 + 600) as two,
+    ):
+        a, b = await one.get(CARD), await two.get(CARD)
+    assert a.headers["etag"] == b.headers["etag"]
+    assert a.headers["last-modified"] == b.headers["last-modified"] == formatdate(T0, usegmt=True)
+    async with card_service(store, tracer_provider, now=T0 + 1200) as restarted:
+        again = await restarted.get(CARD)
+    assert again.headers["last-modified"] == formatdate(T0, usegmt=True)
+    # a since-date from one replica revalidates on another
+    async with card_service(store, tracer_provider, now=T0 + 1800) as three:
+        since = {"If-Modified-Since": a.headers["last-modified"]}
+        assert (await three.get(CARD, headers=since)).status_code == 304
+
+
+async def test_another_card_content_gets_a_later_last_modified(store, tracer_provider):
+    async with card_service(store, tracer_provider, now=T0) as first:
+        old = await first.get(CARD)
+    async with card_service(store, tracer_provider, now=T0 + 60, base_url="https://b.example") as b:
+        changed = await b.get(CARD)
+        # a client that holds the old card by date alone gets the new one
+        since = {"If-Modified-Since": old.headers["last-modified"]}
+        refreshed = await b.get(CARD, headers=since)
+    assert changed.headers["etag"] != old.headers["etag"]
+    assert changed.headers["last-modified"] == formatdate(T0 + 60, usegmt=True)
+    assert refreshed.status_code == 200
+    assert refreshed.json()["supportedInterfaces"][0]["url"] == "https://b.example/a2a"
+    # and a change back is a change too: the first content is dated anew, never back in time
+    since = {"If-Modified-Since": changed.headers["last-modified"]}
+    async with card_service(store, tracer_provider, now=T0 + 120) as back:
+        reverted = await back.get(CARD, headers=since)
+    assert reverted.status_code == 200
+    assert reverted.headers["etag"] == old.headers["etag"]
+    assert reverted.headers["last-modified"] == formatdate(T0 + 120, usegmt=True)
+
+
+async def test_without_redis_the_card_is_served_without_last_modified(
+    redis_url, tracer_provider, monkeypatch
+):
+    if redis_url is None:
+        pytest.skip("needs a real Redis (the embedded store has no socket to cut)")
+    from realtime.routes import AgentCardBody
+
+    monkeypatch.setattr(AgentCardBody, "RETRY_S", 0.0)
+    async with redis_proxy(redis_url) as (proxy, url):
+        proxied = RedisClient.from_url(url, pool_size=4)
+        try:
+            await proxied.client.flushdb()
+            proxy.refuse()
+            async with card_service(proxied, tracer_provider, now=T0) as http:
+                response = await http.get(CARD)
+                assert response.status_code == 200
+                assert "last-modified" not in response.headers
+                etag = response.headers["etag"]
+                # so a date cannot revalidate; the ETag still does
+                since = {"If-Modified-Since": formatdate(T0 + 3600, usegmt=True)}
+                assert (await http.get(CARD, headers=since)).status_code == 200
+                assert (await http.get(CARD, headers={"If-None-Match": etag})).status_code == 304
+                proxy.restore()
+                back = await http.get(CARD)
+                assert back.headers["last-modified"] == formatdate(T0, usegmt=True)
+        finally:
+            await proxied.aclose()
