@@ -34,6 +34,7 @@ from realtime.rpc.dispatch import Dispatcher, SseEvent
 from realtime.rpc.envelope import body_error
 from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
+from realtime.rpc.v01 import V01Dispatcher
 from realtime.telemetry import WebhookSpan
 from state_machines.session import parse_room_name
 
@@ -212,7 +213,42 @@ async def readyz(state: State) -> Response[bytes]:
     )
 
 
-ROUTES: Final = [a2a, provider, livekit_webhook, agent_card, healthz, readyz]
+# --- A2A 0.1 clients: their endpoint (`rpc/v01`) and their card, beside the 1.0 ones --------
+
+
+@post(["/a2a/v0.1", "/a2a/v0.1/"], status_code=200)
+async def a2a_v01(request: Request[Any, Any, Any]) -> ASGIResponse:
+    """Answered as /a2a is, by the A2A 0.1 endpoint."""
+    dispatcher: V01Dispatcher = request.app.state.v01
+    fields = header_fields(request)
+    body, too_large = await read_limited(
+        request, dispatcher.services.settings.max_body_bytes, fields.get("content-length")
+    )
+    reply = await dispatcher.handle(body, fields, too_large=too_large)
+    if reply.stream is not None:
+        return Stream(
+            sse(reply.stream),
+            status_code=200,
+            media_type=EVENT_STREAM,
+            headers={**reply.headers, **SSE_HEADERS},
+        ).to_asgi_response(None, request)
+    return ASGIResponse(
+        body=reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers
+    )
+
+
+@get("/.well-known/agent.json")
+async def agent_card_v01(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+    """The A2A 0.1 card (`a2a/v01_card`), cached as the 1.0 one."""
+    card: AgentCardBody = state.agent_card_v01
+    headers = {"ETag": card.etag, "Cache-Control": "public, max-age=300"}
+    if card.etag in request.headers.get("if-none-match", ""):
+        return Response(b"", status_code=304, headers=headers)
+    return Response(card.body, media_type=JSON, headers=headers)
+
+
+ROUTES: Final = [a2a, a2a_v01, provider, livekit_webhook, agent_card, agent_card_v01, healthz,
+                 readyz]  # fmt: skip
 
 
 @get("/metrics")
