@@ -25,10 +25,12 @@ from realtime.fanout import EventHub
 from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.methods.context import Services
 from realtime.metrics import Metrics, StoreReading
-from realtime.routes import METRICS_ROUTE, OPS_ROUTES, ROUTES, AgentCardBody, OpsConsole
+from realtime.ops_routes import METRICS_ROUTE, OPS_ROUTES, OpsConsole
+from realtime.routes import ROUTES, AgentCardBody
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
 from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
+from realtime.rpc.v01 import V01Dispatcher, agent_card_v01
 from realtime.settings import Settings
 from realtime.store import keys
 from realtime.store.cards import CardStore
@@ -236,6 +238,10 @@ def create_app(
                 app.state.dispatcher = Dispatcher(
                     services, authenticator, telemetry, RateLimiter(settings.rate_limit_rps)
                 )
+                # A2A 0.1 clients: the same principals, so the same request budget
+                app.state.v01 = V01Dispatcher(
+                    services, authenticator, telemetry, app.state.dispatcher.limiter
+                )
                 # the agent makes a few calls per turn: ten times a client's budget per session
                 app.state.provider = ProviderDispatcher(
                     services, telemetry, RateLimiter(settings.rate_limit_rps * 10)
@@ -263,5 +269,6 @@ def create_app(
         logging_config=None,  # the process's logging (JSON lines from the CLI) stays as it is
     )
     app.state.agent_card = AgentCardBody(build_agent_card(settings))
+    app.state.agent_card_v01 = AgentCardBody(agent_card_v01(build_agent_card(settings), settings))
     app.state.ops_console = OpsConsole.load()
     return app

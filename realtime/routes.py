@@ -1,15 +1,14 @@
-"""HTTP routes: the JSON-RPC endpoint, the Agent Card, the probes, the operations API and its
-console."""
+"""HTTP routes of clients, agents and LiveKit: the JSON-RPC endpoints (/a2a, /a2a/v0.1,
+/provider), the LiveKit webhook, the Agent Cards and the probes (the operator's routes are in
+`ops_routes.py`)."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import logging
-import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from importlib import resources
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import msgspec
@@ -18,24 +17,19 @@ from litestar.datastructures import State
 from litestar.response import Stream
 from litestar.response.base import ASGIResponse
 
-from realtime.auth import OPERATOR_SCOPE, Principal
 from realtime.errors import (
-    AuthError,
-    BadRequest,
-    InternalError,
-    NotFound,
-    ServiceError,
     Unavailable,
 )
 from realtime.livekit_adapter.webhooks import WebhookRejected
 from realtime.livekit_adapter.webhooks import verify as verify_webhook
-from realtime.methods import ops, webhooks
+from realtime.methods import webhooks
 from realtime.methods.context import Services
-from realtime.metrics import PROMETHEUS_CONTENT_TYPE
 from realtime.rpc.dispatch import Dispatcher, SseEvent
 from realtime.rpc.envelope import body_error
 from realtime.rpc.errors import code_of
+from realtime.rpc.headers import combined
 from realtime.rpc.provider import ProviderDispatcher
+from realtime.rpc.v01 import V01Dispatcher
 from realtime.telemetry import WebhookSpan
 from realtime.timestamps import http_date, parse_http_date
 from state_machines.session import parse_room_name
@@ -67,14 +61,8 @@ async def read_limited(
 
 
 def header_fields(request: Request[Any, Any, Any]) -> dict[str, str]:
-    """The request's header fields by lower-case name, repeated lines joined with ", " as
-    RFC 9110 §5.3 combines them: a repeated Authorization or A2A-Version then reads as one
-    malformed value instead of letting the first line win (profile §16)."""
-    fields: dict[str, str] = {}
-    for raw_name, raw_value in request.scope["headers"]:
-        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
-        fields[name] = f"{fields[name]}, {value}" if name in fields else value
-    return fields
+    """The request's header fields by lower-case name, as `rpc/headers.combined` reads them."""
+    return combined(request.scope["headers"])
 
 
 # characters JSON may carry raw inside strings that many line readers (Python's splitlines,
@@ -110,9 +98,8 @@ async def sse(events: AsyncIterator[SseEvent]) -> AsyncIterator[bytes]:
 # the hot path skips Litestar's response conversion and dependency injection.
 
 
-@post(["/a2a", "/a2a/"], status_code=200)
-async def a2a(request: Request[Any, Any, Any]) -> ASGIResponse:
-    dispatcher: Dispatcher = request.app.state.dispatcher
+async def answer(request: Request[Any, Any, Any], dispatcher: Dispatcher) -> ASGIResponse:
+    """One JSON-RPC call of `dispatcher` (the 1.0 and 0.1 endpoints): JSON, or SSE framing."""
     fields = header_fields(request)
     body, too_large = await read_limited(
         request, dispatcher.services.settings.max_body_bytes, fields.get("content-length")
@@ -128,6 +115,11 @@ async def a2a(request: Request[Any, Any, Any]) -> ASGIResponse:
     return ASGIResponse(
         body=reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers
     )
+
+
+@post(["/a2a", "/a2a/"], status_code=200)
+async def a2a(request: Request[Any, Any, Any]) -> ASGIResponse:
+    return await answer(request, request.app.state.dispatcher)
 
 
 @post("/provider", status_code=200)
@@ -228,10 +220,9 @@ def not_modified(fields: dict[str, str], etag: str, modified: int | None) -> boo
     return since is not None and modified is not None and modified <= since
 
 
-@get("/.well-known/agent-card.json")
-async def agent_card(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
-    card: AgentCardBody = state.agent_card
-    dispatcher: Dispatcher = state.dispatcher
+async def serve_card(request: Request[Any, Any, Any], card: AgentCardBody) -> Response[bytes]:
+    """A card with its ETag and Last-Modified; 304 when the client's copy is current."""
+    dispatcher: Dispatcher = request.app.state.dispatcher
     modified = await card.last_modified(dispatcher.services)
     headers = {"ETag": card.etag, "Cache-Control": "public, max-age=300"}
     if modified is not None:
@@ -239,6 +230,11 @@ async def agent_card(request: Request[Any, Any, Any], state: State) -> Response[
     if not_modified(header_fields(request), card.etag, modified):
         return Response(b"", status_code=304, headers=headers)
     return Response(card.body, media_type=JSON, headers=headers)
+
+
+@get("/.well-known/agent-card.json")
+async def agent_card(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+    return await serve_card(request, state.agent_card)
 
 
 @get("/healthz")
@@ -256,141 +252,21 @@ async def readyz(state: State) -> Response[bytes]:
     )
 
 
-ROUTES: Final = [a2a, provider, livekit_webhook, agent_card, healthz, readyz]
+# --- A2A 0.1 clients: their endpoint (`rpc/v01`) and their card, beside the 1.0 ones --------
 
 
-@get("/metrics")
-async def metrics(state: State) -> Response[bytes]:
-    """The Prometheus text format (profile §17), without a token like every scrape target;
-    registered unless `AIM_METRICS=off` (then 404). Never waits on Redis for longer than one
-    bounded read of the gauges (`telemetry.StoreGauges`)."""
-    dispatcher: Dispatcher = state.dispatcher
-    body = await dispatcher.services.metrics.exposition()
-    return Response(body, media_type=PROMETHEUS_CONTENT_TYPE)
+@post(["/a2a/v0.1", "/a2a/v0.1/"], status_code=200)
+async def a2a_v01(request: Request[Any, Any, Any]) -> ASGIResponse:
+    """Answered as /a2a is, by the A2A 0.1 endpoint."""
+    dispatcher: V01Dispatcher = request.app.state.v01
+    return await answer(request, dispatcher)
 
 
-METRICS_ROUTE: Final = metrics
+@get("/.well-known/agent.json")
+async def agent_card_v01(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+    """The A2A 0.1 card (`a2a/v01_card`), served as the 1.0 one."""
+    return await serve_card(request, state.agent_card_v01)
 
 
-# --- the operations API and console (profile §17): read-only, scope aim.operator ---------------
-
-OPS_HEADERS: Final = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
-_ENCODER: Final = msgspec.json.Encoder()
-
-
-def ops_status(error: ServiceError) -> int:
-    """The HTTP status of a failed operations API call (REST: the status carries the outcome)."""
-    if isinstance(error, AuthError):
-        return error.status
-    if isinstance(error, NotFound):
-        return 404
-    if isinstance(error, BadRequest):
-        return 400
-    if isinstance(error, Unavailable):
-        return 503
-    return 500
-
-
-def ops_error(error: ServiceError) -> ASGIResponse:
-    """`{"error": {"code", "message"}}` (the JSON-RPC code of the same failure), with the
-    challenge of an authentication failure as on /a2a."""
-    headers = dict(OPS_HEADERS)
-    if isinstance(error, AuthError):
-        headers["WWW-Authenticate"] = error.www_authenticate
-    body = {"error": {"code": code_of(error), "message": error.message}}
-    return ASGIResponse(
-        body=_ENCODER.encode(body), status_code=ops_status(error), media_type=JSON, headers=headers
-    )
-
-
-Read = Callable[[Services, Principal], Awaitable[dict[str, Any]]]
-
-
-async def ops_call(request: Request[Any, Any, Any], read: Read) -> ASGIResponse:
-    """Authenticate the operator (the bearer tokens of /a2a, scope aim.operator), then `read`."""
-    dispatcher: Dispatcher = request.app.state.dispatcher
-    authenticator = dispatcher.authenticator
-    try:
-        operator = await authenticator.authenticate(header_fields(request).get("authorization"))
-        authenticator.require_scope(operator, OPERATOR_SCOPE)
-        body = await read(dispatcher.services, operator)
-    except ServiceError as exc:
-        return ops_error(exc)
-    except Exception:  # a bug: logged, never leaked
-        log.exception("internal error serving %s", request.url.path)
-        return ops_error(InternalError())
-    return ASGIResponse(
-        body=_ENCODER.encode(body), status_code=200, media_type=JSON, headers=OPS_HEADERS
-    )
-
-
-def _query(request: Request[Any, Any, Any]) -> dict[str, str]:
-    params = request.query_params
-    return {key: str(params.get(key)) for key in params}
-
-
-@get("/ops/api/sessions")
-async def ops_sessions(request: Request[Any, Any, Any]) -> ASGIResponse:
-    query = _query(request)
-    return await ops_call(
-        request, lambda services, operator: ops.list_sessions(services, operator, query)
-    )
-
-
-@get("/ops/api/sessions/{session_id:str}")
-async def ops_session(request: Request[Any, Any, Any]) -> ASGIResponse:
-    session_id = str(request.path_params["session_id"])
-    return await ops_call(
-        request, lambda services, operator: ops.session_detail(services, operator, session_id)
-    )
-
-
-@get("/ops/api/sessions/{session_id:str}/timeline")
-async def ops_timeline(request: Request[Any, Any, Any]) -> ASGIResponse:
-    session_id, query = str(request.path_params["session_id"]), _query(request)
-    return await ops_call(
-        request, lambda services, operator: ops.timeline(services, operator, session_id, query)
-    )
-
-
-class OpsConsole:
-    """The console page (`realtime/ops_console.html`: one file, its script and styles inline),
-    read once; each response gets a fresh nonce, the only way its script and styles may run
-    under the page's Content-Security-Policy."""
-
-    NONCE: Final = "{{nonce}}"
-
-    def __init__(self, page: str) -> None:
-        self.parts = page.split(self.NONCE)
-
-    @classmethod
-    def load(cls) -> OpsConsole:
-        return cls(resources.files("realtime").joinpath("ops_console.html").read_text("utf-8"))
-
-    def render(self) -> tuple[bytes, str]:
-        """The page with a new nonce, and its Content-Security-Policy."""
-        nonce = secrets.token_urlsafe(18)
-        policy = (
-            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
-            "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
-            "frame-ancestors 'none'"
-        )
-        return nonce.join(self.parts).encode(), policy
-
-
-@get("/ops")
-async def ops_page(state: State) -> Response[bytes]:
-    """The console: public like the Agent Card (it holds no data); it asks for an operator token
-    and keeps it in the tab's memory only."""
-    console: OpsConsole = state.ops_console
-    page, policy = console.render()
-    headers = {
-        **OPS_HEADERS,
-        "Content-Security-Policy": policy,
-        "Referrer-Policy": "no-referrer",
-        "X-Frame-Options": "DENY",
-    }
-    return Response(page, media_type="text/html; charset=utf-8", headers=headers)
-
-
-OPS_ROUTES: Final = [ops_sessions, ops_session, ops_timeline, ops_page]
+ROUTES: Final = [a2a, a2a_v01, provider, livekit_webhook, agent_card, agent_card_v01, healthz,
+                 readyz]  # fmt: skip

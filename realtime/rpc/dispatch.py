@@ -23,7 +23,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from realtime.a2a import v03
+from realtime.a2a import v01, v03
 from realtime.a2a.params import Params, decode_params
 from realtime.auth import Authenticator, Principal
 from realtime.errors import (
@@ -286,6 +286,10 @@ class Dispatcher(Endpoint):
         span: RpcSpan,
         served: Served,
     ) -> Any:
+        if method in v01.ONLY_V01:  # A2A 0.1 has an endpoint of its own
+            span.set_unknown_method(method)
+            base = self.services.settings.public_base_url
+            raise MethodNotFound(v01.moved(method, base), details={"method": method})
         version = headers.get(VERSION_HEADER, "")
         target = method
         if method in v03.METHODS and v03.is_v03(version):

@@ -58,8 +58,11 @@ def _nesting_depth(body: bytes) -> int:
     return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
 
 
-def decode_envelope(body: bytes) -> tuple[Envelope | None, BadRequest | None, RequestId | None]:
-    """(envelope, None, id) for a valid request, or (None, error, id-if-readable)."""
+def decode_envelope(
+    body: bytes, *, jsonrpc_optional: bool = False
+) -> tuple[Envelope | None, BadRequest | None, RequestId | None]:
+    """(envelope, None, id) for a valid request, or (None, error, id-if-readable).
+    `jsonrpc_optional`: an absent `jsonrpc` reads as "2.0" (A2A 0.1's schema)."""
     unreadable = body_error(body)
     if unreadable is not None:
         return None, unreadable, None
@@ -87,6 +90,8 @@ def decode_envelope(body: bytes) -> tuple[Envelope | None, BadRequest | None, Re
             InvalidRequest(f"unknown member `{unknown[0]}`", unknown[0]),
             request_id,
         )
+    if jsonrpc_optional and "jsonrpc" not in members:
+        members["jsonrpc"] = msgspec.Raw(b'"2.0"')
     if "jsonrpc" not in members or members["jsonrpc"] != b'"2.0"':
         try:
             version_ok = _STR.decode(members.get("jsonrpc", b"null")) == "2.0"

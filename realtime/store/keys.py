@@ -45,6 +45,13 @@ def owner_message_key(owner: str, message_id: str) -> str:
     return f"{PREFIX}:{{o:{owner}}}:msg:{digest}"
 
 
+def owner_client_task_key(owner: str, client_task_id: str) -> str:
+    """String: the task an A2A 0.1 client's own task id names (the 0.1 id map), with the digest
+    of the request that created it; stored by the id's hash."""
+    digest = hashlib.sha256(client_task_id.encode()).hexdigest()[:32]
+    return f"{PREFIX}:{{o:{owner}}}:a2a01:{digest}"
+
+
 # --- realtime sessions: every key below carries the session's tag {<sessionId>} ---------------
 # a session's keys live as long as its task (AIM_TASK_TTL_S after the last change), which keeps
 # command outcomes at least 24 h past the end of any session, as the profile requires

@@ -687,7 +687,12 @@ PROD = K8S / "overlays" / "prod"
 REDIS_SECRET = "aim-realtime-redis"
 COLLECTOR = "otel-collector"
 # The paths the public may reach; /livekit/webhook only when LiveKit calls in from outside.
-PUBLIC_PATHS = {"/a2a", "/.well-known/agent-card.json", "/livekit/webhook"}
+PUBLIC_PATHS = {
+    "/a2a",
+    "/.well-known/agent-card.json",
+    "/.well-known/agent.json",
+    "/livekit/webhook",
+}
 PRIVATE_PREFIXES = ("/ops", "/metrics", "/provider")
 RESTART = "rollout restart deployment/aim-realtime deployment/aim-realtime-worker"
 # overlays/prod as shipped, and with each optional component it mentions added
@@ -879,7 +884,7 @@ def test_prod_ingress_routes_only_the_public_paths_over_tls(prod: list[Obj]) -> 
             backend = path["backend"]["service"]
             assert backend == {"name": APP, "port": {"name": "http"}}
             paths.append(path["path"])
-    assert {"/a2a", "/.well-known/agent-card.json"} <= set(paths)
+    assert {"/a2a", "/.well-known/agent-card.json", "/.well-known/agent.json"} <= set(paths)
     base = urlsplit(one(prod, "ConfigMap", CONFIGMAP_NAME)["data"]["AIM_PUBLIC_BASE_URL"])
     assert base.scheme == "https"
     assert base.hostname in {rule["host"] for rule in spec["rules"]}, (

@@ -1,0 +1,175 @@
+"""The operations API and console (profile §17) and the Prometheus scrape: routes an operator
+uses, never the public Ingress's (k8s/overlays/prod). Read-only; the API needs an operator token
+(scope aim.operator), the console page and /metrics hold no data of their own."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any, Final
+
+import msgspec
+from litestar import Request, Response, get
+from litestar.datastructures import State
+from litestar.response.base import ASGIResponse
+
+from realtime.auth import OPERATOR_SCOPE, Principal
+from realtime.errors import (
+    AuthError,
+    BadRequest,
+    InternalError,
+    NotFound,
+    ServiceError,
+    Unavailable,
+)
+from realtime.methods import ops
+from realtime.methods.context import Services
+from realtime.metrics import PROMETHEUS_CONTENT_TYPE
+from realtime.rpc.dispatch import Dispatcher
+from realtime.rpc.errors import code_of
+from realtime.rpc.headers import combined
+
+log = logging.getLogger(__name__)
+
+JSON: Final = "application/json"
+
+
+@get("/metrics")
+async def metrics(state: State) -> Response[bytes]:
+    """The Prometheus text format (profile §17), without a token like every scrape target;
+    registered unless `AIM_METRICS=off` (then 404). Never waits on Redis for longer than one
+    bounded read of the gauges (`telemetry.StoreGauges`)."""
+    dispatcher: Dispatcher = state.dispatcher
+    body = await dispatcher.services.metrics.exposition()
+    return Response(body, media_type=PROMETHEUS_CONTENT_TYPE)
+
+
+METRICS_ROUTE: Final = metrics
+
+
+# --- the operations API and console (profile §17): read-only, scope aim.operator ---------------
+
+OPS_HEADERS: Final = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+def ops_status(error: ServiceError) -> int:
+    """The HTTP status of a failed operations API call (REST: the status carries the outcome)."""
+    if isinstance(error, AuthError):
+        return error.status
+    if isinstance(error, NotFound):
+        return 404
+    if isinstance(error, BadRequest):
+        return 400
+    if isinstance(error, Unavailable):
+        return 503
+    return 500
+
+
+def ops_error(error: ServiceError) -> ASGIResponse:
+    """`{"error": {"code", "message"}}` (the JSON-RPC code of the same failure), with the
+    challenge of an authentication failure as on /a2a."""
+    headers = dict(OPS_HEADERS)
+    if isinstance(error, AuthError):
+        headers["WWW-Authenticate"] = error.www_authenticate
+    body = {"error": {"code": code_of(error), "message": error.message}}
+    return ASGIResponse(
+        body=_ENCODER.encode(body), status_code=ops_status(error), media_type=JSON, headers=headers
+    )
+
+
+Read = Callable[[Services, Principal], Awaitable[dict[str, Any]]]
+
+
+async def ops_call(request: Request[Any, Any, Any], read: Read) -> ASGIResponse:
+    """Authenticate the operator (the bearer tokens of /a2a, scope aim.operator), then `read`."""
+    dispatcher: Dispatcher = request.app.state.dispatcher
+    authenticator = dispatcher.authenticator
+    try:
+        operator = await authenticator.authenticate(
+            combined(request.scope["headers"]).get("authorization")
+        )
+        authenticator.require_scope(operator, OPERATOR_SCOPE)
+        body = await read(dispatcher.services, operator)
+    except ServiceError as exc:
+        return ops_error(exc)
+    except Exception:  # a bug: logged, never leaked
+        log.exception("internal error serving %s", request.url.path)
+        return ops_error(InternalError())
+    return ASGIResponse(
+        body=_ENCODER.encode(body), status_code=200, media_type=JSON, headers=OPS_HEADERS
+    )
+
+
+def _query(request: Request[Any, Any, Any]) -> dict[str, str]:
+    params = request.query_params
+    return {key: str(params.get(key)) for key in params}
+
+
+@get("/ops/api/sessions")
+async def ops_sessions(request: Request[Any, Any, Any]) -> ASGIResponse:
+    query = _query(request)
+    return await ops_call(
+        request, lambda services, operator: ops.list_sessions(services, operator, query)
+    )
+
+
+@get("/ops/api/sessions/{session_id:str}")
+async def ops_session(request: Request[Any, Any, Any]) -> ASGIResponse:
+    session_id = str(request.path_params["session_id"])
+    return await ops_call(
+        request, lambda services, operator: ops.session_detail(services, operator, session_id)
+    )
+
+
+@get("/ops/api/sessions/{session_id:str}/timeline")
+async def ops_timeline(request: Request[Any, Any, Any]) -> ASGIResponse:
+    session_id, query = str(request.path_params["session_id"]), _query(request)
+    return await ops_call(
+        request, lambda services, operator: ops.timeline(services, operator, session_id, query)
+    )
+
+
+class OpsConsole:
+    """The console page (`realtime/ops_console.html`: one file, its script and styles inline),
+    read once; each response gets a fresh nonce, the only way its script and styles may run
+    under the page's Content-Security-Policy."""
+
+    NONCE: Final = "{{nonce}}"
+
+    def __init__(self, page: str) -> None:
+        self.parts = page.split(self.NONCE)
+
+    @classmethod
+    def load(cls) -> OpsConsole:
+        return cls(resources.files("realtime").joinpath("ops_console.html").read_text("utf-8"))
+
+    def render(self) -> tuple[bytes, str]:
+        """The page with a new nonce, and its Content-Security-Policy."""
+        nonce = secrets.token_urlsafe(18)
+        policy = (
+            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
+            "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+            "frame-ancestors 'none'"
+        )
+        return nonce.join(self.parts).encode(), policy
+
+
+@get("/ops")
+async def ops_page(state: State) -> Response[bytes]:
+    """The console: public like the Agent Card (it holds no data); it asks for an operator token
+    and keeps it in the tab's memory only."""
+    console: OpsConsole = state.ops_console
+    page, policy = console.render()
+    headers = {
+        **OPS_HEADERS,
+        "Content-Security-Policy": policy,
+        "Referrer-Policy": "no-referrer",
+        "X-Frame-Options": "DENY",
+    }
+    return Response(page, media_type="text/html; charset=utf-8", headers=headers)
+
+
+OPS_ROUTES: Final = [ops_sessions, ops_session, ops_timeline, ops_page]
