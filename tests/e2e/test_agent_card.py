@@ -117,32 +117,37 @@ def seconds(http_date: str) -> int:
     return int(parsedate_to_datetime(http_date).timestamp())
 
 
-async def test_card_has_a_last_modified_beside_its_etag(client):
-    first = await client.get(CARD)
+CARD_PATHS = (CARD, "/.well-known/agent.json")  # the A2A 1.0 card, and the 0.1 one
+
+
+@pytest.mark.parametrize("path", CARD_PATHS)
+async def test_card_has_a_last_modified_beside_its_etag(client, path):
+    first = await client.get(path)
     modified = first.headers["last-modified"]
     assert modified.endswith(" GMT")  # IMF-fixdate
     assert seconds(modified) <= seconds(first.headers["date"])
-    again = await client.get(CARD)
+    again = await client.get(path)
     assert again.headers["last-modified"] == modified
     assert again.headers["etag"] == first.headers["etag"]
-    revalidated = await client.get(CARD, headers={"If-None-Match": first.headers["etag"]})
+    revalidated = await client.get(path, headers={"If-None-Match": first.headers["etag"]})
     assert revalidated.status_code == 304
     for header in ("etag", "last-modified", "cache-control"):
         assert revalidated.headers[header] == first.headers[header]
 
 
-async def test_if_modified_since_revalidates_by_date(client):
-    modified = (await client.get(CARD)).headers["last-modified"]
+@pytest.mark.parametrize("path", CARD_PATHS)
+async def test_if_modified_since_revalidates_by_date(client, path):
+    modified = (await client.get(path)).headers["last-modified"]
     at = seconds(modified)
     for since in (modified, formatdate(at + 3600, usegmt=True)):
-        response = await client.get(CARD, headers={"If-Modified-Since": since})
+        response = await client.get(path, headers={"If-Modified-Since": since})
         assert (response.status_code, response.content) == (304, b""), since
-    earlier = await client.get(CARD, headers={"If-Modified-Since": formatdate(at - 1, usegmt=True)})
+    earlier = await client.get(path, headers={"If-Modified-Since": formatdate(at - 1, usegmt=True)})
     assert earlier.status_code == 200
     assert earlier.json()["name"]
     # the obsolete forms are HTTP-dates too (a recipient must accept them)
     asctime = parsedate_to_datetime(modified).strftime("%a %b %e %H:%M:%S %Y")
-    assert (await client.get(CARD, headers={"If-Modified-Since": asctime})).status_code == 304
+    assert (await client.get(path, headers={"If-Modified-Since": asctime})).status_code == 304
 
 
 @pytest.mark.parametrize(
