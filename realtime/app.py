@@ -12,8 +12,10 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Final
 
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -138,7 +140,7 @@ async def running(
     )
     if metrics.pushes:  # an OTLP export cannot await a read: keep the Redis gauges current
         loops.append(asyncio.create_task(metrics.store.keep_fresh(stop)))
-    if run_worker and settings.reconcile_interval_s and gateway.configured:
+    if run_worker and settings.reconcile_interval_s and settings.livekit_configured:
         lease = DutyLease(redis, keys.reconciler_lease_key())
         reconciler = Reconciler(engine, gateway, lease, metrics=metrics)
         loops.append(asyncio.create_task(reconciler.loop(stop)))
@@ -188,6 +190,33 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     finally:
         metrics.shutdown()  # flush the last export
         telemetry.shutdown()
+
+
+# what a browser app on another origin sends and reads (profile §1 headers, SSE resumption,
+# trace context, the card's validators)
+CORS_REQUEST_HEADERS: Final = (
+    "Authorization", "Content-Type", "A2A-Version", "A2A-Extensions", "X-A2A-Extensions",
+    "Last-Event-ID", "traceparent", "tracestate", "If-None-Match", "If-Modified-Since",
+)  # fmt: skip
+CORS_RESPONSE_HEADERS: Final = (
+    "A2A-Extensions", "X-A2A-Extensions", "Retry-After", "WWW-Authenticate", "ETag",
+    "Last-Modified",
+)  # fmt: skip
+
+
+def cors_config(origins: tuple[str, ...]) -> CORSConfig | None:
+    """CORS for `AIM_CORS_ORIGINS` (None: same-origin callers only). Bearer tokens, never
+    cookies: no credentials mode."""
+    if not origins:
+        return None
+    return CORSConfig(
+        allow_origins=list(origins),
+        allow_methods=["GET", "POST", "OPTIONS"],
+        allow_headers=list(CORS_REQUEST_HEADERS),
+        expose_headers=list(CORS_RESPONSE_HEADERS),
+        allow_credentials=False,
+        max_age=600,
+    )
 
 
 def create_app(
@@ -267,6 +296,7 @@ def create_app(
         request_max_body_size=None,
         openapi_config=None,
         logging_config=None,  # the process's logging (JSON lines from the CLI) stays as it is
+        cors_config=cors_config(settings.cors_origins),
     )
     app.state.agent_card = AgentCardBody(build_agent_card(settings))
     app.state.agent_card_v01 = AgentCardBody(agent_card_v01(build_agent_card(settings), settings))

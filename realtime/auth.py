@@ -19,9 +19,10 @@ import jwt
 import msgspec
 from jwt.exceptions import InvalidSubjectError
 
+from realtime.environment import MIN_HS256_SECRET_BYTES
 from realtime.errors import AuthError
 from realtime.jwks import JWKS_KEY_TYPES, JwksKeys, invalid_token
-from realtime.settings import MIN_HS256_SECRET_BYTES, Settings
+from realtime.settings import Settings
 
 _HS_ALGS = ("HS256",)
 _MAX_LEEWAY_S = 30

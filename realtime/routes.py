@@ -194,7 +194,9 @@ class AgentCardBody:
     async def last_modified(self, services: Services) -> int | None:
         if self.modified is None and time.monotonic() >= self._next_try:
             self._next_try = time.monotonic() + self.RETRY_S
-            now_s = int(services.clock())
+            # a second early: the response's Date, which must not be earlier (RFC 9110
+            # §8.8.2.1), is stamped by the HTTP server from a clock it reads once a second
+            now_s = int(services.clock()) - 1
             try:
                 self.modified = await asyncio.wait_for(
                     services.card_store.modified(self.etag, now_s), self.WAIT_S

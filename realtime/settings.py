@@ -11,15 +11,12 @@ import hmac
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import msgspec
 
+from realtime.environment import MIN_HS256_SECRET_BYTES, EnvironmentReader
+
 PROVIDER_CAPABILITIES = ("audio_input", "audio_output", "vision_input", "transcript_history")
-MIN_HS256_SECRET_BYTES = 32
-# LiveKit's secrets are LiveKit's to choose (its dev mode uses `secret`): shorter than this is a
-# warning, never an error
-MIN_LIVEKIT_SECRET_BYTES = 32
 # signs provider tokens when neither AIM_PROVIDER_TOKEN_SECRET nor a LiveKit secret is set
 # (one process, development only: other processes could not verify them)
 _PROCESS_PROVIDER_SECRET = secrets.token_urlsafe(48)
@@ -88,9 +85,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     metrics: bool = True  # GET /metrics (Prometheus text format)
     metrics_refresh_s: float = 15.0  # the gauges read from Redis are at most this old
     access_log: bool = True  # one JSON line per JSON-RPC call
+    # browser origins other than the service's own allowed to call it (CORS); () = none
+    cors_origins: tuple[str, ...] = ()
     # what from_env found acceptable but worth saying (a short LiveKit secret): one line each,
     # naming the variable and never its value; the CLI logs them at start-up
     warnings: tuple[str, ...] = ()
+
+    @property
+    def livekit_configured(self) -> bool:
+        """Whether LiveKit's server API can be called (its URL and credentials are set)."""
+        return bool(self.livekit_url and self.livekit_api_key and self.livekit_api_secret)
 
     @property
     def provider_url(self) -> str:
@@ -112,7 +116,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """Build settings from environment variables; raise SettingsError naming each bad one."""
-        reader = _Reader(environ)
+        reader = EnvironmentReader(environ)
         defaults = cls()  # every default is written once, on its field
         secret = reader.text("AIM_AUTH_HS256_SECRET")
         generated = False
@@ -178,7 +182,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             livekit_api_secret=api_secret,
             livekit_webhook_keys=webhook_keys,
             agent_name=reader.text("AIM_AGENT_NAME") or "aim-realtime-agent",
-            provider_capabilities=reader.capabilities("AIM_PROVIDER_CAPABILITIES"),
+            provider_capabilities=reader.capabilities(
+                "AIM_PROVIDER_CAPABILITIES", PROVIDER_CAPABILITIES
+            ),
             provider_token_secret=reader.secret("AIM_PROVIDER_TOKEN_SECRET"),
             join_token_ttl_s=reader.integer(
                 "AIM_JOIN_TOKEN_TTL_S", defaults.join_token_ttl_s, low=10, high=86400
@@ -244,6 +250,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 "AIM_METRICS_REFRESH_S", defaults.metrics_refresh_s, low=0.0, high=3600.0
             ),
             access_log=reader.flag("AIM_ACCESS_LOG", default=defaults.access_log),
+            cors_origins=reader.origins("AIM_CORS_ORIGINS"),
             warnings=tuple(reader.warnings),
         )
         if reader.problems:
@@ -253,135 +260,3 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir)
-
-
-def without_credentials(url: str) -> str:
-    """`url` as the log and `check` may show it: scheme, host, port and path; never a user,
-    password or query (where credentials travel)."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return f"unix://{parts.path}"
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
-class _Reader:
-    """Reads typed values from the environment and collects every problem before failing."""
-
-    def __init__(self, environ: Mapping[str, str]) -> None:
-        self.environ = environ
-        self.problems: list[str] = []
-        self.warnings: list[str] = []
-
-    def text(self, name: str) -> str | None:
-        value = self.environ.get(name, "").strip()
-        return value or None
-
-    def secret(self, name: str) -> str | None:
-        """An HS256 key of at least MIN_HS256_SECRET_BYTES (the value is never echoed)."""
-        value = self.text(name)
-        if value is not None and len(value.encode()) < MIN_HS256_SECRET_BYTES:
-            self.problems.append(f"{name} must be at least {MIN_HS256_SECRET_BYTES} bytes long")
-            return None
-        return value
-
-    def short_livekit_secret(self, name: str, secret: str | None) -> bool:
-        """Warn (naming `name`, never the value) when a LiveKit secret is short; True then."""
-        if secret is None or len(secret.encode()) >= MIN_LIVEKIT_SECRET_BYTES:
-            return False
-        self.warnings.append(
-            f"{name} holds a secret shorter than {MIN_LIVEKIT_SECRET_BYTES} bytes: fine for "
-            "`livekit-server --dev`, too weak to guard production tokens and webhooks"
-        )
-        return True
-
-    def flag(self, name: str, *, default: bool = False) -> bool:
-        value = (self.text(name) or ("1" if default else "0")).lower()
-        if value in ("1", "true", "yes", "on"):
-            return True
-        if value in ("0", "false", "no", "off"):
-            return False
-        self.problems.append(f"{name} must be 1/0, true/false, yes/no or on/off, not {value!r}")
-        return False
-
-    def integer(self, name: str, default: int, *, low: int, high: int) -> int:
-        raw = self.text(name)
-        if raw is None:
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            self.problems.append(f"{name} must be a whole number, not {raw!r}")
-            return default
-        if not low <= value <= high:
-            self.problems.append(f"{name} must be between {low} and {high}, not {value}")
-            return default
-        return value
-
-    def number(self, name: str, default: float, *, low: float, high: float) -> float:
-        raw = self.text(name)
-        if raw is None:
-            return default
-        try:
-            value = float(raw)
-        except ValueError:
-            self.problems.append(f"{name} must be a number, not {raw!r}")
-            return default
-        if not low <= value <= high:
-            self.problems.append(f"{name} must be between {low:g} and {high:g}, not {raw}")
-            return default
-        return value
-
-    def url(self, name: str, schemes: tuple[str, ...]) -> str | None:
-        raw = self.text(name)
-        if raw is None:
-            return None
-        try:
-            parts = urlsplit(raw)
-            valid = parts.scheme in schemes and bool(
-                parts.path if parts.scheme == "unix" else parts.hostname
-            )
-            if parts.port == 0:  # .port raises ValueError unless a whole number up to 65535
-                valid = False
-        except ValueError:
-            valid = False
-        if not valid:
-            # never echo the value: URLs may carry passwords
-            self.problems.append(
-                f"{name} must be a {'/'.join(schemes)} URL with a host and, if it names a "
-                "port, a port from 1 to 65535"
-            )
-            return None
-        return raw
-
-    def key_pairs(self, name: str) -> tuple[tuple[str, str], ...]:
-        raw = self.text(name)
-        if raw is None:
-            return ()
-        pairs: list[tuple[str, str]] = []
-        for item in raw.split(","):
-            key, sep, secret = item.strip().partition(":")
-            if not sep or not key or not secret:
-                # never echo the value: it holds secrets
-                self.problems.append(f"{name} must be a comma list of key:secret pairs")
-                return ()
-            pairs.append((key, secret))
-        return tuple(pairs)
-
-    def capabilities(self, name: str) -> frozenset[str]:
-        raw = self.text(name)
-        if raw is None:
-            return frozenset(PROVIDER_CAPABILITIES)
-        names = {item.strip() for item in raw.split(",") if item.strip()}
-        if not names:
-            self.problems.append(f"{name} must list at least one capability")
-        unknown = sorted(names - set(PROVIDER_CAPABILITIES))
-        if unknown:
-            self.problems.append(
-                f"{name} has unknown capabilities {', '.join(unknown)}; "
-                f"known: {', '.join(PROVIDER_CAPABILITIES)}"
-            )
-        return frozenset(names & set(PROVIDER_CAPABILITIES))

@@ -96,13 +96,8 @@ class LiveKitGateway:
         self._api: api.LiveKitAPI | None = None
         self._server = urlsplit(settings.livekit_url or "").netloc
 
-    @property
-    def configured(self) -> bool:
-        s = self.settings
-        return bool(s.livekit_url and s.livekit_api_key and s.livekit_api_secret)
-
     def _client(self) -> api.LiveKitAPI:
-        if not self.configured:
+        if not self.settings.livekit_configured:
             raise LiveKitNotConfigured("LiveKit is not configured (AIM_LIVEKIT_URL and keys)")
         if self._api is None:
             self._api = api.LiveKitAPI(

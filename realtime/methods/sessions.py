@@ -91,6 +91,15 @@ async def create_session(
                 + ". Remove these from the request or ask the operator to enable them."
             ),
         )
+    if not services.settings.livekit_configured:
+        # said at once, before anything is stored, rather than after the blocking wait as if
+        # LiveKit were briefly down (profile §14: media calls fail with -31012)
+        raise Unavailable(
+            "LiveKit is not configured on this service (AIM_LIVEKIT_URL, AIM_LIVEKIT_API_KEY, "
+            "AIM_LIVEKIT_API_SECRET), so no realtime session can start; nothing was stored. "
+            "Its operator sets them (docs/local-livekit.md runs one locally).",
+            service="livekit",
+        )
     owner = call.principal.key
     digest = "sha256:" + hashlib.sha256(_CANONICAL.encode(data)).hexdigest()
     task_id = services.new_id()

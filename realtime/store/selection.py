@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from realtime.settings import Settings, without_credentials
+from realtime.environment import without_credentials
+from realtime.settings import Settings
 from realtime.store.redis_client import OUTAGES, RedisClient
 from realtime.store.server import RedisUnavailableError, redis_server_available
 from realtime.store.shared import SharedRedis

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from realtime.settings import without_credentials
+from realtime.environment import without_credentials
 from realtime.store import keys
 from realtime.store.redis_client import RedisClient
 from tests.cluster import only_on_cluster

@@ -204,10 +204,10 @@ async def test_last_modified_is_the_same_on_every_replica_and_after_restarts(
     ):
         a, b = await one.get(CARD), await two.get(CARD)
     assert a.headers["etag"] == b.headers["etag"]
-    assert a.headers["last-modified"] == b.headers["last-modified"] == formatdate(T0, usegmt=True)
+    assert a.headers["last-modified"] == b.headers["last-modified"] == formatdate(T0 - 1, usegmt=True)
     async with card_service(store, tracer_provider, now=T0 + 1200) as restarted:
         again = await restarted.get(CARD)
-    assert again.headers["last-modified"] == formatdate(T0, usegmt=True)
+    assert again.headers["last-modified"] == formatdate(T0 - 1, usegmt=True)
     # a since-date from one replica revalidates on another
     async with card_service(store, tracer_provider, now=T0 + 1800) as three:
         since = {"If-Modified-Since": a.headers["last-modified"]}
@@ -223,7 +223,7 @@ async def test_another_card_content_gets_a_later_last_modified(store, tracer_pro
         since = {"If-Modified-Since": old.headers["last-modified"]}
         refreshed = await b.get(CARD, headers=since)
     assert changed.headers["etag"] != old.headers["etag"]
-    assert changed.headers["last-modified"] == formatdate(T0 + 60, usegmt=True)
+    assert changed.headers["last-modified"] == formatdate(T0 + 60 - 1, usegmt=True)
     assert refreshed.status_code == 200
     assert refreshed.json()["supportedInterfaces"][0]["url"] == "https://b.example/a2a"
     # and a change back is a change too: the first content is dated anew, never back in time
@@ -232,7 +232,7 @@ async def test_another_card_content_gets_a_later_last_modified(store, tracer_pro
         reverted = await back.get(CARD, headers=since)
     assert reverted.status_code == 200
     assert reverted.headers["etag"] == old.headers["etag"]
-    assert reverted.headers["last-modified"] == formatdate(T0 + 120, usegmt=True)
+    assert reverted.headers["last-modified"] == formatdate(T0 + 120 - 1, usegmt=True)
 
 
 async def test_without_redis_the_card_is_served_without_last_modified(
@@ -259,6 +259,6 @@ async def test_without_redis_the_card_is_served_without_last_modified(
                 assert (await http.get(CARD, headers={"If-None-Match": etag})).status_code == 304
                 proxy.restore()
                 back = await http.get(CARD)
-                assert back.headers["last-modified"] == formatdate(T0, usegmt=True)
+                assert back.headers["last-modified"] == formatdate(T0 - 1, usegmt=True)
         finally:
             await proxied.aclose()

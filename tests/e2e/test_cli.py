@@ -18,7 +18,8 @@ import jwt
 import pytest
 
 from realtime.auth import Authenticator
-from realtime.settings import Settings, without_credentials
+from realtime.environment import without_credentials
+from realtime.settings import Settings
 from tests.redis_processes import (
     kill_servers_under,
     needs_redis_server,

@@ -7,9 +7,10 @@ What only LiveKit and an agent worker can do is done here as they would do it: t
 and the agent's participant_joined webhooks, signed as LiveKit signs them, and the agent's
 confirmation request over the provider API.
 
-The service answers no CORS preflight, so the page is served from the service's origin, the
-way a deployment puts both behind one reverse proxy: a small front server here serves the page
-at `/` and passes `/a2a` through to the service, streaming (SSE) included.
+The page is served from the service's origin, the way a deployment puts both behind one reverse
+proxy: a small front server here serves the page at `/` and passes `/a2a` through to the service,
+streaming (SSE) included. From another origin it works once AIM_CORS_ORIGINS lists that origin,
+and a service that lists none is refused by the browser.
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 @contextlib.asynccontextmanager
-async def service(livekit: Any, store: RedisClient) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
-    app = create_app(livekit_settings(livekit), store=store, tracer_provider=None)
+async def service(
+    livekit: Any, store: RedisClient, **settings: Any
+) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
+    app = create_app(livekit_settings(livekit, **settings), store=store, tracer_provider=None)
     async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
         yield base_url, http
 
@@ -202,16 +205,17 @@ async def test_journey_stops_at_the_first_json_rpc_error_with_one_line(livekit, 
 HOP_BY_HOP = {b"host", b"connection", b"keep-alive", b"content-length", b"transfer-encoding"}
 
 
-def front(upstream: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+def front(upstream: str | None) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     """An ASGI app standing in for the reverse proxy of a deployment: `GET /` is the example
-    page, `/a2a` goes to the service and its answer comes back as it is sent (SSE too)."""
+    page, `/a2a` goes to the service and its answer comes back as it is sent (SSE too); with
+    no `upstream`, a plain static server of the page (another origin than the service's)."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
-        elif scope["path"] in ("/a2a", "/a2a/"):
+        elif upstream is not None and scope["path"] in ("/a2a", "/a2a/"):
             await forward(upstream, scope, receive, send)
         elif scope["method"] == "GET" and scope["path"] == "/":
             await answer(send, 200, PAGE.read_bytes(), b"text/html; charset=utf-8")
@@ -409,3 +413,53 @@ async def test_the_browser_page_shows_a_session_live_from_start_to_end(livekit, 
         assert stored == "{}{}"  # the token stayed in the tab's memory
         task = await rpc(http, "GetTask", {"id": session["taskId"], "historyLength": 0})
         assert task["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def started_elsewhere(page: Page, page_url: str, service_url: str, bearer: str) -> None:
+    """The page opened from its own origin, pointed at the service's."""
+    page.driver.get(page_url + "/")
+    page.element("service").clear()
+    page.element("service").send_keys(service_url)
+    page.element("token").send_keys(bearer)
+    page.element("start").click()
+
+
+@pytest.mark.slow
+async def test_the_page_on_another_origin_works_once_that_origin_is_allowed(livekit, store):
+    browser, driver_path = binaries()
+    async with (
+        serving(front(None)) as page_url,
+        service(livekit, store, cors_origins=(page_url,)) as (base_url, _),
+        contextlib.AsyncExitStack() as stack,
+    ):
+        driver = await asyncio.to_thread(stack.enter_context, chromium(browser, driver_path))
+        page = Page(driver)
+
+        def joined() -> None:
+            started_elsewhere(page, page_url, base_url, token("alice"))
+            page.until_shown("state", "joining")  # the stream's event, over CORS too
+            page.until_logged("joined: LiveKit")
+
+        await asyncio.to_thread(joined)
+        assert page.text("error") == ""
+
+
+@pytest.mark.slow
+async def test_the_page_on_another_origin_is_refused_by_a_service_that_allows_none(livekit, store):
+    browser, driver_path = binaries()
+    async with (
+        serving(front(None)) as page_url,
+        service(livekit, store) as (base_url, http),
+        contextlib.AsyncExitStack() as stack,
+    ):
+        driver = await asyncio.to_thread(stack.enter_context, chromium(browser, driver_path))
+        page = Page(driver)
+
+        def refused() -> str:
+            started_elsewhere(page, page_url, base_url, token("alice"))
+            page.wait.until(lambda _: page.text("error"), "no error shown")
+            return page.text("error")
+
+        assert "Failed to fetch" in await asyncio.to_thread(refused)
+        listed = await rpc(http, "ListTasks", {}, subject="alice")
+        assert listed["result"]["tasks"] == []  # the browser never sent the call

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from realtime.settings import (
-    MIN_HS256_SECRET_BYTES,
-    PROVIDER_CAPABILITIES,
-    Settings,
-    SettingsError,
-)
+from realtime.environment import MIN_HS256_SECRET_BYTES
+from realtime.settings import PROVIDER_CAPABILITIES, Settings, SettingsError
 
 SECRET = "a-development-secret-of-more-than-32-bytes"
 LIVEKIT_SECRET = "livekit-api-secret-do-not-print-me"
@@ -610,3 +606,28 @@ def test_a_url_with_a_bad_port_is_refused_without_echoing_it(url: str) -> None:
         "a port from 1 to 65535"
     )
     assert "hunter2" not in str(raised.value)
+
+
+# --- AIM_CORS_ORIGINS ------------------------------------------------------------------------
+
+
+def test_cors_origins_are_read_as_origins() -> None:
+    settings = Settings.from_env(
+        {"AIM_CORS_ORIGINS": "https://App.Example.com, http://localhost:5173/"}
+    )
+    assert settings.cors_origins == ("https://app.example.com", "http://localhost:5173")
+    assert Settings.from_env({"AIM_CORS_ORIGINS": "*"}).cors_origins == ("*",)
+    assert Settings.from_env({}).cors_origins == ()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["app.example.com", "https://app.example.com/path", "ftp://app.example.com",
+     "https://user:pw@app.example.com", "https://app.example.com:99999", "https://"],
+)  # fmt: skip
+def test_a_cors_origin_that_is_not_one_is_refused(raw: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({"AIM_CORS_ORIGINS": raw})
+    (problem,) = raised.value.problems
+    assert problem.startswith("AIM_CORS_ORIGINS must be a comma list of origins")
+    assert "pw" not in problem

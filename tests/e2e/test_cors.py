@@ -1,0 +1,83 @@
+"""Browser apps on another origin call the service when their origin is listed in
+AIM_CORS_ORIGINS: preflights are answered and responses name the origin; any other origin, or a
+service without the setting, gets no CORS headers (the browser then refuses the call)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from realtime.app import create_app
+from realtime.settings import Settings
+from tests.conftest import TEST_SECRET, headers, serving
+
+pytestmark = pytest.mark.e2e
+
+APP = "https://app.example.com"
+LIST_TASKS = b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}'
+
+
+async def service(store, **settings: object):
+    app = create_app(
+        Settings(auth_hs256_secret=TEST_SECRET, rate_limit_rps=0, **settings), store=store
+    )
+    return serving(app)
+
+
+async def test_a_listed_origin_passes_the_preflight_and_reads_the_answer(store):
+    async with (
+        await service(store, cors_origins=(APP,)) as base,
+        httpx.AsyncClient(base_url=base) as client,
+    ):
+        preflight = await client.options(
+            "/a2a",
+            headers={
+                "Origin": APP,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type, a2a-version, "
+                "a2a-extensions, last-event-id",
+            },
+        )
+        assert preflight.status_code in (200, 204)
+        assert preflight.headers["access-control-allow-origin"] == APP
+        allowed = preflight.headers["access-control-allow-headers"].lower()
+        for name in ("authorization", "content-type", "a2a-version", "a2a-extensions"):
+            assert name in allowed
+        assert "POST" in preflight.headers["access-control-allow-methods"]
+        assert "access-control-allow-credentials" not in preflight.headers
+
+        answer = await client.post(
+            "/a2a", content=LIST_TASKS, headers={"Origin": APP, **headers("alice")}
+        )
+        assert answer.status_code == 200
+        assert answer.json()["result"]["tasks"] == []
+        assert answer.headers["access-control-allow-origin"] == APP
+        exposed = answer.headers["access-control-expose-headers"].lower()
+        assert "a2a-extensions" in exposed
+        assert "retry-after" in exposed
+
+
+async def test_an_unlisted_origin_gets_no_cors_headers(store):
+    async with (
+        await service(store, cors_origins=(APP,)) as base,
+        httpx.AsyncClient(base_url=base) as client,
+    ):
+        answer = await client.post(
+            "/a2a",
+            content=LIST_TASKS,
+            headers={"Origin": "https://evil.example", **headers("alice")},
+        )
+        assert "access-control-allow-origin" not in answer.headers
+
+
+async def test_without_the_setting_no_origin_is_allowed(store):
+    async with await service(store) as base, httpx.AsyncClient(base_url=base) as client:
+        preflight = await client.options(
+            "/a2a", headers={"Origin": APP, "Access-Control-Request-Method": "POST"}
+        )
+        assert "access-control-allow-origin" not in preflight.headers
+        answer = await client.post(
+            "/a2a", content=LIST_TASKS, headers={"Origin": APP, **headers("alice")}
+        )
+        assert answer.status_code == 200
+        assert "access-control-allow-origin" not in answer.headers
