@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from realtime import supervisor
 from realtime.auth import CLIENT_SCOPES, OPERATOR_SCOPE, PROVIDER_SCOPE
 from realtime.environment import without_credentials
+from realtime.logs import JsonLogFormatter
 from realtime.settings import Settings, SettingsError
-from realtime.telemetry import JsonLogFormatter
 
 log = logging.getLogger("realtime.cli")
 

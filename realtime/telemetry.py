@@ -1,5 +1,5 @@
-"""Tracing and logs (profile §13): with `metrics.py` and app.py, the only modules that import
-OpenTelemetry.
+"""Tracing (profile §13): with `metrics.py` and app.py, the only modules that import OpenTelemetry
+(`logs.py` names the current span in each log line through `current_span_ids`).
 
 One server span per JSON-RPC call, joining the caller's W3C `traceparent`, and one per LiveKit
 webhook; one internal span per piece of background work (an effect carried out, a timer fired)
@@ -19,7 +19,6 @@ from collections.abc import Iterator, Mapping
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
-import msgspec
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -132,34 +131,12 @@ def startup_summary(
     return f"telemetry: {traces}; {pushed}; {served}"
 
 
-# anything else (an exception's arguments, a path) is logged as its str()
-_LOG_ENCODER: Final = msgspec.json.Encoder(enc_hook=str)
-
-
-class JsonLogFormatter(logging.Formatter):
-    """One JSON object per line, with the trace and span ids of the current span, and the
-    fields a caller passes as `extra={"json_fields": {...}}` (the access log's)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, object] = {
-            "time": self.formatTime(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        session_id = getattr(record, "session_id", None)
-        if session_id:
-            entry["session_id"] = session_id
-        fields = getattr(record, "json_fields", None)
-        if fields:
-            entry.update(fields)
-        context = trace.get_current_span().get_span_context()
-        if context.is_valid:
-            entry["trace_id"] = format(context.trace_id, "032x")
-            entry["span_id"] = format(context.span_id, "016x")
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return _LOG_ENCODER.encode(entry).decode()
+def current_span_ids() -> tuple[str, str] | None:
+    """The trace id (32 hex) and span id (16 hex) of the current span, or None."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
 
 
 def current_trace_id() -> str | None:

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from realtime.app import create_app
+from realtime.logs import JsonLogFormatter
 from realtime.settings import Settings
-from realtime.telemetry import JsonLogFormatter
 from tests.conftest import TEST_SECRET, rpc, serving, token
 
 pytestmark = pytest.mark.e2e

@@ -204,7 +204,9 @@ async def test_last_modified_is_the_same_on_every_replica_and_after_restarts(
     ):
         a, b = await one.get(CARD), await two.get(CARD)
     assert a.headers["etag"] == b.headers["etag"]
-    assert a.headers["last-modified"] == b.headers["last-modified"] == formatdate(T0 - 1, usegmt=True)
+    assert (
+        a.headers["last-modified"] == b.headers["last-modified"] == formatdate(T0 - 1, usegmt=True)
+    )
     async with card_service(store, tracer_provider, now=T0 + 1200) as restarted:
         again = await restarted.get(CARD)
     assert again.headers["last-modified"] == formatdate(T0 - 1, usegmt=True)

@@ -82,7 +82,7 @@ def test_logs_are_json_lines_with_trace_and_session_ids():
 
     from opentelemetry.sdk.trace import TracerProvider
 
-    from realtime.telemetry import JsonLogFormatter
+    from realtime.logs import JsonLogFormatter
 
     formatter = JsonLogFormatter()
     record = logging.LogRecord(

@@ -11,7 +11,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from realtime.telemetry import JsonLogFormatter, Telemetry, current_cause
+from realtime.logs import JsonLogFormatter
+from realtime.telemetry import Telemetry, current_cause
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
