@@ -161,6 +161,8 @@ class RateLimiter:
 class Endpoint(abc.ABC):
     """A JSON-RPC endpoint: one SERVER span and one metrics sample per call."""
 
+    jsonrpc_optional: bool = False  # A2A 0.1 lets `jsonrpc` be absent (read as "2.0")
+
     def __init__(self, services: Services, telemetry: Telemetry, limiter: RateLimiter) -> None:
         self.services = services
         self.telemetry = telemetry
@@ -217,7 +219,7 @@ class Endpoint(abc.ABC):
         """The reply to one body, inside its span; failures are raised (`error_reply`)."""
 
     def _envelope(self, body: bytes, span: RpcSpan, served: Served) -> Envelope:
-        envelope, error, request_id = decode_envelope(body)
+        envelope, error, request_id = decode_envelope(body, jsonrpc_optional=self.jsonrpc_optional)
         served.request_id = request_id
         if request_id is not None:
             span.set_request_id(request_id)

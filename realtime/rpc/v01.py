@@ -47,7 +47,7 @@ from realtime.rpc.dispatch import (
     error_reply,
     requested_extensions,
 )
-from realtime.rpc.envelope import Envelope, RequestId, decode_envelope
+from realtime.rpc.envelope import RequestId
 from realtime.rpc.errors import code_of, error_object
 from realtime.rpc.registry import EXTENSIONS, INVOKE, METHODS, READ, SUPPORTED_VERSIONS
 from realtime.settings import Settings
@@ -131,6 +131,7 @@ class V01Dispatcher(Dispatcher):
     """Serves `POST /a2a/v0.1` bodies: the /a2a handlers, 0.1 shapes in and out."""
 
     path = v01.PATH
+    jsonrpc_optional = True  # `jsonrpc` may be absent (decision 119)
 
     async def handle(
         self, body: bytes, headers: Mapping[str, str], *, too_large: bool = False
@@ -140,17 +141,6 @@ class V01Dispatcher(Dispatcher):
             error = BodyTooLarge(self.services.settings.max_body_bytes)
             return Reply(reply.status, error_body(error, None, TaskIds()), reply.headers)
         return reply
-
-    def _envelope(self, body: bytes, span: RpcSpan, served: Served) -> Envelope:
-        # `jsonrpc` may be absent (decision 119)
-        envelope, error, request_id = decode_envelope(body, jsonrpc_optional=True)
-        served.request_id = request_id
-        if request_id is not None:
-            span.set_request_id(request_id)
-        if error is not None:
-            raise error
-        assert envelope is not None  # noqa: S101 - decode_envelope returns one of both
-        return envelope
 
     async def _handle(
         self, body: bytes, headers: Mapping[str, str], span: RpcSpan, served: Served
