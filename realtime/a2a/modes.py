@@ -16,7 +16,7 @@ a part is `application/octet-stream`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from msgspec import UNSET
 
@@ -25,6 +25,18 @@ from realtime.errors import ContentTypeNotSupported
 
 INPUT_MODES: Final = ("application/json", "text/plain")
 UNTYPED_FILE: Final = "application/octet-stream"
+
+
+def file_part(
+    uri: str | None, raw: str | None, media_type: str | None, filename: str | None
+) -> dict[str, Any]:
+    """The 1.0 part of an earlier generation's file (A2A 0.3 and 0.1 `file`): its `url`, else its
+    `raw` bytes, its media type (`UNTYPED_FILE` when it names none) and its filename."""
+    out: dict[str, Any] = {"url": uri} if uri is not None else {"raw": raw}
+    out["mediaType"] = media_type or UNTYPED_FILE
+    if filename is not None:
+        out["filename"] = filename
+    return out
 
 
 def essence(media_type: str) -> str:

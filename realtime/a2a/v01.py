@@ -17,6 +17,7 @@ import msgspec
 from msgspec import Meta
 
 from realtime.a2a import v03
+from realtime.a2a.modes import file_part
 from realtime.a2a.params import validation_error
 from realtime.a2a.scalars import is_padded_base64
 from realtime.a2a.types import TERMINAL_STATES
@@ -35,7 +36,6 @@ METHODS: Final[Mapping[str, str]] = {
 PUSH_METHODS: Final = ("tasks/pushNotification/set", "tasks/pushNotification/get")
 # the 0.1 names that A2A 0.3 does not share: on /a2a they are sent to the 0.1 endpoint
 ONLY_V01: Final = frozenset({"tasks/send", "tasks/sendSubscribe", *PUSH_METHODS})
-DEFAULT_FILE_TYPE: Final = "application/octet-stream"
 # the namespace of derived messageIds (decision 116): never change it, or a retry would
 # create a second task
 MESSAGE_NAMESPACE: Final = uuid.UUID("0b5f3d7e-8a41-4c2b-9e6f-a1d2c3b4e501")
@@ -183,10 +183,7 @@ def _part(part: Part) -> dict[str, Any]:
         out = {"data": part.data, "mediaType": "application/json"}
     else:
         file = part.file
-        out = {"url": file.uri} if file.uri is not None else {"raw": file.bytes_}
-        out["mediaType"] = file.mime_type if file.mime_type is not None else DEFAULT_FILE_TYPE
-        if file.name is not None:
-            out["filename"] = file.name
+        out = file_part(file.uri, file.bytes_, file.mime_type, file.name)
     if part.metadata is not None:
         out["metadata"] = part.metadata
     return out

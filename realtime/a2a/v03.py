@@ -17,6 +17,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from realtime.a2a.modes import file_part
 from realtime.a2a.params import validation_error
 
 VERSION: Final = "0.3"
@@ -34,7 +35,6 @@ METHODS: Final[Mapping[str, str]] = {
     "agent/getAuthenticatedExtendedCard": "GetExtendedAgentCard",
 }
 TERMINAL: Final = frozenset({"completed", "canceled", "failed", "rejected"})
-DEFAULT_FILE_TYPE: Final = "application/octet-stream"
 
 
 def is_v03(version: str) -> bool:
@@ -137,10 +137,12 @@ def _part(part: Part) -> dict[str, Any]:
         out = {"data": part.data, "mediaType": "application/json"}
     else:
         file = part.file
-        out = {"url": file.uri} if file.uri is not UNSET else {"raw": file.bytes_}
-        out["mediaType"] = file.mime_type or DEFAULT_FILE_TYPE
-        if file.name is not None:
-            out["filename"] = file.name
+        out = file_part(
+            file.uri if file.uri is not UNSET else None,
+            file.bytes_ if file.bytes_ is not UNSET else None,
+            file.mime_type,
+            file.name,
+        )
     if part.metadata is not None:
         out["metadata"] = part.metadata
     return out
