@@ -156,6 +156,11 @@ def current_cause() -> str | None:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
 
+def trace_id_of(cause: str) -> str:
+    """The trace id (32 hex) of a `current_cause()`."""
+    return cause.split("-", 2)[1]
+
+
 def _span_context(cause: str) -> SpanContext | None:
     """The span context of a stored `current_cause()`, or None for anything else."""
     parts = cause.split("-")

@@ -209,9 +209,9 @@ class Engine:
         """Commit a new session (version 0 → 1); False when it already exists."""
         session = decision.state
         now_ms = self.now_ms()
-        pending = outbox_entries(1, session.epoch, decision.outbox)
-        event = event_entry(None, session, 1, now_ms, None, task.task, note)
         cause = current_cause()
+        pending = outbox_entries(1, session.epoch, decision.outbox, cause)
+        event = event_entry(None, session, 1, now_ms, None, task.task, note, cause)
         with self.telemetry.redis_span("commit", session.session_id):
             committed = await self.sessions.commit(
                 session.session_id,
@@ -246,7 +246,9 @@ class Engine:
             session, now_ms = loaded.record.session, self.now_ms()
             task = self._task(loaded, now_ms)
             version = loaded.version + 1
-            event = event_entry(session, session, version, now_ms, None, task.task, note)
+            event = event_entry(
+                session, session, version, now_ms, None, task.task, note, current_cause()
+            )
             with self.telemetry.redis_span("commit", session_id):
                 committed = await self.sessions.commit(
                     session_id,
@@ -272,11 +274,11 @@ class Engine:
         assert loaded.record is not None  # noqa: S101 - checked by decide
         old = loaded.record.session
         command_id = decided.command.command_id if decided.command else None
-        pending = outbox_entries(version, new.epoch, decided.decision.outbox)
-        event = event_entry(
-            old, new, version, decided.now_ms, decided.command, decided.task.task, note
-        )
         cause = current_cause()
+        pending = outbox_entries(version, new.epoch, decided.decision.outbox, cause)
+        event = event_entry(
+            old, new, version, decided.now_ms, decided.command, decided.task.task, note, cause
+        )
         caller = cause if cause_of(decided.command, note) in CALLS else loaded.record.caller
         with self.telemetry.redis_span("commit", decided.session_id):
             committed = await self.sessions.commit(

@@ -13,7 +13,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from realtime.store.records import CommandOutcome, PendingEffect, Task, TaskRecord
-from realtime.telemetry import current_cause, current_trace_id
+from realtime.telemetry import trace_id_of
 from realtime.timestamps import timestamp
 from state_machines import Accepted, OutboxEffect, Session
 from state_machines.effects import AppendHistory
@@ -108,6 +108,7 @@ def event_entry(
     command: Command | None,
     task: Task,
     note: Note | None = None,
+    span: str | None = None,
 ) -> bytes:
     """One entry of the session's event stream, the commit's move from `old` (None: created).
     It holds the status of `task` (as committed), so a subscriber renders the statusUpdate of
@@ -134,9 +135,8 @@ def event_entry(
     moved = _operations_moved(old, session)
     if moved:
         entry["operations"] = moved
-    trace_id = current_trace_id()
-    if trace_id is not None:
-        entry["traceId"] = trace_id
+    if span is not None:  # the committing span (`telemetry.current_cause`)
+        entry["traceId"] = trace_id_of(span)
     return _EVENT_ENCODER.encode(entry)
 
 
@@ -169,13 +169,10 @@ def _operations_moved(old: Session | None, new: Session) -> list[dict[str, str]]
 
 
 def outbox_entries(
-    version: int, epoch: int, effects: tuple[OutboxEffect, ...]
+    version: int, epoch: int, effects: tuple[OutboxEffect, ...], cause: str | None
 ) -> list[tuple[str, PendingEffect]]:
-    """Outbox entries; ids `<version>-<n>` sort in commit order. Each names the span of the
-    commit that stores it, so the span that carries it out links back (profile §13)."""
-    if not effects:
-        return []
-    cause = current_cause()
+    """Outbox entries; ids `<version>-<n>` sort in commit order. Each names `cause`, the span
+    of the commit that stores it, so the span that carries it out links back (profile §13)."""
     return [
         (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=epoch, cause=cause))
         for index, effect in enumerate(effects)
