@@ -2,11 +2,13 @@
 
 `PrivateRedis` is a child process of its own in a fresh directory (tests and benchmarks);
 the service's first-run default is `realtime.store.shared`, one server per data directory.
-This module speaks just enough RESP to PING, so that only `redis_client` imports redis.
+This module speaks just enough RESP to PING and SHUTDOWN, so that only `redis_client` imports
+redis.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -19,6 +21,7 @@ from pathlib import Path
 START_TIMEOUT_S = 30.0  # spawn, load the AOF, answer PING
 # unix socket paths are limited to 108 bytes on Linux, 104 on macOS (NUL included)
 MAX_SOCKET_PATH_BYTES = 100
+PROC = Path("/proc")  # Linux: what a pid is, and which files it holds open
 
 
 class RedisUnavailableError(RuntimeError):
@@ -62,6 +65,46 @@ def ping(sock: Path, timeout_s: float = 1.0) -> str:
     if reply.startswith(b"+PONG"):
         return "ok"
     return "loading" if reply.startswith(b"-LOADING") else "down"
+
+
+def shutdown(sock: Path, timeout_s: float = 1.0) -> bool:
+    """Send SHUTDOWN to the server on `sock` (it fsyncs its AOF and exits, as on SIGTERM).
+    True when it took the command: no error reply (it closes the connection as it exits)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout_s)
+        try:
+            conn.connect(str(sock))
+            conn.sendall(b"*1\r\n$8\r\nSHUTDOWN\r\n")
+        except OSError:
+            return False
+        try:
+            reply = conn.recv(256)
+        except OSError:
+            return True  # no answer yet (still writing its AOF), or gone
+    return not reply.startswith(b"-")
+
+
+def proc_available() -> bool:
+    return (PROC / "self" / "fd").is_dir()
+
+
+def redis_server_holding(pid: int, lock: Path) -> bool:
+    """Whether process `pid` is a redis-server with the file `lock` open (Linux /proc:
+    its comm, and a descriptor in /proc/<pid>/fd on the same device and inode)."""
+    proc = PROC / str(pid)
+    try:
+        if (proc / "comm").read_text().strip() != "redis-server":
+            return False
+        status = os.stat(lock, follow_symlinks=False)
+        fds = list((proc / "fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            opened = os.stat(fd)
+            if (opened.st_dev, opened.st_ino) == (status.st_dev, status.st_ino):
+                return True
+    return False
 
 
 def wait_until_answering(
