@@ -17,6 +17,7 @@ from realtime.auth import CLIENT_SCOPES, OPERATOR_SCOPE, PROVIDER_SCOPE
 from realtime.environment import without_credentials
 from realtime.logs import JsonLogFormatter
 from realtime.settings import Settings, SettingsError
+from realtime.store.datadir import print_dev_secret, unsafe_data_dir
 
 log = logging.getLogger("realtime.cli")
 
@@ -54,22 +55,44 @@ def _settings(*, quiet: bool = False) -> Settings:
     if problem is not None:
         print(f"invalid configuration:\n  {problem}", file=sys.stderr)
         raise SystemExit(BAD_CONFIGURATION)
+    _refuse_unsafe_data_dir(settings)
     if not quiet:
         for warning in settings.warnings:
             log.warning("%s", warning)
     return settings
 
 
-def _announce_dev_secret(secret: str) -> None:
+def _refuse_unsafe_data_dir(settings: Settings) -> None:
+    """Exit 2 when the private redis-server's data directory is not this user's own."""
+    if (problem := unsafe_data_dir(settings.data_path, settings.redis_url)) is not None:
+        print(problem, file=sys.stderr)
+        raise SystemExit(BAD_CONFIGURATION)
+
+
+def _dev_secret(args: argparse.Namespace) -> int:
+    _load_dotenv()  # for a service not configured yet: only AIM_DATA_DIR counts
+    return print_dev_secret(os.environ.get("AIM_DATA_DIR") or Settings().data_dir)
+
+
+def _announce_dev_secret(settings: Settings, secret: str) -> None:
+    """Print a development token for the made-up secret — only in development mode (the
+    embedded store or the private redis-server); with a shared Redis, say what to set."""
     from realtime.auth import mint_dev_token
 
+    if settings.redis_url is not None:
+        log.warning(
+            "AIM_AUTH_HS256_SECRET is not set: tokens are verified with a random secret of this "
+            "process that nobody can mint with; set AIM_AUTH_HS256_SECRET or AIM_AUTH_JWKS_URL"
+        )
+        return
     token = mint_dev_token(
         secret, subject="developer", scopes=ALL_SCOPES.split(), ttl_s=3600, now=time.time()
     )
     print(
-        "AIM_AUTH_HS256_SECRET is not set: this service signs development tokens with a "
-        "random secret.\nA development token (sub=developer, all scopes, 1 h):\n"
-        f"  {token}\nSet AIM_AUTH_HS256_SECRET to keep tokens valid across restarts.",
+        "DEVELOPMENT MODE: AIM_AUTH_HS256_SECRET is not set, so this service signs development "
+        "tokens with a random secret.\nA development token (sub=developer, all scopes, 1 h), for "
+        f"development only:\n  {token}\nSet AIM_AUTH_HS256_SECRET to keep tokens valid across "
+        "restarts; production (AIM_REQUIRE_REDIS=1) refuses to start without a configured key.",
         file=sys.stderr,
     )
 
@@ -85,7 +108,7 @@ def _serve(args: argparse.Namespace) -> int:
     from realtime.http_server import server_config
 
     if settings.auth_hs256_secret_generated and settings.auth_hs256_secret:
-        _announce_dev_secret(settings.auth_hs256_secret)
+        _announce_dev_secret(settings, settings.auth_hs256_secret)
     app = create_app(settings, run_worker=not args.no_worker, settle_heap=True)
     server = uvicorn.Server(server_config(app, settings, host=args.host, port=args.port))
     sockets = [socket.socket(fileno=args.socket_fd)] if args.socket_fd is not None else None
@@ -108,7 +131,7 @@ def _supervise(args: argparse.Namespace, settings: Settings, workers: int) -> in
         dict(os.environ), livekit_secret_set=settings.livekit_api_secret is not None
     )
     if settings.auth_hs256_secret_generated:
-        _announce_dev_secret(env["AIM_AUTH_HS256_SECRET"])
+        _announce_dev_secret(settings, env["AIM_AUTH_HS256_SECRET"])
     try:
         sock = supervisor.listening_socket(args.host, args.port)
     except OSError as exc:
@@ -360,6 +383,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=helpful,
     )
     check.set_defaults(run=_check)
+    commands.add_parser(
+        "dev-secret",
+        help="print the development token secret",
+        description="Print the development token secret kept in AIM_DATA_DIR/dev-secret, made "
+        "on first use, readable by the owner only.",
+        formatter_class=helpful,
+    ).set_defaults(run=_dev_secret)
     return parser
 
 

@@ -81,6 +81,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_idle_timeout_s: int = 75
     http_request_timeout_s: int = 30
     http_max_connections: int = 2048
+    # one address may hold this many of them (0: no bound); behind a proxy, the proxy's address
+    http_max_connections_per_peer: int = 256
+    http_max_header_bytes: int = 64 * 1024  # a request head: request line and header lines
+    http_max_headers: int = 100
 
     metrics: bool = True  # GET /metrics (Prometheus text format)
     metrics_refresh_s: float = 15.0  # the gauges read from Redis are at most this old
@@ -120,9 +124,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         defaults = cls()  # every default is written once, on its field
         secret = reader.text("AIM_AUTH_HS256_SECRET")
         generated = False
-        if secret is None and reader.text("AIM_AUTH_JWKS_URL") is None:
-            secret = secrets.token_urlsafe(48)
-            generated = True
+        require_redis = reader.flag("AIM_REQUIRE_REDIS")
+        if secret is not None and reader.text("AIM_AUTH_JWKS_URL") is not None:
+            # one key source: a locally minted HS256 token must never open a JWKS deployment
+            reader.problems.append(
+                "AIM_AUTH_HS256_SECRET and AIM_AUTH_JWKS_URL are both set: configure one key "
+                "source for client tokens, not both"
+            )
+        elif secret is None and reader.text("AIM_AUTH_JWKS_URL") is None:
+            if require_redis:
+                # AIM_REQUIRE_REDIS is the production switch: no made-up keys there
+                reader.problems.append(
+                    "AIM_REQUIRE_REDIS is set (production) but neither AIM_AUTH_HS256_SECRET nor "
+                    "AIM_AUTH_JWKS_URL is: configure the key that verifies client tokens"
+                )
+            else:
+                secret = secrets.token_urlsafe(48)
+                generated = True
         if secret is not None and len(secret.encode()) < MIN_HS256_SECRET_BYTES:
             reader.problems.append(
                 f"AIM_AUTH_HS256_SECRET must be at least {MIN_HS256_SECRET_BYTES} bytes long"
@@ -157,7 +175,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         settings = cls(
             redis_url=reader.url("AIM_REDIS_URL", ("redis", "rediss", "unix")),
             redis_cluster=reader.flag("AIM_REDIS_CLUSTER"),
-            require_redis=reader.flag("AIM_REQUIRE_REDIS"),
+            require_redis=require_redis,
             data_dir=reader.text("AIM_DATA_DIR") or ".aim-data",
             public_base_url=(
                 reader.url("AIM_PUBLIC_BASE_URL", ("http", "https")) or "http://127.0.0.1:8080"
@@ -243,6 +261,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             http_max_connections=reader.integer(
                 "AIM_HTTP_MAX_CONNECTIONS", defaults.http_max_connections, low=1, high=1_000_000
+            ),
+            http_max_connections_per_peer=reader.integer(
+                "AIM_HTTP_MAX_CONNECTIONS_PER_PEER",
+                defaults.http_max_connections_per_peer,
+                low=0,
+                high=1_000_000,
+            ),
+            # at least what a bearer token of the largest accepted size needs, with its request
+            http_max_header_bytes=reader.integer(
+                "AIM_HTTP_MAX_HEADER_BYTES", defaults.http_max_header_bytes, low=16384, high=1 << 24
+            ),
+            http_max_headers=reader.integer(
+                "AIM_HTTP_MAX_HEADERS", defaults.http_max_headers, low=16, high=10_000
             ),
             metrics=reader.flag("AIM_METRICS", default=defaults.metrics),
             # 0: read on every scrape (one scraper, small deployments)

@@ -5,13 +5,14 @@ never a traceback, never a secret's value."""
 from __future__ import annotations
 
 import argparse
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from realtime.cli import build_parser
-from tests.e2e.test_cli import SECRET, run_cli, serving
+from tests.e2e.test_cli import SECRET, clean_environ, run_cli, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -82,7 +83,7 @@ def test_token_help_describes_every_option_with_its_default(tmp_path: Path) -> N
 def test_every_command_and_option_has_help() -> None:
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert sorted(commands.choices) == ["check", "serve", "token", "worker"]
+    assert sorted(commands.choices) == ["check", "dev-secret", "serve", "token", "worker"]
     for name, command in commands.choices.items():
         assert command.description, f"{name}: no description"
         for action in command._actions:
@@ -183,3 +184,82 @@ def test_serve_names_an_unreachable_redis_once_instead_of_flooding(tmp_path: Pat
     assert "still unavailable" not in output  # the next line comes after 30 s at the earliest
     assert "hunter2" not in output
     assert "sweep failed" not in output
+
+
+# --- keys at start-up (profile §19) ------------------------------------------------------------
+
+JWKS_SETTINGS = {
+    "AIM_AUTH_JWKS_URL": "http://127.0.0.1:9/jwks.json",
+    "AIM_AUTH_ISSUER": "https://issuer.example",
+    "AIM_AUTH_AUDIENCE": "aim-realtime",
+}
+JWT_PREFIX = "eyJ"  # how every JWT's header starts
+
+
+@pytest.mark.parametrize("command", ["serve", "worker"])
+def test_production_refuses_to_start_without_a_key_and_prints_no_token(
+    tmp_path: Path, command: str, redis_url: str | None
+) -> None:
+    url = redis_url or "redis://127.0.0.1:9"
+    result = run_cli(command, cwd=tmp_path, AIM_REQUIRE_REDIS="1", AIM_REDIS_URL=url)
+
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if "AIM_AUTH" in line]
+    assert len(lines) == 1, result.stderr
+    assert "AIM_AUTH_HS256_SECRET" in lines[0]
+    assert "AIM_AUTH_JWKS_URL" in lines[0]
+    assert JWT_PREFIX not in result.stdout + result.stderr
+    assert_clean(result.stdout + result.stderr)
+
+
+@pytest.mark.parametrize("command", ["serve", "worker", "token"])
+def test_a_secret_and_a_jwks_url_together_are_refused_at_start(
+    tmp_path: Path, command: str
+) -> None:
+    arguments = ["--sub", "alice"] if command == "token" else []
+    result = run_cli(
+        command, *arguments, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, **JWKS_SETTINGS
+    )
+
+    assert result.returncode == 2
+    assert (
+        "AIM_AUTH_HS256_SECRET and AIM_AUTH_JWKS_URL are both set: configure one key source"
+    ) in result.stderr
+    assert result.stdout == ""
+    assert_clean(result.stdout + result.stderr)
+
+
+def test_scripts_token_does_not_mint_for_a_jwks_deployment(tmp_path: Path) -> None:
+    checkout = Path(__file__).resolve().parents[2]
+    environ = clean_environ(AIM_DATA_DIR=str(tmp_path / "data"), **JWKS_SETTINGS)
+    result = subprocess.run(
+        [str(checkout / "scripts" / "token"), "--sub", "mallory", "--scope", "aim.operator"],
+        cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert JWT_PREFIX not in result.stdout
+    assert not (tmp_path / "data" / "dev-secret").exists()
+
+
+def test_development_mode_prints_a_token_marked_for_development(tmp_path: Path) -> None:
+    with serving(tmp_path, PATH=NO_REDIS_BINARY + ":/usr/bin:/bin") as svc:
+        svc.wait_until_ready()
+        svc.terminate()
+    output = svc.output()
+    assert "DEVELOPMENT MODE" in output
+    assert "for development only" in output
+    assert f"\n  {JWT_PREFIX}" in output
+
+
+def test_a_shared_redis_without_a_key_prints_no_token(
+    tmp_path: Path, redis_url: str | None
+) -> None:
+    if redis_url is None:
+        pytest.skip("no real Redis for this session")
+    with serving(tmp_path, AIM_REDIS_URL=redis_url) as svc:
+        svc.wait_until_ready()
+        svc.terminate()
+    output = svc.output()
+    assert JWT_PREFIX not in output
+    assert "set AIM_AUTH_HS256_SECRET or AIM_AUTH_JWKS_URL" in output

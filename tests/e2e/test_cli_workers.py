@@ -24,6 +24,7 @@ from tests.e2e.test_cli import (
     free_port,
     needs,
 )
+from tests.redis_processes import needs_redis_server
 
 pytestmark = pytest.mark.redis
 
@@ -99,9 +100,10 @@ def list_tasks(base_url: str, token: str) -> int:
     return reply.status_code
 
 
-def test_workers_share_one_socket_one_secret_and_one_worker_process(tmp_path, redis_url):
-    url = needs(redis_url)
-    with supervised(tmp_path, "--workers", "2", AIM_REDIS_URL=url) as (process, base_url, log):
+def test_workers_share_one_socket_one_secret_and_one_worker_process(tmp_path):
+    # the development mode (the private redis-server), where a development token is printed
+    needs_redis_server()
+    with supervised(tmp_path, "--workers", "2") as (process, base_url, log):
         wait_ready(process, base_url, log)
         roles = children(process.pid)
         assert (len(roles["http"]), len(roles["worker"])) == (2, 1), roles

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from realtime.http_server import LIVENESS_RESERVE, PROBE_WAIT_S
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, TEST_SECRET
 from tests.e2e.realtime_helpers import create_part
 from tests.e2e.sse_helpers import create_message, stream
@@ -199,6 +200,7 @@ def test_connections_over_the_limit_get_503_and_the_service_stays_up(
                 refused = read_response(extra)
                 assert refused.startswith(b"HTTP/1.1 503"), refused
                 assert b"connection: close" in refused.lower()
+                assert b"retry-after: 1" in refused.lower()
                 assert wait_closed(extra, 5.0)[1] is not None
             with connect(svc) as probe:  # the liveness probe is answered even when full
                 probe.sendall(HEALTH)
@@ -252,3 +254,170 @@ async def test_an_sse_stream_outlives_the_idle_timeout(
             assert heartbeats >= 4
             assert not reader.closed
         await asyncio.to_thread(svc.terminate)
+
+
+# --- the request head (profile §19): 64 KiB and 100 header lines by default -----------------------
+
+
+def rss_kib(svc: Service) -> int:
+    status = Path(f"/proc/{svc.process.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+
+
+def send_until_closed(conn: socket.socket, chunks: Iterator[bytes]) -> None:
+    """Send `chunks` until they run out or the server stops taking them."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        for chunk in chunks:
+            conn.sendall(chunk)
+
+
+def answer_of(conn: socket.socket) -> bytes:
+    """What the server sent before it closed the connection."""
+    received, closed_after = wait_closed(conn, 5.0)
+    assert closed_after is not None, "the connection was left open"
+    return received
+
+
+def test_an_endless_header_line_is_answered_431_without_costing_memory(service: Service) -> None:
+    before = rss_kib(service)
+    with connect(service) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ")
+        # 16 MiB of one header value, sent as it would trickle in; the server stops reading
+        send_until_closed(conn, (b"a" * 65536 for _ in range(256)))
+        answer = answer_of(conn)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert b"connection: close" in answer.lower()
+    assert rss_kib(service) - before < 8 * 1024, "the header was buffered"
+
+
+def test_three_unfinished_huge_heads_do_not_grow_the_server(service: Service) -> None:
+    before = rss_kib(service)
+    with contextlib.ExitStack() as held:
+        conns = [held.enter_context(connect(service)) for _ in range(3)]
+        for conn in conns:
+            conn.sendall(b"POST /a2a HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            send_until_closed(conn, (b"X-Pad-%d: %s\r\n" % (i, b"b" * 4000) for i in range(12000)))
+        answers = [answer_of(conn) for conn in conns]
+    assert all(answer.startswith(b"HTTP/1.1 431 ") for answer in answers), answers
+    assert rss_kib(service) - before < 8 * 1024
+
+
+def test_twenty_thousand_header_lines_are_answered_431(service: Service) -> None:
+    with connect(service) as conn:
+        lines = b"".join(b"X-H%d: 1\r\n" % i for i in range(20000))
+        send_until_closed(conn, iter([b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n", lines]))
+        answer = answer_of(conn)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+
+
+def test_a_head_within_the_limits_is_served(service: Service) -> None:
+    # 99 header lines (Host included) and about 60 KiB: just inside both limits
+    headers = b"".join(b"X-H%d: %s\r\n" % (i, b"c" * 600) for i in range(98))
+    with connect(service) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + b"\r\n")
+        assert read_response(conn).startswith(b"HTTP/1.1 200")
+        conn.sendall(HEALTH)  # and the connection is kept for the next request
+        assert read_response(conn).startswith(b"HTTP/1.1 200")
+
+
+def test_a_pipelined_head_with_too_many_headers_is_answered_431_after_the_first(
+    service: Service,
+) -> None:
+    too_many = b"".join(b"X-H%d: 1\r\n" % i for i in range(150))
+    with connect(service) as conn:
+        conn.sendall(HEALTH + b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + too_many + b"\r\n")
+        answer = answer_of(conn)
+    first, _, rest = answer.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert b"HTTP/1.1 431 " in rest, answer[:600]
+
+
+def test_the_header_limits_are_configurable(tmp_path: Path, redis_url: str | None) -> None:
+    with serving(
+        tmp_path,
+        AIM_REDIS_URL=needs(redis_url),
+        AIM_AUTH_HS256_SECRET=TEST_SECRET,
+        AIM_HTTP_MAX_HEADER_BYTES="16384",
+        AIM_HTTP_MAX_HEADERS="20",
+    ) as svc:
+        svc.wait_until_ready()
+        with connect(svc) as conn:  # 20 KiB: under the default, over this limit
+            conn.sendall(
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"d" * 20000 + b"\r\n\r\n"
+            )
+            assert answer_of(conn).startswith(b"HTTP/1.1 431 ")
+        with connect(svc) as conn:
+            lines = b"".join(b"X-H%d: 1\r\n" % i for i in range(30))
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + lines + b"\r\n")
+            assert answer_of(conn).startswith(b"HTTP/1.1 431 ")
+        with connect(svc) as conn:
+            conn.sendall(HEALTH)
+            assert read_response(conn).startswith(b"HTTP/1.1 200")
+        svc.terminate()
+
+
+# --- connections refused when they open -----------------------------------------------------------
+
+
+def test_connections_far_over_the_limit_are_refused_when_they_open(
+    tmp_path: Path, redis_url: str | None
+) -> None:
+    limit = 4
+    with serving(
+        tmp_path,
+        AIM_REDIS_URL=needs(redis_url),
+        AIM_AUTH_HS256_SECRET=TEST_SECRET,
+        AIM_HTTP_MAX_CONNECTIONS=str(limit),
+    ) as svc:
+        svc.wait_until_ready()
+        with contextlib.ExitStack() as held:
+            for _ in range(limit):
+                conn = held.enter_context(connect(svc))
+                conn.sendall(READY)
+                assert read_response(conn).startswith(b"HTTP/1.1 200")
+            # the liveness reserve first: admitted, closed after PROBE_WAIT_S unless it asks
+            reserve = [held.enter_context(connect(svc)) for _ in range(LIVENESS_RESERVE)]
+            # 60 idle sockets over that: each answered 503 at once, without sending a byte
+            started = time.monotonic()
+            for _ in range(60):
+                with connect(svc) as extra:
+                    answer = answer_of(extra)
+                    assert answer.startswith(b"HTTP/1.1 503 "), answer
+                    assert b"retry-after: 1" in answer.lower()
+            assert time.monotonic() - started < 30.0
+            for conn in reserve:
+                assert wait_closed(conn, PROBE_WAIT_S + SLACK_S)[1] is not None
+        # once the held ones close, nothing the refused ones did is still holding places
+        deadline = time.monotonic() + 5.0
+        while True:
+            with connect(svc) as again:
+                again.sendall(READY)
+                if read_response(again).startswith(b"HTTP/1.1 200"):
+                    break
+            assert time.monotonic() < deadline, "the refused sockets still hold places"
+            time.sleep(0.1)
+        svc.terminate()
+
+
+def test_one_address_cannot_take_every_connection(tmp_path: Path, redis_url: str | None) -> None:
+    with serving(
+        tmp_path,
+        AIM_REDIS_URL=needs(redis_url),
+        AIM_AUTH_HS256_SECRET=TEST_SECRET,
+        AIM_HTTP_MAX_CONNECTIONS_PER_PEER="3",
+    ) as svc:
+        svc.wait_until_ready()
+        port = int(svc.base_url.rsplit(":", 1)[1])
+        with contextlib.ExitStack() as held:
+            for _ in range(3):
+                held.enter_context(connect(svc))
+            with connect(svc) as fourth:  # 127.0.0.1's fourth
+                answer = answer_of(fourth)
+                assert answer.startswith(b"HTTP/1.1 503 "), answer
+                assert b"retry-after:" in answer.lower()
+            # another client (another loopback address) is served meanwhile
+            other = socket.create_connection(("127.0.0.1", port), 10.0, ("127.0.0.2", 0))
+            with other:
+                other.sendall(READY)
+                assert read_response(other).startswith(b"HTTP/1.1 200")
+        svc.terminate()

@@ -118,6 +118,7 @@ def test_valid_values_are_read() -> None:
             "AIM_REDIS_URL": "rediss://redis.example:6380/2",
             "AIM_REDIS_CLUSTER": "yes",
             "AIM_REQUIRE_REDIS": "TRUE",
+            "AIM_AUTH_HS256_SECRET": SECRET,  # production refuses to start without a key
             "AIM_DATA_DIR": "/var/lib/aim",
             "AIM_PUBLIC_BASE_URL": "https://aim.example/",
             "AIM_AUTH_TENANT_CLAIM": "tid",
@@ -631,3 +632,41 @@ def test_a_cors_origin_that_is_not_one_is_refused(raw: str) -> None:
     (problem,) = raised.value.problems
     assert problem.startswith("AIM_CORS_ORIGINS must be a comma list of origins")
     assert "pw" not in problem
+
+
+# --- start-up refusals (profile §19) ------------------------------------------------------------
+
+JWKS = {
+    "AIM_AUTH_JWKS_URL": "https://issuer.example/.well-known/jwks.json",
+    "AIM_AUTH_ISSUER": "https://issuer.example",
+    "AIM_AUTH_AUDIENCE": "aim-realtime",
+}
+
+
+def test_production_without_a_configured_key_is_refused() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"AIM_REQUIRE_REDIS": "1"})
+
+    assert caught.value.problems == [
+        "AIM_REQUIRE_REDIS is set (production) but neither AIM_AUTH_HS256_SECRET nor "
+        "AIM_AUTH_JWKS_URL is: configure the key that verifies client tokens"
+    ]
+
+
+@pytest.mark.parametrize("key", [{"AIM_AUTH_HS256_SECRET": SECRET}, JWKS])
+def test_production_with_a_configured_key_starts(key: dict[str, str]) -> None:
+    settings = Settings.from_env({"AIM_REQUIRE_REDIS": "1", **key})
+
+    assert settings.require_redis is True
+    assert settings.auth_hs256_secret_generated is False
+
+
+def test_a_secret_and_a_jwks_url_together_are_refused() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"AIM_AUTH_HS256_SECRET": SECRET, **JWKS})
+
+    assert caught.value.problems == [
+        "AIM_AUTH_HS256_SECRET and AIM_AUTH_JWKS_URL are both set: configure one key source "
+        "for client tokens, not both"
+    ]
+    assert SECRET not in str(caught.value)
