@@ -16,6 +16,8 @@ from typing import Final
 
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
+from litestar.datastructures import MutableScopeHeaders
+from litestar.types import Message, Scope
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -219,6 +221,19 @@ def cors_config(origins: tuple[str, ...]) -> CORSConfig | None:
     )
 
 
+async def vary_origin(message: Message, scope: Scope) -> None:
+    """`Vary: Origin` on every response (a `before_send` hook), when CORS allows a list of
+    origins: the answer then depends on the request's Origin (which Litestar's CORS says only
+    to an allowed one), so a shared cache must not hand one origin's variant to another."""
+    if message["type"] == "http.response.start":
+        headers = MutableScopeHeaders.from_message(message)
+        vary = headers.get("vary")
+        if vary is None:
+            headers["Vary"] = "Origin"
+        elif "origin" not in (part.strip().lower() for part in vary.split(",")):
+            headers["Vary"] = f"{vary}, Origin"
+
+
 def create_app(
     settings: Settings,
     *,
@@ -247,6 +262,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         authenticator = Authenticator(settings, now=clock)
+        metrics.count_jwks_fetches(authenticator.jwks_fetches)
         try:
             async with running(
                 settings,
@@ -297,6 +313,10 @@ def create_app(
         openapi_config=None,
         logging_config=None,  # the process's logging (JSON lines from the CLI) stays as it is
         cors_config=cors_config(settings.cors_origins),
+        # with `*` every origin gets the same answer, so no Vary is needed
+        before_send=[vary_origin]
+        if settings.cors_origins and "*" not in settings.cors_origins
+        else [],
     )
     app.state.agent_card = AgentCardBody(build_agent_card(settings))
     app.state.agent_card_v01 = AgentCardBody(agent_card_v01(build_agent_card(settings), settings))

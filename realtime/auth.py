@@ -4,6 +4,18 @@ Two key sources, pinned per algorithm family so one can never stand in for the o
 HS256 tokens are verified only with the development secret, RS256/ES256 tokens only with keys
 from the production JWKS URL. Time claims are checked against the injectable clock, so the
 same clock drives token expiry and the JWKS refresh throttle.
+
+A verified token is remembered (by its exact text) for at most `VERIFIED_TTL_S`, and only while
+its JWKS key is still the one held in a key set younger than that TTL (`JwksKeys.holds`); the
+key set is fetched again once it is that old. So a key removed from the JWKS at time T is
+refused at every call from T + `VERIFIED_TTL_S` on, unless the last fetch of the JWKS failed:
+keys already held keep working through an issuer outage (see realtime/jwks.py). Besides these
+time bounds, only a change of a kid's key (removed, or new material) forgets the tokens verified
+with that kid: fetches caused by tokens naming unknown kids leave the others remembered.
+
+Owner keys: `Principal.key` hashes `tenant NUL subject` (an absent tenant as empty). Since a
+principal holds no control character (so no NUL) and its tenant is None or non-empty, that
+text splits back into exactly one (tenant, subject) pair: distinct principals never share it.
 """
 
 from __future__ import annotations
@@ -11,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
@@ -28,10 +41,12 @@ _HS_ALGS = ("HS256",)
 _MAX_LEEWAY_S = 30
 _MAX_TOKEN_CHARS = 8192  # far above any real token; stops huge headers reaching the decoder
 # a verified token is remembered (by its exact text) so its next call skips the signature check;
-# its time claims are checked on every call, and it is verified again after the TTL, so a key
-# the JWKS withdrew stops being honoured within it
+# its time claims are checked on every call, and it is verified again after the TTL, or sooner
+# when its key changes or the key set it was checked against grows that old (module docstring)
 VERIFIED_MAX: Final = 4096
 VERIFIED_TTL_S: Final = 300.0
+# C0 controls and DEL: refused in `sub` and the tenant, so the NUL of the owner key is unambiguous
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f]")
 
 
 # the scopes a bearer token may grant (profile §2): a client's three, and the operator's
@@ -49,9 +64,16 @@ class Principal(msgspec.Struct, frozen=True):
     tenant: str | None
     scopes: frozenset[str]
 
+    def __post_init__(self) -> None:
+        # what makes `key` injective (module docstring); the Authenticator refuses such tokens
+        if _CONTROL.search(self.subject):
+            raise ValueError("a principal's subject must not contain control characters")
+        if self.tenant is not None and (not self.tenant or _CONTROL.search(self.tenant)):
+            raise ValueError("a principal's tenant must be None or text without control characters")
+
     @property
     def key(self) -> str:
-        """Stable opaque owner key; the NUL separator keeps (tenant, subject) pairs distinct."""
+        """Stable opaque owner key: distinct (tenant, subject) pairs get distinct keys."""
         return _owner_key(self.tenant, self.subject)
 
 
@@ -64,7 +86,8 @@ class _Verified(NamedTuple):
     principal: Principal
     times: tuple[float | None, float | None, float | None]  # exp, nbf, iat
     until: float  # verified again from then on
-    keys: int  # the JWKS key set it was verified with (its generation); -1: the HS256 secret
+    kid: str  # the JWKS key it was verified with; "" with `key` None: the HS256 secret
+    key: jwt.PyJWK | None
 
 
 def _missing(message: str) -> AuthError:
@@ -82,7 +105,8 @@ class Authenticator:
         self._now = now
         self._secret = settings.auth_hs256_secret
         self._leeway = min(max(settings.auth_leeway_s, 0), _MAX_LEEWAY_S)
-        self._jwks = JwksKeys(settings.auth_jwks_url, now) if settings.auth_jwks_url else None
+        url = settings.auth_jwks_url
+        self._jwks = JwksKeys(url, now, max_age_s=VERIFIED_TTL_S) if url else None
         accepted = (_HS_ALGS if self._secret else ()) + (
             tuple(JWKS_KEY_TYPES) if self._jwks else ()
         )
@@ -93,7 +117,7 @@ class Authenticator:
         """Verify the bearer token in `authorization`; raise `AuthError` (401) when unusable."""
         token = _bearer_token(authorization)
         known = self._verified.get(token)
-        if known is not None and self._now() < known.until and self._keys_held(known.keys):
+        if known is not None and self._now() < known.until and self._key_held(known):
             self._check_times(known.times)
             return known.principal
         try:
@@ -103,13 +127,13 @@ class Authenticator:
         alg = header.get("alg")
         alg = alg if isinstance(alg, str) else ""
         key: str | jwt.PyJWK
-        keys = -1
+        kid = ""
         # pin each algorithm family to its own key source: no HS/RS confusion, no 'none'
         if alg in _HS_ALGS and self._secret:
             key = self._secret
         elif alg in JWKS_KEY_TYPES and self._jwks is not None:
             key = await self._jwks.key(header.get("kid"), alg)
-            keys = self._jwks.generation
+            kid = header["kid"]
         else:
             raise _invalid(f"the token's signing algorithm is not accepted; use {self._accepted}")
         claims = self._decode(token, key, alg)
@@ -123,13 +147,20 @@ class Authenticator:
         self._verified.pop(token, None)
         if len(self._verified) >= VERIFIED_MAX:
             del self._verified[next(iter(self._verified))]
-        self._verified[token] = _Verified(principal, times, self._now() + VERIFIED_TTL_S, keys)
+        until = self._now() + VERIFIED_TTL_S
+        held = None if isinstance(key, str) else key
+        self._verified[token] = _Verified(principal, times, until, kid, held)
         return principal
 
-    def _keys_held(self, generation: int) -> bool:
-        """Whether the keys a remembered token was verified with are still the current ones
-        (a JWKS refresh may have withdrawn its key)."""
-        return generation < 0 or (self._jwks is not None and self._jwks.generation == generation)
+    def _key_held(self, known: _Verified) -> bool:
+        """Whether a remembered token's key is still held in a key set younger than the TTL."""
+        if known.key is None:
+            return True  # the HS256 secret, fixed for the authenticator's life
+        return self._jwks is not None and self._jwks.holds(known.kid, known.key)
+
+    def jwks_fetches(self) -> Mapping[str, int]:
+        """JWKS fetches so far by outcome (`ok`, `failed`); empty without a JWKS URL."""
+        return dict(self._jwks.fetches) if self._jwks is not None else {}
 
     def require_scope(self, principal: Principal, scope: str) -> None:
         """Raise `AuthError` (403, insufficient_scope) unless `principal` was granted `scope`."""
@@ -193,11 +224,17 @@ class Authenticator:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject.strip():
             raise _invalid("the token's 'sub' claim must be a non-empty string")
+        if _CONTROL.search(subject):
+            raise _invalid("the token's 'sub' claim must not contain control characters")
         tenant: str | None = None
         if tenant_claim := self._settings.auth_tenant_claim:
             value = claims.get(tenant_claim)
             if not isinstance(value, str) or not value:
                 raise _invalid(f"the token needs a non-empty string '{tenant_claim}' claim")
+            if _CONTROL.search(value):
+                raise _invalid(
+                    f"the token's '{tenant_claim}' claim must not contain control characters"
+                )
             tenant = value
         return Principal(subject=subject, tenant=tenant, scopes=_scopes(claims))
 

@@ -1,19 +1,34 @@
-"""Signing keys from the production JWKS URL (profile §2), cached, with every refetch throttled."""
+"""Signing keys from the production JWKS URL (profile §2), cached, with every refetch throttled.
+
+Freshness: the key set is fetched again once it is `max_age_s` old (the authenticator passes
+its verified-token TTL), so a key the issuer removed stops verifying within that TTL. A key that
+did not change (same `kid`, same key material) keeps its `PyJWK` object across fetches: a
+cached verification stays good while its key object is still the one held, so a fetch, whoever
+caused it, invalidates only the tokens of a `kid` that was removed or given new material.
+
+Outage: if a fetch fails, the keys already held keep working, stale or not, so a brief issuer
+outage does not log everyone out. This is a deliberate trade-off: a failed fetch cannot show a
+removal, so while the issuer cannot be reached a removed key is honoured until the next fetch
+that answers. A well-formed key set that answers counts, even an empty one.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import jwt
+from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from realtime.errors import REALM, AuthError
 
 JWKS_KEY_TYPES: Final = {"RS256": "RSA", "ES256": "EC"}
+JWKS_FETCH_OUTCOMES: Final = ("ok", "failed")
 _REFRESH_THROTTLE_S: Final = 30.0  # at most one JWKS fetch per window, whatever kids tokens name
-_KEYS_MAX_AGE_S: Final = 3600.0  # refetch hourly so keys the issuer withdrew stop verifying
 _FETCH_TIMEOUT_S: Final = 5.0
 
 _log = logging.getLogger(__name__)
@@ -27,30 +42,35 @@ def invalid_token(message: str) -> AuthError:
 class JwksKeys:
     """Signing keys from the JWKS URL, cached, with every refetch throttled.
 
-    A fetch happens when a token names an unknown `kid` or the keys are older than
-    `_KEYS_MAX_AGE_S`, but never twice within `_REFRESH_THROTTLE_S` (failed fetches count too),
-    so tokens with made-up kids cannot make the service hammer the issuer. If a refresh
-    fails, the keys already held keep working: a brief issuer outage must not log everyone out.
+    A fetch happens when a token names an unknown `kid` or the keys are `max_age_s` old, but
+    never twice within `_REFRESH_THROTTLE_S` (failed fetches count too), so tokens with made-up
+    kids cannot make the service hammer the issuer, nor (since unchanged keys keep their
+    objects) make it forget the tokens it verified. `fetches` counts the fetches by outcome.
     """
 
-    def __init__(self, url: str, now: Callable[[], float]) -> None:
+    def __init__(self, url: str, now: Callable[[], float], *, max_age_s: float) -> None:
+        if max_age_s <= _REFRESH_THROTTLE_S:
+            raise ValueError(f"max_age_s must exceed the {_REFRESH_THROTTLE_S:g} s throttle")
         # pyjwt's own caches are off: caching and throttling live here, on the injectable clock
         self._client = jwt.PyJWKClient(
             url, cache_jwk_set=False, timeout=_FETCH_TIMEOUT_S, headers={"User-Agent": REALM}
         )
         self._now = now
+        self._max_age_s = max_age_s
         self._keys: dict[str, jwt.PyJWK] = {}
-        self._fetched_at: float | None = None
+        # when the last fetch that answered began: the key set shows the issuer's no earlier
+        self.fetched_at: float | None = None
         self._attempted_at: float | None = None
         self._last_fetch_failed = False
         self._lock = asyncio.Lock()
-        self.generation = 0  # counts the key sets fetched: tokens verified before one are stale
+        self.fetches = dict.fromkeys(JWKS_FETCH_OUTCOMES, 0)
 
     async def key(self, kid: object, alg: str) -> jwt.PyJWK:
         if not isinstance(kid, str) or not kid:
             raise invalid_token("the token header has no 'kid' naming its signing key")
-        # a request for an unknown kid also waits for a fetch already in flight, which may bring it
-        if self._wants_fetch(kid) or (kid not in self._keys and self._lock.locked()):
+        # a request also waits for a fetch already in flight when that fetch may change its
+        # answer: its kid is unknown, or the keys are stale and the last fetch did not fail
+        if self._wants_fetch(kid) or (self._lock.locked() and self._waits_for_fetch(kid)):
             async with self._lock:
                 if self._wants_fetch(kid):  # another request may have fetched meanwhile
                     await self._fetch()
@@ -65,32 +85,71 @@ class JwksKeys:
             raise invalid_token("the token's algorithm does not match its signing key")
         return key
 
+    def holds(self, kid: str, key: jwt.PyJWK) -> bool:
+        """Whether `key` is still `kid`'s key in a key set younger than `max_age_s`: what a
+        verification made with `key` needs to be reused without checking the signature."""
+        return self._keys.get(kid) is key and not self._stale()
+
+    def _stale(self) -> bool:
+        fetched_at = self.fetched_at
+        return fetched_at is None or self._now() - fetched_at >= self._max_age_s
+
     def _wants_fetch(self, kid: str) -> bool:
-        now = self._now()
-        stale = self._fetched_at is None or now - self._fetched_at >= _KEYS_MAX_AGE_S
         throttled = (
-            self._attempted_at is not None and now - self._attempted_at < _REFRESH_THROTTLE_S
+            self._attempted_at is not None
+            and self._now() - self._attempted_at < _REFRESH_THROTTLE_S
         )
-        return (kid not in self._keys or stale) and not throttled
+        return (kid not in self._keys or self._stale()) and not throttled
+
+    def _waits_for_fetch(self, kid: str) -> bool:
+        return kid not in self._keys or (self._stale() and not self._last_fetch_failed)
 
     async def _fetch(self) -> None:
-        self._attempted_at = self._now()
+        started = self._attempted_at = self._now()
         try:
             # urllib blocks, so it runs in a worker thread to keep the event loop free
-            keys = await asyncio.to_thread(self._client.get_signing_keys, True)
+            data = await asyncio.to_thread(self._client.fetch_data)
+            members = data.get("keys")
+            if not isinstance(members, list):
+                raise ValueError("the JWKS has no 'keys' array")
         except (jwt.PyJWTError, ValueError, OSError) as exc:
             self._last_fetch_failed = True
+            self.fetches["failed"] += 1
             _log.warning("could not fetch JWKS from %s: %s", self._client.uri, exc)
             return
-        self._keys = {
-            key.key_id: key
-            for key in keys
-            if key.key_id and JWKS_KEY_TYPES.get(key.algorithm_name) == key.key_type
-        }
-        self._fetched_at = self._now()
+        keys: dict[str, jwt.PyJWK] = {}
+        for member in members:
+            key = _signing_key(member)
+            if key is not None and key.key_id:
+                held = self._keys.get(key.key_id)
+                # an unchanged key keeps its object, and so the verifications made with it
+                keys[key.key_id] = held if held is not None and _same(held, key) else key
+        self._keys = keys
+        self.fetched_at = started
         self._last_fetch_failed = False
-        self.generation += 1
+        self.fetches["ok"] += 1
 
     async def aclose(self) -> None:
         async with self._lock:
             self._keys = {}
+
+
+def _signing_key(member: object) -> jwt.PyJWK | None:
+    """A JWKS member usable to verify RS256/ES256 signatures, else None (skipped)."""
+    if not isinstance(member, dict) or member.get("use") not in ("sig", None):
+        return None
+    try:
+        key = jwt.PyJWK(member)
+    except jwt.PyJWTError:
+        return None
+    return key if JWKS_KEY_TYPES.get(key.algorithm_name) == key.key_type else None
+
+
+def _same(a: jwt.PyJWK, b: jwt.PyJWK) -> bool:
+    return a.algorithm_name == b.algorithm_name and _public_bytes(a.key) == _public_bytes(b.key)
+
+
+def _public_bytes(key: Any) -> bytes:
+    if isinstance(key, RSAPrivateKey | EllipticCurvePrivateKey):  # a JWK may carry its private half
+        key = key.public_key()
+    return bytes(key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo))

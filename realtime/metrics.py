@@ -228,6 +228,13 @@ class Metrics:
             "that Redis refused)",
         )
         self.store = StoreGauges(meter)
+        # Prometheus: aim_auth_jwks_fetches_total{outcome="ok|failed"}
+        self._jwks_fetches: Callable[[], Mapping[str, int]] = dict
+        meter.create_observable_counter(
+            "aim.auth.jwks.fetches",
+            callbacks=[self._observe_jwks_fetches],
+            description="fetches of the JWKS signing keys by outcome (ok, failed)",
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], *, scrape: bool) -> Metrics:
@@ -272,6 +279,13 @@ class Metrics:
 
     def correction(self, kind: str) -> None:
         self._corrections.add(1, {"kind": kind})
+
+    def count_jwks_fetches(self, fetches: Callable[[], Mapping[str, int]]) -> None:
+        """Report `fetches()` (JWKS fetches so far by outcome) as `aim.auth.jwks.fetches`."""
+        self._jwks_fetches = fetches
+
+    def _observe_jwks_fetches(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(n, {"outcome": o}) for o, n in self._jwks_fetches().items()]
 
     def shutdown(self) -> None:
         if self.provider is not None:

@@ -81,3 +81,36 @@ async def test_without_the_setting_no_origin_is_allowed(store):
         )
         assert answer.status_code == 200
         assert "access-control-allow-origin" not in answer.headers
+
+
+async def test_with_a_list_of_origins_every_response_varies_by_origin(store):
+    async with (
+        await service(store, cors_origins=(APP, "https://other.example.com")) as base,
+        httpx.AsyncClient(base_url=base) as client,
+    ):
+        answers = [
+            await client.get("/.well-known/agent-card.json"),
+            await client.get("/.well-known/agent-card.json", headers={"Origin": APP}),
+            await client.get(
+                "/.well-known/agent-card.json", headers={"Origin": "https://evil.example"}
+            ),
+            await client.post("/a2a", content=LIST_TASKS, headers=headers("alice")),
+            await client.get("/healthz"),
+            await client.get("/ops/api/sessions"),  # a 401
+            await client.get("/no/such/path"),
+        ]
+    for answer in answers:
+        vary = [part.strip().lower() for part in answer.headers.get("vary", "").split(",")]
+        assert vary.count("origin") == 1, (answer.url, answer.headers)
+    card = answers[0]
+    assert card.headers["cache-control"].startswith("public")  # what a shared cache keeps
+
+
+async def test_any_origin_or_none_needs_no_vary(store):
+    for origins in [("*",), ()]:
+        async with (
+            await service(store, cors_origins=origins) as base,
+            httpx.AsyncClient(base_url=base) as client,
+        ):
+            card = await client.get("/.well-known/agent-card.json")
+        assert "origin" not in card.headers.get("vary", "").lower(), origins
