@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any, Final
@@ -20,6 +21,7 @@ from realtime.errors import (
     AuthError,
     BadRequest,
     InternalError,
+    LimitExceeded,
     NotFound,
     ServiceError,
     Unavailable,
@@ -27,7 +29,7 @@ from realtime.errors import (
 from realtime.methods import ops
 from realtime.methods.context import Services
 from realtime.metrics import PROMETHEUS_CONTENT_TYPE
-from realtime.rpc.dispatch import Dispatcher
+from realtime.rpc.dispatch import Dispatcher, access_log
 from realtime.rpc.errors import code_of
 from realtime.rpc.headers import combined
 
@@ -59,6 +61,8 @@ def ops_status(error: ServiceError) -> int:
     """The HTTP status of a failed operations API call (REST: the status carries the outcome)."""
     if isinstance(error, AuthError):
         return error.status
+    if isinstance(error, LimitExceeded):
+        return 429
     if isinstance(error, NotFound):
         return 404
     if isinstance(error, BadRequest):
@@ -74,6 +78,8 @@ def ops_error(error: ServiceError) -> ASGIResponse:
     headers = dict(OPS_HEADERS)
     if isinstance(error, AuthError):
         headers["WWW-Authenticate"] = error.www_authenticate
+    if isinstance(error, LimitExceeded) and error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
     body = {"error": {"code": code_of(error), "message": error.message}}
     return ASGIResponse(
         body=_ENCODER.encode(body), status_code=ops_status(error), media_type=JSON, headers=headers
@@ -83,24 +89,50 @@ def ops_error(error: ServiceError) -> ASGIResponse:
 Read = Callable[[Services, Principal], Awaitable[dict[str, Any]]]
 
 
-async def ops_call(request: Request[Any, Any, Any], read: Read) -> ASGIResponse:
-    """Authenticate the operator (the bearer tokens of /a2a, scope aim.operator), then `read`."""
+async def ops_call(
+    request: Request[Any, Any, Any], read: Read, *, session_id: str | None = None
+) -> ASGIResponse:
+    """Authenticate the operator (the bearer tokens of /a2a, scope aim.operator), charge the
+    call to its principal's rate limit (the one of /a2a), then `read`; every call, answered or
+    refused, leaves an audit line naming the operator and the session it read."""
+    started = time.perf_counter()
     dispatcher: Dispatcher = request.app.state.dispatcher
     authenticator = dispatcher.authenticator
+    operator: Principal | None = None
     try:
         operator = await authenticator.authenticate(
             combined(request.scope["headers"]).get("authorization")
         )
         authenticator.require_scope(operator, OPERATOR_SCOPE)
+        dispatcher.limiter.charge(operator.key, "operations API calls")
         body = await read(dispatcher.services, operator)
+        response = ASGIResponse(
+            body=_ENCODER.encode(body), status_code=200, media_type=JSON, headers=OPS_HEADERS
+        )
     except ServiceError as exc:
-        return ops_error(exc)
+        response = ops_error(exc)
     except Exception:  # a bug: logged, never leaked
         log.exception("internal error serving %s", request.url.path)
-        return ops_error(InternalError())
-    return ASGIResponse(
-        body=_ENCODER.encode(body), status_code=200, media_type=JSON, headers=OPS_HEADERS
-    )
+        response = ops_error(InternalError())
+    _audit(request.url.path, operator, session_id, response.status_code, started)
+    return response
+
+
+def _audit(
+    path: str, operator: Principal | None, session_id: str | None, status: int, started: float
+) -> None:
+    """One access line per operator call, whatever `AIM_ACCESS_LOG` says: operators read other
+    people's sessions, so who read what is kept (never the token)."""
+    fields: dict[str, Any] = {
+        "path": path,
+        "status": status,
+        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+    }
+    if operator is not None:
+        fields["operator"] = {"tenant": operator.tenant, "sub": operator.subject}
+    if session_id is not None:
+        fields["session_id"] = session_id[:64]  # the path as sent: bounded in the log
+    access_log.info("GET %s %d", path, status, extra={"json_fields": fields})
 
 
 def _query(request: Request[Any, Any, Any]) -> dict[str, str]:
@@ -120,7 +152,9 @@ async def ops_sessions(request: Request[Any, Any, Any]) -> ASGIResponse:
 async def ops_session(request: Request[Any, Any, Any]) -> ASGIResponse:
     session_id = str(request.path_params["session_id"])
     return await ops_call(
-        request, lambda services, operator: ops.session_detail(services, operator, session_id)
+        request,
+        lambda services, operator: ops.session_detail(services, operator, session_id),
+        session_id=session_id,
     )
 
 
@@ -128,7 +162,9 @@ async def ops_session(request: Request[Any, Any, Any]) -> ASGIResponse:
 async def ops_timeline(request: Request[Any, Any, Any]) -> ASGIResponse:
     session_id, query = str(request.path_params["session_id"]), _query(request)
     return await ops_call(
-        request, lambda services, operator: ops.timeline(services, operator, session_id, query)
+        request,
+        lambda services, operator: ops.timeline(services, operator, session_id, query),
+        session_id=session_id,
     )
 
 

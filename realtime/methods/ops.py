@@ -29,8 +29,8 @@ from realtime.auth import Principal
 from realtime.engine.schedule import Timer
 from realtime.errors import SessionNotFound, invalid_params
 from realtime.methods.context import Services
-from realtime.store.events import Entry
-from realtime.store.ops import Position
+from realtime.store.events import Entry, is_entry_id
+from realtime.store.ops import EVERY, Position
 from realtime.store.records import PendingEffect, SessionRecord
 from realtime.timestamps import timestamp
 from realtime.worker.runner import livekit_call
@@ -46,7 +46,6 @@ TIMELINE_LIMIT_MAX: Final = 1000
 SCAN_MAX: Final = 2000
 SCAN_BATCH: Final = 100
 _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_STREAM_ID: Final = re.compile(r"\d{1,20}-\d{1,20}")
 _START: Final = "0-0"
 
 
@@ -55,7 +54,10 @@ def visible(services: Services, operator: Principal, record: SessionRecord) -> b
     only its tenant's (a session's owner key is the hash of its principal's tenant and sub)."""
     if services.settings.auth_tenant_claim is None:
         return True
-    same = Principal(subject=record.principal_name, tenant=operator.tenant, scopes=frozenset())
+    try:
+        same = Principal(subject=record.principal_name, tenant=operator.tenant, scopes=frozenset())
+    except ValueError:  # a subject no principal can hold any more (stored before the rule)
+        return False
     return record.owner == same.key
 
 
@@ -76,14 +78,18 @@ async def list_sessions(
     prune_before = services.now_ms() - services.settings.task_ttl_s * 1000
     found: list[dict[str, Any]] = []
     examined, exhausted = 0, False
-    # without a filter a page is one batch; with one (a tenant's operator included), batches
-    # large enough that a page rarely needs a second
-    filtered = bool(state or principal or services.settings.auth_tenant_claim)
+    # a tenant's operator reads its tenant's own index: its cost does not grow with the others'
+    index = EVERY if services.settings.auth_tenant_claim is None else (operator.tenant or "")
+    # without a filter a page is one batch; with one, batches large enough that a page rarely
+    # needs a second
+    filtered = bool(state or principal)
     while len(found) < limit and examined < SCAN_MAX:
         batch = max(SCAN_BATCH, limit) if filtered else limit - len(found)
-        entries = await store.recent(after=position, count=batch, prune_before_ms=prune_before)
+        entries = await store.recent(
+            index, after=position, count=batch, prune_before_ms=prune_before
+        )
         listed = await store.listed(entries)
-        await store.forget([item.session_id for item in listed if item.record is None])
+        await store.forget(index, [item.session_id for item in listed if item.record is None])
         taken = 0
         for item in listed:
             examined += 1
@@ -342,7 +348,8 @@ def _limit(query: Mapping[str, str], default: int, maximum: int) -> int:
     raw = query.get("limit")
     if raw is None or raw == "":
         return default
-    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+    # ASCII digits only: str.isdigit() also takes '²', which int() does not
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= maximum:
         raise invalid_params("limit", f"must be an integer from 1 to {maximum}")
     return int(raw)
 
@@ -366,7 +373,9 @@ def _session_cursor(cursor: str | None) -> Position | None:
     if not cursor:
         return None
     score, session_id = _decode(cursor, 2)
-    if not score.isdigit() or len(score) > 20 or not _UUID.fullmatch(session_id):
+    if not (score.isascii() and score.isdigit() and len(score) <= 20) or not _UUID.fullmatch(
+        session_id
+    ):
         raise invalid_params("cursor", "is not a cursor this API issued")
     return int(score), session_id
 
@@ -375,6 +384,6 @@ def _timeline_cursor(cursor: str | None) -> tuple[str, str]:
     if not cursor:
         return _START, _START
     events_after, noted_after = _decode(cursor, 2)
-    if not (_STREAM_ID.fullmatch(events_after) and _STREAM_ID.fullmatch(noted_after)):
+    if not (is_entry_id(events_after) and is_entry_id(noted_after)):
         raise invalid_params("cursor", "is not a cursor this API issued")
     return events_after, noted_after

@@ -196,7 +196,10 @@ async def _commit_new(
         ),
     )
     record = SessionRecord(
-        owner=call.principal.key, principal_name=call.principal.subject, session=session
+        owner=call.principal.key,
+        principal_name=call.principal.subject,
+        session=session,
+        tenant=call.principal.tenant,
     )
     created = await services.engine.create(
         record, decision, task, Note(Cause.CREATE, method=call.method)

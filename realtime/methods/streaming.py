@@ -10,7 +10,6 @@ event the client got. The Task frame sent first carries the id of the entry it r
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -24,7 +23,7 @@ from realtime.fanout import LaggedError, parse_id
 from realtime.methods import messages, tasks
 from realtime.methods.context import Call, Services
 from realtime.store import keys
-from realtime.store.events import Entry, Snapshot
+from realtime.store.events import Entry, Snapshot, is_entry_id
 from realtime.store.records import TaskRecord
 
 Frame = tuple[str | None, dict[str, Any]]
@@ -32,8 +31,6 @@ Frame = tuple[str | None, dict[str, Any]]
 # the member of the first Task's realtime metadata that says events were trimmed away
 EVENTS_TRIMMED: Final = "eventsTrimmed"
 START: Final = "0-0"
-_ENTRY_ID: Final = re.compile(r"\d{1,20}-\d{1,20}\Z", re.ASCII)
-MAX_ID_PART: Final = 2**64 - 1  # Redis stream ids are two unsigned 64-bit numbers
 # a resumed stream first reads what it missed in pages, at the client's own pace, and joins the
 # hub (whose per-subscriber buffers are sized for what is new) only once it has caught up
 CATCH_UP_PAGE: Final = 100
@@ -144,7 +141,7 @@ def _last_event_id(call: Call[Any]) -> str | None:
     if value is None or not value.strip():
         return None
     value = value.strip()
-    if not _ENTRY_ID.match(value) or any(int(part) > MAX_ID_PART for part in value.split("-")):
+    if not is_entry_id(value):
         raise invalid_params(
             "Last-Event-ID",
             "not an event id this server sent; reconnect with the `id` of the last SSE event "

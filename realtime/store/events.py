@@ -4,14 +4,34 @@ hub's reads of many streams at once."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from realtime.store import keys
 from realtime.store.records import TASK_DECODER, TaskRecord
 from realtime.store.redis_client import RedisClient, slot_of, text, translated_errors
 
 Entry = tuple[str, bytes]  # (stream entry id, the entry's `e` field: the event JSON)
+
+_ENTRY_ID: Final = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")  # ASCII digits only
+MAX_ID_PART: Final = 2**64 - 1  # Redis stream ids are two unsigned 64-bit numbers
+
+
+def is_entry_id(value: str) -> bool:
+    """Whether `value` is a stream entry id Redis accepts (`<ms>-<seq>`, each 64 bits)."""
+    return _ENTRY_ID.fullmatch(value) is not None and all(
+        int(part) <= MAX_ID_PART for part in value.split("-")
+    )
+
+
+def next_id(entry_id: str) -> str | None:
+    """The smallest stream id after `entry_id` (XRANGE's start is inclusive); None when it is
+    the largest id there is."""
+    ms, _, seq = entry_id.partition("-")
+    if int(seq or 0) < MAX_ID_PART:
+        return f"{ms}-{int(seq or 0) + 1}"
+    return f"{int(ms) + 1}-0" if int(ms) < MAX_ID_PART else None
 
 
 class Snapshot(NamedTuple):

@@ -155,3 +155,12 @@ def ops_sessions_key() -> str:
     hash tag, so it has a slot of its own on Redis Cluster. Written (ZADD GT) in each commit's
     pipeline; entries older than the task TTL are pruned when it is read."""
     return f"{PREFIX}:{{ops}}:sessions"
+
+
+def ops_tenant_sessions_key(tenant: str) -> str:
+    """Sorted set: a tenant's sessions, like `ops_sessions_key` (same slot), so a tenant's
+    operator lists its own sessions at a cost that does not grow with the other tenants'.
+    Written beside it when the session's record names its tenant; it expires a task TTL
+    after its last write, with the newest of its entries."""
+    digest = hashlib.sha256(tenant.encode()).hexdigest()[:32]
+    return f"{PREFIX}:{{ops}}:tenant:{digest}:sessions"

@@ -9,13 +9,36 @@ than the task TTL, like an owner's task index.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final, NamedTuple
 
+from realtime.errors import BadRequest
 from realtime.store import keys
-from realtime.store.events import Entry
+from realtime.store.events import Entry, next_id
 from realtime.store.records import EFFECT_DECODER, SESSION_DECODER, PendingEffect, SessionRecord
-from realtime.store.redis_client import RedisClient, text, translated_errors
+from realtime.store.redis_client import REFUSED_ERRORS, RedisClient, text, translated_errors
+
+
+@contextlib.asynccontextmanager
+async def _read() -> AsyncIterator[None]:
+    """A read of the operations API: connection failures are -31012, and a command Redis
+    refuses (what an operator's query made it read) is a bad request, never a 500."""
+    try:
+        async with translated_errors():
+            yield
+    except REFUSED_ERRORS as exc:
+        raise BadRequest(f"Redis refused this read ({exc}); check the query parameters") from None
+
+
+# whose sessions a listing reads: a tenant's (its own index), or every session's
+EVERY: Final = None
+Tenant = str | None
+
+
+def _index(tenant: Tenant) -> str:
+    return keys.ops_sessions_key() if tenant is None else keys.ops_tenant_sessions_key(tenant)
+
 
 Position = tuple[int, str]  # (score: last commit in ms, session id) of an index entry
 
@@ -49,11 +72,12 @@ class OpsStore:
         self._client = redis.client
 
     async def recent(
-        self, *, after: Position | None, count: int, prune_before_ms: int
+        self, tenant: Tenant, *, after: Position | None, count: int, prune_before_ms: int
     ) -> list[tuple[str, int]]:
-        """Up to `count` index entries (session id, score), newest first, after `after`
-        (exclusive; None: from the newest, pruning entries scored before `prune_before_ms`)."""
-        index = keys.ops_sessions_key()
+        """Up to `count` entries (session id, score) of the index of `tenant`'s sessions
+        (EVERY: of all sessions), newest first, after `after` (exclusive; None: from the
+        newest, pruning entries scored before `prune_before_ms`)."""
+        index = _index(tenant)
         pipe = self._client.pipeline(transaction=False)
         if after is None:
             pipe.zremrangebyscore(index, "-inf", f"({prune_before_ms}")
@@ -63,7 +87,7 @@ class OpsStore:
             # entries of the same millisecond sort by member, descending: those below its member
             pipe.zrevrangebyscore(index, score, score, withscores=True)
             pipe.zrevrangebyscore(index, f"({score}", "-inf", start=0, num=count, withscores=True)
-        async with translated_errors():
+        async with _read():
             ties, older = await pipe.execute()
         if after is None:
             ties = []
@@ -82,18 +106,18 @@ class OpsStore:
         pipe = self._client.pipeline(transaction=False)
         for session_id, _ in entries:
             pipe.hmget(keys.session_key(session_id), "v", "s")
-        async with translated_errors():
+        async with _read():
             replies = await pipe.execute()
         return [
             Listed(session_id, score, _record(snapshot), int(version or 0))
             for (session_id, score), (version, snapshot) in zip(entries, replies, strict=True)
         ]
 
-    async def forget(self, session_ids: Sequence[str]) -> None:
-        """Drop index entries whose session has expired."""
+    async def forget(self, tenant: Tenant, session_ids: Sequence[str]) -> None:
+        """Drop entries of the index of `tenant`'s sessions whose session has expired."""
         if session_ids:
-            async with translated_errors():
-                await self._client.zrem(keys.ops_sessions_key(), *session_ids)
+            async with _read():
+                await self._client.zrem(_index(tenant), *session_ids)
 
     async def detail(self, session_id: str) -> Detail:
         """Snapshot, outbox and armed timers of one session (one slot, one round trip)."""
@@ -101,7 +125,7 @@ class OpsStore:
         pipe.hmget(keys.session_key(session_id), "v", "s")
         pipe.hgetall(keys.outbox_key(session_id))
         pipe.hgetall(keys.session_timers_key(session_id))
-        async with translated_errors():
+        async with _read():
             (version, snapshot), outbox, timers = await pipe.execute()
         return Detail(
             _record(snapshot),
@@ -117,17 +141,17 @@ class OpsStore:
         (exclusive), oldest first (one slot, one round trip)."""
         pipe = self._client.pipeline(transaction=False)
         pipe.hget(keys.session_key(session_id), "s")
-        pipe.xrange(keys.events_key(session_id), next_id(events_after), "+", count=count)
-        pipe.xrange(keys.timeline_key(session_id), next_id(noted_after), "+", count=count)
-        async with translated_errors():
-            snapshot, events, noted = await pipe.execute()
-        return Timeline(_record(snapshot), _entries(events), _entries(noted))
-
-
-def next_id(entry_id: str) -> str:
-    """The smallest stream id after `entry_id` (XRANGE's start is inclusive)."""
-    ms, _, seq = entry_id.partition("-")
-    return f"{ms}-{int(seq or 0) + 1}"
+        reads = []
+        for stream, after in ((keys.events_key, events_after), (keys.timeline_key, noted_after)):
+            start = next_id(after)
+            if start is not None:  # else nothing can come after it
+                pipe.xrange(stream(session_id), start, "+", count=count)
+            reads.append(start is not None)
+        async with _read():
+            replies = iter(await pipe.execute())
+        snapshot = next(replies)
+        events, noted = (_entries(next(replies)) if read else [] for read in reads)
+        return Timeline(_record(snapshot), events, noted)
 
 
 def _record(snapshot: bytes | None) -> SessionRecord | None:

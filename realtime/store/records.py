@@ -53,6 +53,9 @@ class SessionRecord(msgspec.Struct, kw_only=True, rename="camel"):
     # what a webhook's or the reconciler's span links to, as the request behind what LiveKit
     # reports (None when that call was not traced)
     caller: str | None = None
+    # the principal's tenant when a tenant claim is configured: the session is then listed in
+    # its tenant's own operations index too (None for sessions stored before it was kept)
+    tenant: str | None = None
 
     def check_writable(self) -> None:
         if self.schema > SESSION_SCHEMA:

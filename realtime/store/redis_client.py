@@ -42,6 +42,11 @@ CONNECTION_ERRORS: Final = (
 )
 
 
+# what Redis answers a command it refuses (a malformed stream id, a wrong type): raised to the
+# caller as a value it can translate, never as a bug
+REFUSED_ERRORS: Final = (redis.exceptions.ResponseError,)
+
+
 def redis_unavailable() -> Unavailable:
     return Unavailable(
         "The state store (Redis) is unreachable; nothing was changed. Retry the request.",

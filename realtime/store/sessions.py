@@ -208,14 +208,19 @@ class SessionStore:
         ]
         if self._cluster:
             # redis-py's cluster pipeline refuses scripts: the due entries, the commit, then the
-            # owner and operations indexes (idempotent; a later commit refreshes them)
+            # owner and operations indexes (idempotent; a later commit refreshes them). The due
+            # entries go *before* the commit: if it then fails or conflicts they are harmless (an
+            # empty outbox is dropped from the index, a stale timer is refused), while a commit
+            # whose indexes were lost could never be found again.
             async with translated_errors():
-                await self._arm(session_id, effects, due_ms, timers, ttl_s, cause)
+                for command in _armed(session_id, effects, due_ms, timers, ttl_s, cause):
+                    await self._client.execute_command(*command)
                 reply = await self._commit(keys=script_keys, args=args)
                 await self._client.zadd(
                     keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms}
                 )
-                await self._client.zadd(keys.ops_sessions_key(), {session_id: now_ms}, gt=True)
+                for command in _listed(record, session_id, now_ms, ttl_s):
+                    await self._client.execute_command(*command)
         else:
             # one round trip: the due entries, the commit, the indexes (all idempotent but the
             # commit, which a NOSCRIPT answer shows did not run)
@@ -225,24 +230,9 @@ class SessionStore:
             commands.append(
                 ("ZADD", keys.owner_tasks_key(record.owner), task.status_ms, task.task.id)
             )
-            commands.append(("ZADD", keys.ops_sessions_key(), "GT", now_ms, session_id))
+            commands.extend(_listed(record, session_id, now_ms, ttl_s))
             reply = (await self._store.pipelined(commands))[commit_at]
         return _committed(reply)
-
-    async def _arm(
-        self,
-        session_id: str,
-        effects: Sequence[tuple[str, PendingEffect]],
-        due_ms: int,
-        timers: Mapping[str, int] | None,
-        ttl_s: int,
-        cause: str | None,
-    ) -> None:
-        """The cross-slot due entries of a commit, written *before* it: if the commit then fails
-        or conflicts they are harmless (an empty outbox is dropped from the index, a stale timer
-        is refused), while a commit whose indexes were lost could never be found again."""
-        for command in _armed(session_id, effects, due_ms, timers, ttl_s, cause):
-            await self._client.execute_command(*command)
 
     async def pending(self, session_id: str) -> list[tuple[str, PendingEffect]]:
         """The session's outbox in creation order (effect ids sort by commit)."""
@@ -358,6 +348,15 @@ class SessionStore:
                 keys.outbox_due_key(), "-inf", now_ms, start=0, num=limit
             )
         return [text(member) for member in members]
+
+
+def _listed(record: SessionRecord, session_id: str, now_ms: int, ttl_s: int) -> list[Any]:
+    """The operations index entries of a commit: every session's, and its tenant's."""
+    listed: list[Any] = [("ZADD", keys.ops_sessions_key(), "GT", now_ms, session_id)]
+    if record.tenant is not None:
+        index = keys.ops_tenant_sessions_key(record.tenant)
+        listed += [("ZADD", index, "GT", now_ms, session_id), ("EXPIRE", index, ttl_s)]
+    return listed
 
 
 def _armed(
