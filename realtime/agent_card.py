@@ -1,4 +1,6 @@
-"""The A2A 1.0 Agent Card served at /.well-known/agent-card.json."""
+"""The A2A 1.0 Agent Card served at /.well-known/agent-card.json, with the members an A2A 0.3
+client reads beside the 1.0 ones (`url`, `preferredTransport`, `protocolVersion`, the 0.3 form
+of the security scheme and `security`), as the 0.3 interface it declares needs."""
 
 from __future__ import annotations
 
@@ -14,6 +16,20 @@ from realtime.settings import Settings
 
 INTERACTION_TYPES = get_args(InteractionType)
 SCHEME = "bearer"
+SCHEME_DESCRIPTION = (
+    f"OAuth 2.0 bearer JWT. Scopes: {INVOKE} (send, realtime commands), "
+    f"{READ} (get/list/subscribe), {CANCEL} (cancel)."
+)
+
+
+def requirements(*scopes: str) -> list[dict[str, Any]]:
+    """1.0 `securityRequirements`: one alternative per scope (OR-ed)."""
+    return [{"schemes": {SCHEME: {"list": [scope]}}} for scope in scopes]
+
+
+def requirements_v03(*scopes: str) -> list[dict[str, list[str]]]:
+    """The same requirements as A2A 0.3's `security`: `[{name: [scopes]}]`."""
+    return [{SCHEME: [scope]} for scope in scopes]
 
 
 def _version() -> str:
@@ -72,22 +88,24 @@ def build_agent_card(settings: Settings) -> dict[str, Any]:
                 }
             ],
         },
+        # the 1.0 form (`httpAuthSecurityScheme`) and, beside it, the 0.3 form of the same
+        # scheme (`type`, `scheme`, `bearerFormat`): each generation reads its own members
         "securitySchemes": {
             SCHEME: {
                 "httpAuthSecurityScheme": {
                     "scheme": "Bearer",
                     "bearerFormat": "JWT",
-                    "description": (
-                        f"OAuth 2.0 bearer JWT. Scopes: {INVOKE} (send, realtime commands), "
-                        f"{READ} (get/list/subscribe), {CANCEL} (cancel)."
-                    ),
-                }
+                    "description": SCHEME_DESCRIPTION,
+                },
+                "type": "http",
+                "scheme": "bearer",
+                "bearerFormat": "JWT",
+                "description": SCHEME_DESCRIPTION,
             }
         },
         # OR-ed: a token with any one of the scopes may call the methods that scope covers
-        "securityRequirements": [
-            {"schemes": {SCHEME: {"list": [scope]}}} for scope in (INVOKE, READ, CANCEL)
-        ],
+        "securityRequirements": requirements(INVOKE, READ, CANCEL),
+        "security": requirements_v03(INVOKE, READ, CANCEL),  # the same, as 0.3 writes it
         # what message parts may carry (checked: `a2a/modes`)
         "defaultInputModes": list(INPUT_MODES),
         "defaultOutputModes": ["application/json", "text/plain"],
@@ -103,17 +121,16 @@ def build_agent_card(settings: Settings) -> dict[str, Any]:
                 "examples": ["Start a voice session with the assistant"],
                 "inputModes": ["application/json"],
                 "outputModes": ["application/json"],
-                "securityRequirements": [{"schemes": {SCHEME: {"list": [INVOKE]}}}],
+                "securityRequirements": requirements(INVOKE),
+                "security": requirements_v03(INVOKE),
             },
             {
                 "id": "tasks",
                 "name": "Task tracking",
                 "description": "Get, list and cancel the tasks of your sessions.",
                 "tags": ["tasks"],
-                "securityRequirements": [
-                    {"schemes": {SCHEME: {"list": [READ]}}},
-                    {"schemes": {SCHEME: {"list": [CANCEL]}}},
-                ],
+                "securityRequirements": requirements(READ, CANCEL),
+                "security": requirements_v03(READ, CANCEL),
             },
         ],
     }

@@ -94,7 +94,7 @@ async def running(
     redis = store
     if redis is None:
         redis, release = open_store(settings)
-    sessions = SessionStore(redis)
+    sessions = SessionStore(redis, telemetry)
     events = EventStore(redis)
     gateway = LiveKitGateway(settings, telemetry=telemetry)
     engine = Engine(settings, sessions, project=projection.follow, clock=clock, telemetry=telemetry)
@@ -127,7 +127,6 @@ async def running(
         metrics=metrics,
         clock=clock,
     )
-    engine.on_effects = lambda session_id: services.background(runner.run(session_id))
     metrics.store.attach(
         store_reading(CensusStore(redis, sessions), clock), max_age_s=settings.metrics_refresh_s
     )
@@ -135,7 +134,9 @@ async def running(
     loops = (
         [
             asyncio.create_task(runner.loop(stop)),
-            asyncio.create_task(Timers(engine, metrics=metrics, recorder=recorder).loop(stop)),
+            asyncio.create_task(
+                Timers(engine, runner, metrics=metrics, recorder=recorder).loop(stop)
+            ),
         ]
         if run_worker
         else []
@@ -144,7 +145,7 @@ async def running(
         loops.append(asyncio.create_task(metrics.store.keep_fresh(stop)))
     if run_worker and settings.reconcile_interval_s and settings.livekit_configured:
         lease = DutyLease(redis, keys.reconciler_lease_key())
-        reconciler = Reconciler(engine, gateway, lease, metrics=metrics)
+        reconciler = Reconciler(engine, gateway, lease, runner, metrics=metrics)
         loops.append(asyncio.create_task(reconciler.loop(stop)))
         log.info(
             "reconciler on: every %d s while this worker holds the lease; grace %d s",
@@ -164,7 +165,7 @@ async def running(
         await services.hub.close()
         await asyncio.gather(*loops)
         await metrics.store.aclose()
-        await services.drain()
+        await runner.drain()
         await recorder.close()  # what the loops and the last requests recorded is written
         await recording
         await gateway.aclose()

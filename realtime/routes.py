@@ -20,8 +20,6 @@ from litestar.response.base import ASGIResponse
 from realtime.errors import (
     Unavailable,
 )
-from realtime.livekit_adapter.webhooks import WebhookRejected
-from realtime.livekit_adapter.webhooks import verify as verify_webhook
 from realtime.methods import webhooks
 from realtime.methods.context import Services
 from realtime.rpc.dispatch import Dispatcher, SseEvent
@@ -30,9 +28,8 @@ from realtime.rpc.errors import code_of
 from realtime.rpc.headers import combined
 from realtime.rpc.provider import ProviderDispatcher
 from realtime.rpc.v01 import V01Dispatcher
-from realtime.telemetry import WebhookSpan
+from realtime.store.timeline import WebhookVerdict
 from realtime.timestamps import http_date, parse_http_date
-from state_machines.session import parse_room_name
 
 log = logging.getLogger(__name__)
 
@@ -138,41 +135,36 @@ async def provider(request: Request[Any, Any, Any]) -> ASGIResponse:
 
 @post("/livekit/webhook", status_code=200)
 async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
-    """Signed LiveKit webhooks: 401 unless verified, 200 once recorded, 503 if it cannot be;
-    one server span each (`Telemetry.webhook_span`)."""
+    """Signed LiveKit webhooks (`methods.webhooks.handle`): 401 unless verified, 200 once
+    recorded, 503 if it cannot be; one server span each (`Telemetry.webhook_span`)."""
     dispatcher: Dispatcher = state.dispatcher
+    services = dispatcher.services
     with dispatcher.telemetry.webhook_span() as span:
-        status, verdict, body = await _webhook(request, dispatcher.services, span)
-        span.set_outcome(status, verdict)
-    dispatcher.services.metrics.webhook(verdict)
-    return Response(body, status_code=status, media_type=JSON)
+        fields = header_fields(request)
+        body, too_large = await read_limited(
+            request, services.settings.max_body_bytes, fields.get("content-length")
+        )
+        answer = await _webhook(services, body, too_large, fields.get("authorization", ""))
+        if answer.event is not None:
+            span.set_event(answer.event, answer.session_id)
+        span.set_outcome(answer.status, answer.verdict)
+    services.metrics.webhook(answer.verdict)
+    return Response(answer.body, status_code=answer.status, media_type=JSON)
 
 
 async def _webhook(
-    request: Request[Any, Any, Any], services: Services, span: WebhookSpan
-) -> tuple[int, str, bytes]:
-    """(HTTP status, outcome, body) of one webhook delivery."""
-    fields = header_fields(request)
-    body, too_large = await read_limited(
-        request, services.settings.max_body_bytes, fields.get("content-length")
-    )
+    services: Services, body: bytes, too_large: bool, authorization: str
+) -> webhooks.WebhookAnswer:
+    """The body as the JSON-RPC routes read it (size, then JSON), then the handler."""
     if too_large:
-        return 413, "malformed", b'{"error":"body too large"}'
+        return webhooks.WebhookAnswer(413, WebhookVerdict.MALFORMED, b'{"error":"body too large"}')
     unreadable = body_error(body)
     if unreadable is not None:
         error = {"code": code_of(unreadable), "message": unreadable.message}
-        return 400, "malformed", msgspec.json.encode({"error": error})
-    try:
-        notice = verify_webhook(services.settings, body, fields.get("authorization", ""))
-    except WebhookRejected as exc:
-        return 401, "rejected", msgspec.json.encode({"error": f"webhook not accepted: {exc}"})
-    named = parse_room_name(notice.room)
-    span.set_event(notice.event, named[0] if named else None)
-    try:
-        outcome = await webhooks.handle(services, notice)
-    except Unavailable:
-        return 503, "unavailable", b'{"error":"state store unavailable"}'
-    return 200, outcome, msgspec.json.encode({"status": outcome})
+        return webhooks.WebhookAnswer(
+            400, WebhookVerdict.MALFORMED, msgspec.json.encode({"error": error})
+        )
+    return await webhooks.handle(services, body, authorization)
 
 
 class AgentCardBody:

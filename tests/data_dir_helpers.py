@@ -9,11 +9,8 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-
-from tests.redis_processes import clean_environ
 
 NOBODY = 65534
 # what a data directory, its redis/ folder, its server.json and its dev-secret can be
@@ -61,21 +58,6 @@ def make_flawed(data_dir: Path, target: str, flaw: str) -> Path:
 def _write(path: Path, text: str) -> None:
     path.write_text(text)
     path.chmod(0o600)
-
-
-def run_cli(
-    *args: str, cwd: Path, timeout: float = 30.0, **variables: str
-) -> subprocess.CompletedProcess[str]:
-    """`aim-realtime ARGS` as an operator runs it, with only `variables` set of AIM_*."""
-    return subprocess.run(
-        [sys.executable, "-m", "realtime.cli", *args],
-        cwd=cwd,
-        env=clean_environ(**variables),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 @contextlib.contextmanager

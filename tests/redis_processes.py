@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from realtime.store.server import redis_server_available
+from tests.cli_processes import clean_environ
 
 WAIT_S = 30.0
 
@@ -51,15 +52,6 @@ def needs_redis_server() -> None:
         if os.environ.get("AIM_REQUIRE_REDIS") == "1":
             pytest.fail("AIM_REQUIRE_REDIS=1 but there is no redis-server on PATH")
         pytest.skip("no redis-server on PATH")
-
-
-def clean_environ(**variables: str) -> dict[str, str]:
-    """The caller's environment without any AIM_/OTEL_ setting, plus `variables`."""
-    environ = {
-        name: value for name, value in os.environ.items() if not name.startswith(("AIM_", "OTEL_"))
-    }
-    environ.update(variables)
-    return environ
 
 
 class StoreUser:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -206,3 +207,11 @@ async def redis_proxy(url: str) -> AsyncIterator[tuple[TcpProxy, str]]:
     """A started proxy to the Redis at `url` and the `redis://` URL that goes through it."""
     async with TcpProxy.to_redis(url) as proxy:
         yield proxy, TcpProxy.redis_url_through(url, proxy.port)
+
+
+def dead_tcp_url() -> str:
+    """A loopback port nobody listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"redis://127.0.0.1:{port}/0"

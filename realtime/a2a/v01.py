@@ -1,8 +1,8 @@
 """A2A 0.1 adapter: 0.1 requests (on their own endpoint, `POST /a2a/v0.1`) become 1.0 params for
 the same handlers; 1.0 results, stream events and errors go back in 0.1 shapes (`type` parts,
 the client's task `id`, `sessionId`, seven states, `final` on every event). The id map that binds
-a client's task ids to the server's is `rpc/v01`'s; the messageIds derived from those ids are
-made here. Members the 0.1 schema does not define are ignored; defined ones are checked
+a client's task ids to the server's is `methods/client_tasks`; the messageIds derived from those
+ids are made here. Members the 0.1 schema does not define are ignored; defined ones are checked
 strictly, with errors naming the 0.1 path.
 """
 

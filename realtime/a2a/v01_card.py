@@ -51,7 +51,7 @@ def agent_card(
         "defaultInputModes": list(card["defaultInputModes"]),
         "defaultOutputModes": list(card["defaultOutputModes"]),
         "skills": [
-            {k: v for k, v in skill.items() if k != "securityRequirements"}
+            {k: v for k, v in skill.items() if k not in ("securityRequirements", "security")}
             for skill in card["skills"]
         ],
     }

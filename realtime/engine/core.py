@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -39,18 +39,16 @@ from realtime.engine.outcomes import (
     Applied,
     Contended,
     Decided,
+    Denied,
     Missing,
     Outcome,
-    Refused,
     Replayed,
     Reused,
-    replay_of,
 )
 from realtime.engine.schedule import armed_by
-from realtime.livekit_adapter.tokens import issue_join
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, SessionRecord, TaskRecord
-from realtime.store.sessions import Loaded, SessionStore
+from realtime.store.sessions import Commit, Loaded, SessionStore
 from realtime.telemetry import Telemetry, current_cause, link_to_cause, note_transition
 from realtime.timestamps import timestamp
 from state_machines import Accepted, Rejected, Session
@@ -60,7 +58,30 @@ from state_machines import session as machine
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS: Final = 8
+T = TypeVar("T")
+
+MAX_ATTEMPTS: Final = 8  # commits tried before a session counts as contended
+
+
+async def until_committed(
+    session_id: str, attempt: Callable[[], Awaitable[T | None]]
+) -> T | Contended:
+    """The one conflict-retry loop: `attempt` loads, decides (and renders) and commits, and
+    answers None when another writer committed since its load; then it runs again, at most
+    MAX_ATTEMPTS times."""
+    for _ in range(MAX_ATTEMPTS):
+        done = await attempt()
+        if done is not None:
+            return done
+    return Contended(session_id)
+
+
+def replay_of(outcome: CommandOutcome, command: Command) -> Replayed | Reused:
+    if outcome.method != command.method or outcome.digest != command.digest:
+        return Reused(outcome, command)
+    return Replayed(outcome)
+
+
 RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
 
 
@@ -74,7 +95,6 @@ class Engine:
         *,
         project: TaskProjection,
         clock: Callable[[], float] = time.time,
-        on_effects: Callable[[str], None] | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
         self.settings = settings
@@ -82,8 +102,6 @@ class Engine:
         self.project = project
         self.clock = clock
         self.telemetry = telemetry or Telemetry(None)
-        # called after a commit that stored effects, so they are carried out right away
-        self.on_effects = on_effects
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -115,24 +133,12 @@ class Engine:
             return Applied(record.session, loaded.version, self._task(loaded, now_ms), False)
         decision = decide_event(record.session, event, now=timestamp(now_ms))
         if isinstance(decision, Rejected):
-            return Refused(decision, record.session)
+            return Denied(decision, record.session)
         decision = without_known_history(decision, loaded.task)
         noop = decision.state == record.session and not decision.has_effects
         if noop and command is None:
             # an idempotent no-op (e.g. ending an ended session): nothing to write
             return Applied(record.session, loaded.version, self._task(loaded, now_ms), False)
-        mint = decision.token
-        join = (
-            issue_join(
-                self.settings,
-                mint,
-                name=record.principal_name,
-                session_id=session_id,
-                now_ms=now_ms,
-            )
-            if mint is not None
-            else None
-        )
         return Decided(
             session_id=session_id,
             loaded=loaded,
@@ -140,7 +146,7 @@ class Engine:
             session=decision.state,
             version=loaded.version + (0 if noop else 1),
             task=self._task(loaded, now_ms, decision) if not noop else self._task(loaded, now_ms),
-            join=join,
+            join=None,  # the method that asked for the token issues it (`methods.commands`)
             now_ms=now_ms,
             command=command,
             noop=noop,
@@ -149,7 +155,8 @@ class Engine:
     async def commit(
         self, decided: Decided, *, result: bytes = b"", note: Note | None = None
     ) -> Applied | Replayed | Reused | None:
-        """Commit a decision with its command's rendered `result`; None when another writer
+        """Commit a decision with its command's rendered `result` (a no-op command stores its
+        outcome alone, so a retry replays these bytes: profile §6); None when another writer
         committed since the load (decide again)."""
         command = decided.command
         outcome = (
@@ -163,12 +170,17 @@ class Engine:
             if command is not None
             else None
         )
-        if decided.noop:
-            assert outcome is not None  # noqa: S101 - decide makes a noop only for a command
-            # a command that applied as a no-op: its outcome is stored, so a retry replays
-            # these bytes (profile §6)
-            return await self._remember(decided, outcome)
-        return await self._commit(decided, outcome, note)
+        commit, applied = self._commit_of(decided, outcome, note)
+        committed = await self.sessions.commit(commit)
+        if committed.status == "conflict":
+            return None
+        if committed.status == "replay":
+            assert committed.outcome is not None  # noqa: S101
+            assert command is not None  # noqa: S101 - only a command replays
+            return replay_of(committed.outcome, command)
+        if applied.changed:
+            await self._committed(decided)
+        return applied
 
     async def execute(
         self,
@@ -182,22 +194,22 @@ class Engine:
         note: Note | None = None,
     ) -> Outcome:
         """Decide and commit `event`, again after a conflict; a command's `result` is fixed."""
-        fence, linked = only_at_version, note is not None and note.cause in LINKED
-        for _ in range(MAX_ATTEMPTS):
+        linked = note is not None and note.cause in LINKED
+
+        async def attempt() -> Outcome | None:
             decided = await self.decide(
                 session_id,
                 event,
                 owner=owner,
                 command=command,
-                only_at_version=fence,
+                only_at_version=only_at_version,
                 linked=linked,
             )
             if not isinstance(decided, Decided):
                 return decided
-            done = await self.commit(decided, result=result, note=note)
-            if done is not None:
-                return done
-        return Contended(session_id)
+            return await self.commit(decided, result=result, note=note)
+
+        return await until_committed(session_id, attempt)
 
     async def create(
         self,
@@ -209,25 +221,24 @@ class Engine:
         """Commit a new session (version 0 → 1); False when it already exists."""
         session = decision.state
         now_ms = self.now_ms()
-        cause = current_cause()
-        pending = outbox_entries(1, session.epoch, decision.outbox, cause)
-        event = event_entry(None, session, 1, now_ms, None, task.task, note, cause)
-        with self.telemetry.redis_span("commit", session.session_id):
-            committed = await self.sessions.commit(
+        traceparent = current_cause()
+        pending = outbox_entries(1, session.epoch, decision.outbox, traceparent)
+        event = event_entry(None, session, 1, now_ms, None, task.task, note, traceparent)
+        committed = await self.sessions.commit(
+            Commit(
                 session.session_id,
                 expected_version=0,
-                record=msgspec.structs.replace(record, caller=cause),
+                record=msgspec.structs.replace(record, caller=traceparent),
                 task=task,
-                command_id=None,
-                outcome=b"",
                 events=[event],
-                effects=pending,
                 ttl_s=self.settings.task_ttl_s,
+                now_ms=now_ms,
+                effects=pending,
                 due_ms=now_ms + RETRY_GRACE_MS,
                 timers=armed_by(self.settings, None, session, 1, now_ms),
-                now_ms=now_ms,
-                cause=cause,
+                traceparent=traceparent,
             )
+        )
         if committed.status != "ok":
             return False
         note_transition(session.session_id, session.epoch, None, None, session.state)
@@ -237,7 +248,8 @@ class Engine:
         """An event entry for something done to the session that changes none of its state (a
         room deleted or a participant removed by the reconciler): one commit of the unchanged
         snapshot at the next version."""
-        for _ in range(MAX_ATTEMPTS):
+
+        async def attempt() -> Applied | Missing | None:
             loaded = await self.sessions.load(session_id)
             if loaded.record is None:
                 return Missing(session_id)
@@ -249,85 +261,78 @@ class Engine:
             event = event_entry(
                 session, session, version, now_ms, None, task.task, note, current_cause()
             )
-            with self.telemetry.redis_span("commit", session_id):
-                committed = await self.sessions.commit(
+            committed = await self.sessions.commit(
+                Commit(
                     session_id,
                     expected_version=loaded.version,
                     record=loaded.record,
                     task=task,
-                    command_id=None,
-                    outcome=b"",
                     events=[event],
-                    effects=[],
                     ttl_s=self.settings.task_ttl_s,
-                    due_ms=now_ms,
                     now_ms=now_ms,
                 )
-            if committed.status == "ok":
-                return Applied(session, version, task, True)
-        return Contended(session_id)
+            )
+            return Applied(session, version, task, True) if committed.status == "ok" else None
 
-    async def _commit(
+        return await until_committed(session_id, attempt)
+
+    def _commit_of(
         self, decided: Decided, outcome: CommandOutcome | None, note: Note | None
-    ) -> Applied | Replayed | Reused | None:
+    ) -> tuple[Commit, Applied]:
+        """What the commit of `decided` writes, and what it answers once written."""
         loaded, new, version = decided.loaded, decided.session, decided.version
         assert loaded.record is not None  # noqa: S101 - checked by decide
-        old = loaded.record.session
+        stored = _ENCODER.encode(outcome) if outcome is not None else b""
         command_id = decided.command.command_id if decided.command else None
-        cause = current_cause()
-        pending = outbox_entries(version, new.epoch, decided.decision.outbox, cause)
-        event = event_entry(
-            old, new, version, decided.now_ms, decided.command, decided.task.task, note, cause
-        )
-        caller = cause if cause_of(decided.command, note) in CALLS else loaded.record.caller
-        with self.telemetry.redis_span("commit", decided.session_id):
-            committed = await self.sessions.commit(
+        if decided.noop:  # decide makes a noop only for a command: its outcome alone
+            remembered = Commit(
                 decided.session_id,
                 expected_version=loaded.version,
-                record=msgspec.structs.replace(loaded.record, session=new, caller=caller),
+                record=loaded.record,
                 task=decided.task,
-                command_id=command_id,
-                outcome=_ENCODER.encode(outcome) if outcome is not None else b"",
-                events=[event],
-                effects=pending,
+                events=(),
                 ttl_s=self.settings.task_ttl_s,
-                due_ms=decided.now_ms + RETRY_GRACE_MS,
-                timers=armed_by(self.settings, old, new, version, decided.now_ms),
                 now_ms=decided.now_ms,
-                cause=cause,
+                command_id=command_id,
+                outcome=stored,
+                changes=False,
             )
-        if committed.status == "conflict":
-            return None
-        if committed.status == "replay":
-            assert committed.outcome is not None  # noqa: S101
-            assert decided.command is not None  # noqa: S101 - only a command replays
-            return replay_of(committed.outcome, decided.command)
-        note_transition(decided.session_id, new.epoch, command_id, old.state, new.state)
-        if new.state in machine.TERMINAL_STATES and old.state not in machine.TERMINAL_STATES:
-            await self.sessions.forget_live(loaded.record.owner, [decided.session_id])
-        if pending and self.on_effects is not None:
-            self.on_effects(decided.session_id)
-        return Applied(new, version, decided.task, True, decided.join, outcome)
+            return remembered, Applied(new, version, decided.task, False, None, outcome)
+        old = loaded.record.session
+        traceparent = current_cause()
+        pending = outbox_entries(version, new.epoch, decided.decision.outbox, traceparent)
+        event = event_entry(
+            old, new, version, decided.now_ms, decided.command, decided.task.task, note, traceparent
+        )
+        caller = traceparent if cause_of(decided.command, note) in CALLS else loaded.record.caller
+        commit = Commit(
+            decided.session_id,
+            expected_version=loaded.version,
+            record=msgspec.structs.replace(loaded.record, session=new, caller=caller),
+            task=decided.task,
+            events=[event],
+            ttl_s=self.settings.task_ttl_s,
+            now_ms=decided.now_ms,
+            command_id=command_id,
+            outcome=stored,
+            effects=pending,
+            due_ms=decided.now_ms + RETRY_GRACE_MS,
+            timers=armed_by(self.settings, old, new, version, decided.now_ms),
+            traceparent=traceparent,
+        )
+        applied = Applied(new, version, decided.task, True, decided.join, outcome, bool(pending))
+        return commit, applied
 
-    async def _remember(
-        self, decided: Decided, outcome: CommandOutcome
-    ) -> Applied | Replayed | Reused | None:
-        """Store the outcome of a command that applied as a no-op; None on a version conflict."""
-        with self.telemetry.redis_span("remember", decided.session_id):
-            kept = await self.sessions.remember(
-                decided.session_id,
-                expected_version=decided.loaded.version,
-                command_id=outcome.command_id,
-                outcome=_ENCODER.encode(outcome),
-                ttl_s=self.settings.task_ttl_s,
-            )
-        if kept.status == "conflict":
-            return None
-        if kept.status == "replay":
-            assert kept.outcome is not None  # noqa: S101
-            assert decided.command is not None  # noqa: S101
-            return replay_of(kept.outcome, decided.command)
-        return Applied(decided.session, decided.version, decided.task, False, None, outcome)
+    async def _committed(self, decided: Decided) -> None:
+        """After a commit that changed the session: an ended one leaves its owner's live
+        sessions, and the span notes the transition."""
+        record, new = decided.loaded.record, decided.session
+        assert record is not None  # noqa: S101 - checked by decide
+        old = record.session
+        if new.state in machine.TERMINAL_STATES and old.state not in machine.TERMINAL_STATES:
+            await self.sessions.forget_live(record.owner, [decided.session_id])
+        command_id = decided.command.command_id if decided.command else None
+        note_transition(decided.session_id, new.epoch, command_id, old.state, new.state)
 
     def _task(
         self, loaded: Loaded, now_ms: int, decision: Accepted[Session] | None = None

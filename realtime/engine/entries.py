@@ -7,19 +7,27 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Final, Protocol
 
 import msgspec
 
-from realtime.store.records import CommandOutcome, PendingEffect, Task, TaskRecord
+from realtime.store.records import (
+    EVENT_ENCODER,
+    Cause,
+    CommandOutcome,
+    EventEntry,
+    OperationMoved,
+    PendingEffect,
+    Task,
+    TaskRecord,
+    WebhookRef,
+)
 from realtime.telemetry import trace_id_of
 from realtime.timestamps import timestamp
 from state_machines import Accepted, OutboxEffect, Session
 from state_machines.effects import AppendHistory
 
 _CANONICAL: Final = msgspec.json.Encoder(order="sorted")
-_EVENT_ENCODER: Final = msgspec.json.Encoder()
 
 
 def params_digest(method: str, params: Any) -> str:
@@ -36,19 +44,6 @@ class Command:
     method: str
     command_id: str
     digest: str
-
-
-class Cause(StrEnum):
-    """What made a change (an event entry's `cause`, shown by the operations timeline; profile
-    §17)."""
-
-    CREATE = "create"  # the SendMessage that created the session
-    COMMAND = "command"  # a client's call: a command with its commandId, or CancelTask
-    PROVIDER = "provider"  # the agent's call on /provider
-    WEBHOOK = "webhook"  # a LiveKit webhook
-    TIMER = "timer"  # a durable timer that fired
-    EFFECT = "effect"  # what a LiveKit call's completion feeds back (room ready, room deleted)
-    RECONCILER = "reconciler"  # a correction of drift between LiveKit and the sessions
 
 
 # causes of commits made by a call: each keeps the call's span as the session's `caller`
@@ -115,66 +110,52 @@ def event_entry(
     any past event from the entry alone, and what an operator's timeline shows of the commit:
     its cause, the call or webhook behind it, operations that changed state and the trace id of
     the request (profile §17)."""
-    entry: dict[str, Any] = {
-        "from": old.state if old is not None else None,
-        "to": session.state,
-        "epoch": session.epoch,
-        "version": version,
-        "taskVersion": session.task_version,
-        "at": timestamp(now_ms),
-        "status": task.status,
-    }
-    if command is not None:
-        entry["commandId"] = command.command_id
-        entry["method"] = command.method
-    cause = cause_of(command, note)
-    if cause is not None:
-        entry["cause"] = cause
-    if note is not None:
-        entry.update(_noted(note))
-    moved = _operations_moved(old, session)
-    if moved:
-        entry["operations"] = moved
-    if span is not None:  # the committing span (`telemetry.current_cause`)
-        entry["traceId"] = trace_id_of(span)
-    return _EVENT_ENCODER.encode(entry)
+    return EVENT_ENCODER.encode(
+        EventEntry(
+            from_=old.state if old is not None else None,
+            to=session.state,
+            epoch=session.epoch,
+            version=version,
+            task_version=session.task_version,
+            at=timestamp(now_ms),
+            status=msgspec.to_builtins(task.status),
+            command_id=command.command_id if command is not None else None,
+            method=(note.method if note is not None else None)
+            or (command.method if command is not None else None),
+            cause=cause_of(command, note),
+            webhook=WebhookRef(note.event, note.event_id) if note and note.event else None,
+            timer=note.timer if note is not None else None,
+            effect=note.effect if note is not None else None,
+            correction=dict(note.correction) if note and note.correction is not None else None,
+            operations=_operations_moved(old, session),
+            trace_id=trace_id_of(span) if span is not None else None,  # the committing span
+        )
+    )
 
 
-def _noted(note: Note) -> dict[str, Any]:
-    noted: dict[str, Any] = {}
-    if note.method is not None:
-        noted["method"] = note.method
-    if note.event is not None:
-        noted["webhook"] = {"event": note.event, "id": note.event_id}
-    if note.timer is not None:
-        noted["timer"] = note.timer
-    if note.effect is not None:
-        noted["effect"] = note.effect
-    if note.correction is not None:
-        noted["correction"] = dict(note.correction)
-    return noted
-
-
-def _operations_moved(old: Session | None, new: Session) -> list[dict[str, str]]:
+def _operations_moved(old: Session | None, new: Session) -> tuple[OperationMoved, ...]:
     """The operations the commit created or moved to another state (ids, kinds and states
     only: an operation's action is the agent's text)."""
     if not new.operations:
-        return []
+        return ()
     before = {op.operation_id: op.state for op in old.operations} if old is not None else {}
-    return [
-        {"operationId": op.operation_id, "state": op.state, "operationKind": op.kind}
+    return tuple(
+        OperationMoved(op.operation_id, op.state, op.kind)
         for op in new.operations
         if before.get(op.operation_id) != op.state
-    ]
+    )
 
 
 def outbox_entries(
-    version: int, epoch: int, effects: tuple[OutboxEffect, ...], cause: str | None
+    version: int, epoch: int, effects: tuple[OutboxEffect, ...], traceparent: str | None
 ) -> list[tuple[str, PendingEffect]]:
-    """Outbox entries; ids `<version>-<n>` sort in commit order. Each names `cause`, the span
-    of the commit that stores it, so the span that carries it out links back (profile §13)."""
+    """Outbox entries; ids `<version>-<n>` sort in commit order. Each names `traceparent`, the
+    span of the commit that stores it, so the span that carries it out links back (§13)."""
     return [
-        (f"{version:012d}-{index:02d}", PendingEffect(effect=effect, epoch=epoch, cause=cause))
+        (
+            f"{version:012d}-{index:02d}",
+            PendingEffect(effect=effect, epoch=epoch, cause=traceparent),
+        )
         for index, effect in enumerate(effects)
     ]
 

@@ -23,6 +23,8 @@ class Applied:
     changed: bool
     join: JoinMedia | None = None  # the join token the transition issued
     outcome: CommandOutcome | None = None  # a command's outcome as stored
+    # the commit stored effects: the caller starts carrying them out (`Runner.follow`)
+    pending: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,7 @@ class Reused:
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
+class Denied:
     """The core refused the event; nothing was written."""
 
     rejection: Rejected
@@ -62,7 +64,7 @@ class Contended:
     session_id: str
 
 
-Outcome = Applied | Replayed | Reused | Refused | Missing | Contended
+Outcome = Applied | Replayed | Reused | Denied | Missing | Contended
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +83,3 @@ class Decided:
     now_ms: int
     command: Command | None
     noop: bool
-
-
-def replay_of(outcome: CommandOutcome, command: Command) -> Replayed | Reused:
-    if outcome.method != command.method or outcome.digest != command.digest:
-        return Reused(outcome, command)
-    return Replayed(outcome)

@@ -8,26 +8,27 @@ the stored result, so the first answer and every replay are the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
 
 from realtime.a2a.sessions import JoinResult
-from realtime.engine.core import MAX_ATTEMPTS, AnyEvent, Engine
+from realtime.engine.core import AnyEvent, Engine, until_committed
 from realtime.engine.entries import Command, Note, params_digest
 from realtime.engine.outcomes import (
     Applied,
     Contended,
     Decided,
+    Denied,
     Missing,
     Outcome,
-    Refused,
     Replayed,
     Reused,
 )
 from realtime.errors import CommandConflict, ServiceError, SessionNotFound, Unavailable
-from realtime.livekit_adapter.tokens import sign_join_token
+from realtime.livekit_adapter.tokens import issue_join, sign_join_token
 from realtime.methods.context import Call, Services
 from realtime.methods.rejections import reject
 from realtime.settings import Settings
@@ -60,10 +61,10 @@ async def load_own(
     return loaded
 
 
-def error_of(outcome: Refused | Missing | Contended | Reused) -> ServiceError:
+def error_of(outcome: Denied | Missing | Contended | Reused) -> ServiceError:
     """The error an outcome that applied nothing is for the caller."""
     match outcome:
-        case Refused(rejection, session):
+        case Denied(rejection, session):
             return reject(rejection, session)
         case Missing(session_id):
             return SessionNotFound(session_id)
@@ -78,6 +79,24 @@ def error_of(outcome: Refused | Missing | Contended | Reused) -> ServiceError:
                 f"{stored.method} request; use a new commandId for a new command.",
                 details={"commandId": command.command_id, "method": stored.method},
             )
+
+
+async def execute(
+    services: Services,
+    session_id: str,
+    event: AnyEvent,
+    *,
+    owner: str | None = None,
+    command: Command | None = None,
+    result: bytes = b"",
+    note: Note | None = None,
+) -> Outcome:
+    """Apply an event whose result is fixed (`Engine.execute`), and start the effects its
+    commit stored."""
+    outcome = await services.engine.execute(
+        session_id, event, owner=owner, command=command, result=result, note=note
+    )
+    return services.runner.follow(outcome)
 
 
 def applied(outcome: Outcome) -> Applied:
@@ -100,6 +119,22 @@ def stored_result(settings: Settings, outcome: CommandOutcome) -> bytes:
     return _ENCODER.encode(msgspec.structs.replace(result, media=media))
 
 
+def with_join(settings: Settings, decided: Decided) -> Decided:
+    """`decided` with the join token its decision asked for, as claims (signed into each
+    reply by `stored_result`): all of the token's work is done in this module."""
+    mint, record = decided.decision.token, decided.loaded.record
+    if mint is None or record is None:
+        return decided
+    join = issue_join(
+        settings,
+        mint,
+        name=record.principal_name,
+        session_id=decided.session_id,
+        now_ms=decided.now_ms,
+    )
+    return dataclasses.replace(decided, join=join)
+
+
 async def apply_command(
     engine: Engine,
     session_id: str,
@@ -109,28 +144,21 @@ async def apply_command(
     command: Command,
     render: Render,
     note: Note | None = None,
-    rejected: Callable[[ServiceError], None] | None = None,
 ) -> Applied | Replayed:
     """Apply a command exactly once: decide, render its result, commit both (again after a
-    conflict). Applied (with its stored outcome) or Replayed; anything else is raised, and
-    passed to `rejected` first when the session is there (and the caller's)."""
-    for _ in range(MAX_ATTEMPTS):
+    conflict). Applied (with its stored outcome) or Replayed; anything else is raised."""
+
+    async def attempt() -> Outcome | None:
         decided = await engine.decide(session_id, event, owner=owner, command=command)
-        if isinstance(decided, Decided):
-            done = await engine.commit(decided, result=_ENCODER.encode(render(decided)), note=note)
-            if done is None:
-                continue  # another writer committed since the load: decide again
-            decided = done
-        if isinstance(decided, Applied | Replayed):
+        if not isinstance(decided, Decided):
             return decided
-        error = error_of(decided)
-        if rejected is not None and not isinstance(decided, Missing):
-            rejected(error)
-        raise error
-    error = error_of(Contended(session_id))
-    if rejected is not None:
-        rejected(error)
-    raise error
+        decided = with_join(engine.settings, decided)
+        return await engine.commit(decided, result=_ENCODER.encode(render(decided)), note=note)
+
+    done: Outcome = await until_committed(session_id, attempt)
+    if isinstance(done, Applied | Replayed):
+        return done
+    raise error_of(done)
 
 
 async def run_command(
@@ -146,28 +174,29 @@ async def run_command(
     """Apply a command exactly once; its stored result, byte for byte. What no commit carries
     goes to the session's timeline: a replay, a command that applied without a change, and a
     rejection with its error (never one of a session that is not there or not the caller's, so
-    nobody writes into a timeline they cannot see)."""
+    nobody writes into a timeline they cannot see). Effects the commit stored are started."""
     recorder = services.recorder
-
-    def rejected(error: ServiceError) -> None:
-        recorder.command(
+    try:
+        done = await apply_command(
+            services.engine,
             session_id,
-            method=command.method,
-            command_id=command.command_id,
-            outcome="rejected",
-            error=error,
+            event,
+            owner=owner,
+            command=command,
+            render=render,
+            note=note,
         )
-
-    done = await apply_command(
-        services.engine,
-        session_id,
-        event,
-        owner=owner,
-        command=command,
-        render=render,
-        note=note,
-        rejected=rejected,
-    )
+    except ServiceError as error:
+        if not isinstance(error, SessionNotFound):
+            recorder.command(
+                session_id,
+                method=command.method,
+                command_id=command.command_id,
+                outcome="rejected",
+                error=error,
+            )
+        raise
+    services.runner.follow(done)
     if isinstance(done, Replayed) or not done.changed:
         recorder.command(
             session_id,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from realtime.a2a.params import Params
 from realtime.a2a.types import timestamp
@@ -54,27 +53,9 @@ class Services:
     metrics: Metrics = field(default_factory=lambda: Metrics(None))
     clock: Callable[[], float] = time.time
     new_id: Callable[[], str] = field(default=_new_id)
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
-
-    def background(self, work: Coroutine[Any, Any, Any]) -> None:
-        """Run `work` after the response (effects of a commit); kept until it finishes."""
-        task = asyncio.get_running_loop().create_task(work)
-        self.tasks.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        self.tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            # the outbox keeps the work: the worker retries it; say why it failed here
-            log.warning("background work failed: %r", task.exception())
-
-    async def drain(self) -> None:
-        """Let background work finish (shutdown)."""
-        if self.tasks:
-            await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ from typing import Any, Final
 
 import msgspec
 
-from realtime.a2a import interactions as payloads
 from realtime.a2a import params as p
+from realtime.a2a import payloads
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
 from realtime.a2a.modes import require_input_modes

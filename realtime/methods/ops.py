@@ -26,12 +26,14 @@ import msgspec
 
 from realtime.a2a import sessions as views
 from realtime.auth import Principal
+from realtime.engine.entries import CALLS
 from realtime.engine.schedule import Timer
 from realtime.errors import SessionNotFound, invalid_params
 from realtime.methods.context import Services
 from realtime.store.events import Entry, is_entry_id
 from realtime.store.ops import EVERY, Position
-from realtime.store.records import PendingEffect, SessionRecord
+from realtime.store.records import EVENT_DECODER, Cause, EventEntry, PendingEffect, SessionRecord
+from realtime.store.timeline import TIMELINE_DECODER
 from realtime.timestamps import timestamp
 from realtime.worker.runner import livekit_call
 from state_machines import operation as operations
@@ -253,10 +255,11 @@ def merge(
             break  # the event stream may hold more, older than the next timeline entry
         if j == len(noted) and len(noted) == limit:
             break
-        first = _decoded(events[i][1]) if i < len(events) else None
+        first = _event(events[i][1]) if i < len(events) else None
         second = _decoded(noted[j][1]) if j < len(noted) else None
-        take_event = second is None or (first is not None and _at(first) <= _at(second))
-        batch = from_event(first) if take_event and first is not None else [_clean(second)]
+        first_at = first.at if first is not None else ""
+        take_event = i < len(events) and (second is None or first_at <= _at(second))
+        batch = from_event(first) if take_event else [second or {}]
         if out and len(out) + len(batch) > limit:
             break
         out.extend(batch)
@@ -272,62 +275,63 @@ def merge(
     return out, events_at, noted_at, done
 
 
-def from_event(event: dict[str, Any]) -> list[dict[str, Any]]:
+def from_event(event: EventEntry | None) -> list[dict[str, Any]]:
     """What one commit shows: the call, webhook, timer or correction behind it, the transition
     (every commit is one, its state changed or not), the operations it moved."""
-    base: dict[str, Any] = {"at": event.get("at", "")}
-    if event.get("traceId"):
-        base["traceId"] = event["traceId"]
-    cause = event.get("cause") or ("command" if event.get("commandId") else None)
+    if event is None:  # an entry this release cannot read
+        return [{"at": "", "kind": "unreadable"}]
+    base: dict[str, Any] = {"at": event.at}
+    if event.trace_id:
+        base["traceId"] = event.trace_id
+    cause = event.cause or (Cause.COMMAND if event.command_id else None)
     shown: list[dict[str, Any]] = []
-    if cause in ("command", "provider", "create") and event.get("method"):
-        command = {**base, "kind": "command", "method": event["method"], "outcome": "applied"}
-        if event.get("commandId"):
-            command["commandId"] = event["commandId"]
+    if cause in CALLS and event.method:
+        command = {**base, "kind": "command", "method": event.method, "outcome": "applied"}
+        if event.command_id:
+            command["commandId"] = event.command_id
         shown.append(command)
-    elif cause == "webhook" and isinstance(event.get("webhook"), dict):
-        hook = event["webhook"]
+    elif cause == Cause.WEBHOOK and event.webhook is not None:
+        hook = event.webhook
         shown.append(
-            {**base, "kind": "webhook", "event": hook.get("event"), "id": hook.get("id"),
-             "verdict": "applied"}
-        )  # fmt: skip
-    elif cause == "timer" and event.get("timer"):
-        shown.append({**base, "kind": "timer", "timer": event["timer"], "result": "fired"})
-    elif cause == "reconciler" and isinstance(event.get("correction"), dict):
-        shown.append({**base, "kind": "reconciler", "correction": event["correction"]})
+            {**base, "kind": "webhook", "event": hook.event, "id": hook.id, "verdict": "applied"}
+        )
+    elif cause == Cause.TIMER and event.timer:
+        shown.append({**base, "kind": "timer", "timer": event.timer, "result": "fired"})
+    elif cause == Cause.RECONCILER and event.correction is not None:
+        shown.append({**base, "kind": "reconciler", "correction": event.correction})
     transition = {
         **base,
         "kind": "transition",
-        "from": event.get("from"),
-        "to": event.get("to"),
-        "epoch": event.get("epoch"),
-        "version": event.get("version"),
+        "from": event.from_,
+        "to": event.to,
+        "epoch": event.epoch,
+        "version": event.version,
         "cause": cause,
     }
-    if cause == "effect" and event.get("effect"):
-        transition["effect"] = event["effect"]
+    if cause == Cause.EFFECT and event.effect:
+        transition["effect"] = event.effect
     shown.append(transition)
-    shown.extend({**base, "kind": "operation", **moved} for moved in event.get("operations") or ())
+    shown.extend(
+        {**base, "kind": "operation", **msgspec.to_builtins(moved)} for moved in event.operations
+    )
     return shown
 
 
-_ENTRY: Final = msgspec.json.Decoder(dict[str, Any])
-# what a timeline entry of the recorder or the runner may hold (anything else is dropped)
-_KEPT: Final = frozenset(
-    {"at", "kind", "traceId", "method", "commandId", "outcome", "code", "event", "id", "verdict",
-     "effect", "attempt", "result", "durationMs", "error", "timer"}
-)  # fmt: skip
+def _event(raw: bytes) -> EventEntry | None:
+    try:
+        return EVENT_DECODER.decode(raw)
+    except msgspec.DecodeError:
+        return None
 
 
 def _decoded(raw: bytes) -> dict[str, Any]:
+    """A timeline stream entry as the page shows it: its members (`TimelineEntry`), nothing
+    else it may hold."""
     try:
-        return _ENTRY.decode(raw)
-    except msgspec.DecodeError:
+        shown: dict[str, Any] = msgspec.to_builtins(TIMELINE_DECODER.decode(raw))
+    except (msgspec.DecodeError, msgspec.ValidationError):
         return {"at": "", "kind": "unreadable"}
-
-
-def _clean(entry: dict[str, Any] | None) -> dict[str, Any]:
-    return {key: value for key, value in (entry or {}).items() if key in _KEPT}
+    return shown
 
 
 def _at(entry: dict[str, Any]) -> str:

@@ -20,12 +20,13 @@ from realtime.a2a import provider as p
 from realtime.a2a import types as wire
 from realtime.auth import ProviderGrant
 from realtime.engine.core import AnyEvent
-from realtime.engine.entries import Cause, Command, Note, params_digest
+from realtime.engine.entries import Command, Note, params_digest
 from realtime.engine.outcomes import Decided
 from realtime.errors import CommandConflict, invalid_params
-from realtime.methods.commands import applied, run_command
+from realtime.methods.commands import applied, execute, run_command
 from realtime.methods.context import Services
 from realtime.methods.operations import operation_result
+from realtime.store.records import Cause
 from state_machines import Requirement, provider
 
 _TITLES: Final = {
@@ -91,8 +92,11 @@ async def report_agent_state(
     services: Services, grant: ProviderGrant, params: p.ReportAgentStateParams
 ) -> Any:
     event = provider.ReportAgentState(params.session_epoch, grant.epoch, params.state)
-    outcome = await services.engine.execute(
-        params.session_id, event, note=Note(Cause.PROVIDER, method="aim.provider.ReportAgentState")
+    outcome = await execute(
+        services,
+        params.session_id,
+        event,
+        note=Note(Cause.PROVIDER, method="aim.provider.ReportAgentState"),
     )
     session = applied(outcome).session
     return {
@@ -168,7 +172,7 @@ async def append_transcript(
         params.session_epoch, grant.epoch, params.item_id, params.role, params.text
     )
     note = Note(Cause.PROVIDER, method="aim.provider.AppendTranscript")
-    applied(await services.engine.execute(params.session_id, event, note=note))
+    applied(await execute(services, params.session_id, event, note=note))
     return {"itemId": params.item_id}
 
 

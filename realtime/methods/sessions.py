@@ -13,8 +13,8 @@ from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
 from realtime.a2a.projection import task_metadata
-from realtime.engine.entries import Cause, Note
-from realtime.engine.outcomes import Decided, Missing, Refused
+from realtime.engine.entries import Note
+from realtime.engine.outcomes import Decided, Denied, Missing
 from realtime.errors import (
     CommandConflict,
     CommandNotFound,
@@ -29,13 +29,14 @@ from realtime.methods import tasks
 from realtime.methods.commands import (
     applied,
     error_of,
+    execute,
     load_own,
     run_client_command,
     stored_result,
 )
 from realtime.methods.context import Call, Services
 from realtime.store import keys
-from realtime.store.records import SessionRecord, TaskRecord
+from realtime.store.records import Cause, SessionRecord, TaskRecord
 from state_machines import Capabilities, Session
 from state_machines import session as machine
 
@@ -213,7 +214,7 @@ async def _provision(
     """Start provisioning now; when the caller waits, until ready/failed (at most 5 s: the
     worker's retries may land within it). Still provisioning after failures → -31012, and
     provisioning goes on in the background."""
-    services.background(services.runner.run(session_id))
+    services.runner.start(session_id)
     if not wait:
         return None
     deadline = services.clock() + PROVISIONING_WAIT_S
@@ -366,12 +367,16 @@ async def cancel_realtime_task(
     """CancelTask of a realtime task ends its session (endReason `canceled`)."""
     metadata = record.task.metadata
     session_id = metadata[wire.REALTIME_EXTENSION]["sessionId"] if metadata else ""
-    outcome = await services.engine.execute(
-        session_id, machine.Cancel(), owner=owner, note=Note(Cause.COMMAND, method="CancelTask")
+    outcome = await execute(
+        services,
+        session_id,
+        machine.Cancel(),
+        owner=owner,
+        note=Note(Cause.COMMAND, method="CancelTask"),
     )
     if isinstance(outcome, Missing):
         raise TaskNotFound(record.task.id)
-    if isinstance(outcome, Refused) and isinstance(error_of(outcome), InvalidState):
+    if isinstance(outcome, Denied) and isinstance(error_of(outcome), InvalidState):
         raise TaskNotCancelable(
             f"Task {record.task.id} can no longer be canceled: its session is ending or over.",
             details={"taskId": record.task.id, "state": record.task.status.state},

@@ -24,7 +24,7 @@ from realtime.methods import messages, tasks
 from realtime.methods.context import Call, Services
 from realtime.store import keys
 from realtime.store.events import Entry, Snapshot, is_entry_id
-from realtime.store.records import TaskRecord
+from realtime.store.records import EVENT_DECODER, EventEntry, TaskRecord
 
 Frame = tuple[str | None, dict[str, Any]]
 
@@ -34,19 +34,6 @@ START: Final = "0-0"
 # a resumed stream first reads what it missed in pages, at the client's own pace, and joins the
 # hub (whose per-subscriber buffers are sized for what is new) only once it has caught up
 CATCH_UP_PAGE: Final = 100
-
-
-class Event(msgspec.Struct, frozen=True, rename="camel"):
-    """One entry of a session's event stream, as the engine writes it (`core._event`)."""
-
-    to: str
-    epoch: int
-    task_version: int
-    status: dict[str, Any]
-    from_: str | None = msgspec.field(default=None, name="from")
-
-
-_EVENT: Final = msgspec.json.Decoder(Event)
 
 
 class TaskStream:
@@ -76,7 +63,7 @@ class TaskStream:
         while True:
             page = await events.after(stream, after, count=CATCH_UP_PAGE)
             for entry_id, raw in page:
-                event = _EVENT.decode(raw)
+                event = EVENT_DECODER.decode(raw)
                 yield entry_id, status_update(self.task, event)
                 if event.status.get("state") in wire.TERMINAL_STATES:
                     return
@@ -93,7 +80,7 @@ class TaskStream:
                     yield None
                     continue
                 for entry_id, raw in entries:
-                    event = _EVENT.decode(raw)
+                    event = EVENT_DECODER.decode(raw)
                     yield entry_id, status_update(self.task, event)
                     if event.status.get("state") in wire.TERMINAL_STATES:
                         return
@@ -103,12 +90,12 @@ class TaskStream:
             hub.unsubscribe(subscription)
 
 
-def event_metadata(session_id: str, event: Event) -> dict[str, Any]:
+def event_metadata(session_id: str, event: EventEntry) -> dict[str, Any]:
     """The task's metadata as it was when `event` was committed."""
     return realtime_metadata(session_id, event.epoch, event.to, event.task_version)
 
 
-def status_update(task: wire.Task, event: Event) -> dict[str, Any]:
+def status_update(task: wire.Task, event: EventEntry) -> dict[str, Any]:
     return {
         "statusUpdate": {
             "taskId": task.id,
@@ -129,7 +116,7 @@ def task_frame(task: wire.Task, *, trimmed: bool = False) -> dict[str, Any]:
 
 def task_at(task: wire.Task, entry: Entry) -> wire.Task:
     """The task as it was when `entry` was committed (status and session metadata)."""
-    event = _EVENT.decode(entry[1])
+    event = EVENT_DECODER.decode(entry[1])
     status = msgspec.convert(event.status, wire.TaskStatus)
     return msgspec.structs.replace(
         task, status=status, metadata=event_metadata(keys.tag_for_task(task.id), event)
@@ -156,7 +143,7 @@ def _trimmed(snapshot: Snapshot, last: str) -> bool:
     oldest = snapshot.oldest
     if oldest is None or parse_id(last) >= parse_id(oldest[0]):
         return False
-    return _EVENT.decode(oldest[1]).from_ is not None
+    return EVENT_DECODER.decode(oldest[1]).from_ is not None
 
 
 async def _resume(
@@ -181,7 +168,8 @@ async def _resume(
             return None
         stream = keys.events_key(keys.tag_for_task(task.id))
         seen = await services.event_store.entry(stream, last)
-        if seen is not None and _EVENT.decode(seen[1]).status.get("state") in wire.TERMINAL_STATES:
+        state = EVENT_DECODER.decode(seen[1]).status.get("state") if seen is not None else None
+        if state in wire.TERMINAL_STATES:
             return None  # e.g. the `ended` entry after `ending`: the task was over already
     return TaskStream(services, task, [], follow_after=last)
 
@@ -249,7 +237,7 @@ async def send_streaming_message(services: Services, call: Call[p.SendParams]) -
             raise _over(task)
         return resumed
     oldest_id, oldest_event = snapshot.oldest
-    if _EVENT.decode(oldest_event).from_ is None:  # the creation event is still there
+    if EVENT_DECODER.decode(oldest_event).from_ is None:  # the creation event is still there
         first = task_at(task, snapshot.oldest)
         return TaskStream(services, task, [(oldest_id, task_frame(first))], follow_after=oldest_id)
     newest = snapshot.newest or START

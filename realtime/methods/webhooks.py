@@ -8,15 +8,19 @@ recorded and ignored. Only a failure to record (Redis down) answers 503, so Live
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Final
 
 import msgspec
 
-from realtime.engine.entries import Cause, Command, Note, params_digest
-from realtime.engine.outcomes import Applied, Contended, Missing, Refused, Replayed
+from realtime.engine.entries import Command, Note, params_digest
+from realtime.engine.outcomes import Applied, Contended, Denied, Missing, Replayed
 from realtime.errors import Unavailable
-from realtime.livekit_adapter.webhooks import Notice
+from realtime.livekit_adapter.webhooks import Notice, WebhookRejected
+from realtime.livekit_adapter.webhooks import verify as verify_webhook
+from realtime.methods.commands import execute
 from realtime.methods.context import Services
+from realtime.store.records import Cause
 from realtime.store.timeline import WebhookVerdict
 from state_machines import ParticipantJoined, ParticipantLeft, RoomLost, SessionEvent
 from state_machines.interactions import InteractionEvent, TrackChanged
@@ -50,8 +54,46 @@ def session_event(notice: Notice, room_epoch: int) -> SessionEvent | Interaction
     return None
 
 
-async def handle(services: Services, notice: Notice) -> str:
-    """Apply one verified webhook; the outcome label (applied | duplicate | ignored).
+@dataclass(frozen=True, slots=True)
+class WebhookAnswer:
+    """The answer to one delivery: its HTTP status, verdict and body, and what the span names
+    (the event, the session its room belongs to)."""
+
+    status: int
+    verdict: WebhookVerdict
+    body: bytes
+    event: str | None = None
+    session_id: str | None = None
+
+
+async def handle(services: Services, body: bytes, authorization: str) -> WebhookAnswer:
+    """Verify one delivery and apply it: 401 unless its signature verifies, 503 when it
+    cannot be recorded (LiveKit retries), else 200 with its verdict."""
+    try:
+        notice = verify_webhook(services.settings, body, authorization)
+    except WebhookRejected as exc:
+        error = _ENCODER.encode({"error": f"webhook not accepted: {exc}"})
+        return WebhookAnswer(401, WebhookVerdict.REJECTED, error)
+    named = parse_room_name(notice.room)  # None: not a room of this service
+    session_id = named[0] if named is not None else None
+    try:
+        verdict = await _apply(services, notice, named)
+    except Unavailable:
+        return WebhookAnswer(
+            503,
+            WebhookVerdict.UNAVAILABLE,
+            b'{"error":"state store unavailable"}',
+            notice.event,
+            session_id,
+        )
+    status = _ENCODER.encode({"status": verdict})
+    return WebhookAnswer(200, verdict, status, notice.event, session_id)
+
+
+async def _apply(
+    services: Services, notice: Notice, named: tuple[str, int] | None
+) -> WebhookVerdict:
+    """Apply one verified webhook; its verdict (applied | duplicate | ignored).
 
     The event id is recorded in the same atomic commit as the transition it causes (as the
     commandId of a server command), so a duplicate is recognised exactly when its first
@@ -60,13 +102,12 @@ async def handle(services: Services, notice: Notice) -> str:
     in its commit's event entry, the others (duplicate, fenced: for a room the session has left,
     ignored) through the recorder.
     """
-    named = parse_room_name(notice.room)
     if named is None:
-        return "ignored"  # not a room of this service
+        return WebhookVerdict.IGNORED  # not a room of this service
     session_id, room_epoch = named
     event = session_event(notice, room_epoch)
     if event is None:
-        return "ignored"  # not one sessions follow (nor one their timeline shows)
+        return WebhookVerdict.IGNORED  # not one sessions follow (nor one their timeline shows)
     command = (
         Command(
             WEBHOOK_METHOD,
@@ -79,7 +120,8 @@ async def handle(services: Services, notice: Notice) -> str:
         if notice.event_id
         else None
     )
-    outcome = await services.engine.execute(
+    outcome = await execute(
+        services,
         session_id,
         event,
         command=command,
@@ -89,27 +131,27 @@ async def handle(services: Services, notice: Notice) -> str:
     match outcome:
         case Applied(changed=changed):
             if not changed:  # no commit, so no event entry says so
-                _note(services, session_id, notice, "applied")
-            return "applied"
+                _note(services, session_id, notice, WebhookVerdict.APPLIED)
+            return WebhookVerdict.APPLIED
         case Replayed():
-            _note(services, session_id, notice, "duplicate")
-            return "duplicate"
+            _note(services, session_id, notice, WebhookVerdict.DUPLICATE)
+            return WebhookVerdict.DUPLICATE
         case Contended():
             raise Unavailable(
                 "The session is changing too fast to record this webhook.", service="redis"
             )
         case _:  # refused, for a session that is not there, or an event id seen for another event
-            if isinstance(outcome, Refused) and outcome.session.room != notice.room:
-                _note(services, session_id, notice, "fenced")
+            if isinstance(outcome, Denied) and outcome.session.room != notice.room:
+                _note(services, session_id, notice, WebhookVerdict.FENCED)
             elif not isinstance(outcome, Missing):
-                _note(services, session_id, notice, "ignored")
+                _note(services, session_id, notice, WebhookVerdict.IGNORED)
             log.info(
                 "webhook %s for session %s ignored: %s",
                 notice.event,
                 session_id,
                 type(outcome).__name__.lower(),
             )
-            return "ignored"
+            return WebhookVerdict.IGNORED
 
 
 def _note(services: Services, session_id: str, notice: Notice, verdict: WebhookVerdict) -> None:

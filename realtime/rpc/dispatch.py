@@ -1,4 +1,5 @@
-"""One JSON-RPC call from bytes to bytes (or to a stream of SSE events).
+"""One JSON-RPC call from bytes to bytes (or to a stream of SSE events), for every A2A
+generation: the generation's `Codec` (`rpc/codec`) maps names and shapes, the pipeline is one.
 
 Order of checks: size → JSON → envelope → A2A-Version → method → authentication → scope →
 extension (aim.realtime.*) → rate limit → params → handler. Protocol errors that do not depend
@@ -8,8 +9,10 @@ handler right after the rate limit, its params unread. Streaming
 methods run the same checks and their handler's own checks before the first event, so every
 error they can raise is answered as plain JSON-RPC JSON.
 
-A2A 0.3 method names without an A2A-Version header (or with `0.3`) go through `a2a/v03`: their
-params are translated to 1.0, the same handler runs, and the result goes back in 0.3 shapes.
+On /a2a a request without A2A-Version (or with `0.3`) is an A2A 0.3 request: its 0.3 method
+names go through `a2a/v03` (params translated to 1.0, the same handler, results back in 0.3
+shapes) and any other name is -32601 in the 0.3 form, except a 1.0 method name, which is -32009
+saying to send `A2A-Version: 1.0` (a 1.0 client that left the header out).
 """
 
 from __future__ import annotations
@@ -20,8 +23,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
-
-import msgspec
 
 from realtime.a2a import v01, v03
 from realtime.a2a.params import Params, decode_params
@@ -38,9 +39,16 @@ from realtime.errors import (
 )
 from realtime.methods.context import Call, Services
 from realtime.methods.streaming import TaskStream
-from realtime.rpc.envelope import Envelope, RequestId, decode_envelope
+from realtime.rpc.codec import V03, V10, Codec
+from realtime.rpc.envelope import (
+    Envelope,
+    RequestId,
+    decode_envelope,
+    error_response,
+    result_response,
+)
 from realtime.rpc.errors import code_of, error_object, row
-from realtime.rpc.registry import EXTENSIONS, METHODS, OFFERED, SUPPORTED_VERSIONS
+from realtime.rpc.registry import EXTENSIONS, METHODS, SUPPORTED_VERSIONS
 from realtime.telemetry import ATTR_PRINCIPAL, RpcSpan, Telemetry
 
 log = logging.getLogger(__name__)
@@ -48,10 +56,7 @@ log = logging.getLogger(__name__)
 # token, the params or the request id (the caller chooses it)
 access_log = logging.getLogger("realtime.access")
 
-_ENCODER: Final = msgspec.json.Encoder()
 VERSION_HEADER: Final = "a2a-version"
-EXTENSIONS_HEADER: Final = "a2a-extensions"
-EXTENSIONS_HEADER_V03: Final = "x-a2a-extensions"
 LAST_EVENT_ID_HEADER: Final = "last-event-id"
 
 
@@ -75,18 +80,13 @@ class Reply:
 class Served:
     """What the call turned out to be, as far as the reply's shape depends on it."""
 
+    codec: Codec
     request_id: RequestId | None = None
     headers: dict[str, str] = field(default_factory=dict)
-    v03: bool = False
 
 
-def error_body(
-    error: ServiceError, request_id: RequestId | None, *, v03_shape: bool = False
-) -> bytes:
-    body = error_object(error)
-    if v03_shape:
-        body = v03.error(body)
-    return _ENCODER.encode({"jsonrpc": "2.0", "id": request_id, "error": body})
+def error_body(error: ServiceError, request_id: RequestId | None, codec: Codec = V10) -> bytes:
+    return error_response(request_id, codec.error(error_object(error)))
 
 
 def error_reply(error: ServiceError, served: Served) -> Reply:
@@ -97,16 +97,30 @@ def error_reply(error: ServiceError, served: Served) -> Reply:
         headers["WWW-Authenticate"] = error.www_authenticate
     if isinstance(error, LimitExceeded) and error.retry_after is not None:
         headers["Retry-After"] = str(error.retry_after)
-    return Reply(
-        row(error).status, error_body(error, served.request_id, v03_shape=served.v03), headers
-    )
+    return Reply(row(error).status, error_body(error, served.request_id, served.codec), headers)
 
 
-def requested_extensions(headers: Mapping[str, str], *, v03_names: bool = False) -> frozenset[str]:
-    raw = headers.get(EXTENSIONS_HEADER, "")
-    if v03_names:  # 0.3 clients name the header X-A2A-Extensions
-        raw += "," + headers.get(EXTENSIONS_HEADER_V03, "")
-    return frozenset(item.strip() for item in raw.split(",") if item.strip())
+async def events(
+    codec: Codec, stream: TaskStream, request_id: RequestId
+) -> AsyncIterator[SseEvent]:
+    """The stream's frames as JSON-RPC responses in the codec's shapes (a frame's SSE id on
+    the last event made of it); a failure after the first event becomes one more event
+    carrying a JSON-RPC error response (named `codec.error_event`), and ends the stream."""
+    try:
+        async for frame in stream.frames():
+            if frame is None:
+                yield SseEvent(None)
+                continue
+            event_id, value = frame
+            mapped = codec.events(value)
+            for number, event in enumerate(mapped, 1):
+                last = number == len(mapped)
+                yield SseEvent(result_response(request_id, event), event_id if last else None)
+    except ServiceError as exc:
+        yield SseEvent(error_body(exc, request_id, codec), event=codec.error_event)
+    except Exception:
+        log.exception("internal error in an A2A %s SSE stream", codec.version)
+        yield SseEvent(error_body(InternalError(), request_id, codec), event=codec.error_event)
 
 
 def version_supported(value: str) -> bool:
@@ -173,7 +187,7 @@ class Endpoint(abc.ABC):
         self, body: bytes, headers: Mapping[str, str], *, too_large: bool = False
     ) -> Reply:
         started = time.perf_counter()
-        served = Served()
+        served = Served(self.default_codec())
         with self.telemetry.rpc_span(headers) as span:
             try:
                 if too_large:
@@ -207,6 +221,10 @@ class Endpoint(abc.ABC):
         self.services.metrics.rpc_call(span.method, span.code, elapsed)
         return reply
 
+    def default_codec(self) -> Codec:
+        """The codec of an answer given before the request says which generation it is."""
+        return V10
+
     @property
     @abc.abstractmethod
     def path(self) -> str:
@@ -230,7 +248,8 @@ class Endpoint(abc.ABC):
 
 
 class Dispatcher(Endpoint):
-    """Serves `POST /a2a` bodies."""
+    """Serves `POST /a2a` bodies (A2A 1.0 and 0.3), and is the pipeline of every A2A endpoint:
+    a subclass chooses the codec (`choose_codec`)."""
 
     def __init__(
         self,
@@ -244,91 +263,54 @@ class Dispatcher(Endpoint):
 
     path = "/a2a"
 
-    async def _handle(
-        self, body: bytes, headers: Mapping[str, str], span: RpcSpan, served: Served
-    ) -> Reply:
-        envelope = self._envelope(body, span, served)
-        result = await self._call(envelope.method, envelope.params, headers, span, served)
-        if isinstance(result, TaskStream):
-            events = self._events(result, envelope.id, v03_shape=served.v03)
-            return Reply(200, b"", served.headers, stream=events)
-        return Reply(
-            200,
-            _ENCODER.encode({"jsonrpc": "2.0", "id": envelope.id, "result": result}),
-            served.headers,
-        )
-
-    async def _events(
-        self, stream: TaskStream, request_id: RequestId, *, v03_shape: bool
-    ) -> AsyncIterator[SseEvent]:
-        """The stream's frames as JSON-RPC responses; a failure after the first event becomes
-        an `event: error` carrying a JSON-RPC error response, and ends the stream."""
-        try:
-            async for frame in stream.frames():
-                if frame is None:
-                    yield SseEvent(None)
-                    continue
-                event_id, result = frame
-                if v03_shape:
-                    result = v03.stream_result(result)
-                body = {"jsonrpc": "2.0", "id": request_id, "result": result}
-                yield SseEvent(_ENCODER.encode(body), event_id)
-        except ServiceError as exc:
-            yield SseEvent(error_body(exc, request_id, v03_shape=v03_shape), event="error")
-        except Exception:
-            log.exception("internal error in an SSE stream")
-            error = InternalError()
-            yield SseEvent(error_body(error, request_id, v03_shape=v03_shape), event="error")
-
-    async def _call(
-        self,
-        method: str,
-        raw_params: msgspec.Raw,
-        headers: Mapping[str, str],
-        span: RpcSpan,
-        served: Served,
-    ) -> Any:
+    def choose_codec(self, method: str, headers: Mapping[str, str], span: RpcSpan) -> Codec:
+        """0.3 or 1.0, by A2A-Version and method name (A2A §3.6: no header means 0.3)."""
         if method in v01.ONLY_V01:  # A2A 0.1 has an endpoint of its own
             span.set_unknown_method(method)
             base = self.services.settings.public_base_url
             raise MethodNotFound(v01.moved(method, base), details={"method": method})
         version = headers.get(VERSION_HEADER, "")
-        target = method
-        if method in v03.METHODS and v03.is_v03(version):
-            served.v03 = True
-            target = v03.METHODS[method]
-        elif not version_supported(version):
-            hint = (
-                f" {method} is an A2A 1.0 method."
-                if method in METHODS and v03.is_v03(version)
-                else ""
-            )
+        if v03.is_v03(version) and method not in METHODS:
+            return V03
+        if not version_supported(version):
+            hint = f" {method} is an A2A 1.0 method." if v03.is_v03(version) else ""
             raise VersionNotSupported(
                 f"A2A-Version {version.strip() or '(missing)'} is not supported for this "
                 f"request;{hint} send the header A2A-Version: {SUPPORTED_VERSIONS[-1]}.",
                 details={"supportedVersions": SUPPORTED_VERSIONS, "requestedVersion": version},
             )
-        elif method in v03.METHODS:
-            raise MethodNotFound(
-                f"{method} is an A2A 0.3 method; with A2A-Version {version.strip()} call "
-                f"{v03.METHODS[method]}, or send it without A2A-Version for the 0.3 shapes.",
-                details={"method": method},
-            )
-        spec = METHODS.get(target)
-        if spec is None:
+        return V10
+
+    async def _handle(
+        self, body: bytes, headers: Mapping[str, str], span: RpcSpan, served: Served
+    ) -> Reply:
+        envelope = self._envelope(body, span, served)
+        served.codec = codec = self.choose_codec(envelope.method, headers, span)
+        result = await self._call(codec, envelope, headers, span, served)
+        if isinstance(result, TaskStream):
+            return Reply(200, b"", served.headers, stream=events(codec, result, envelope.id))
+        return Reply(200, result_response(envelope.id, result), served.headers)
+
+    async def _call(
+        self,
+        codec: Codec,
+        envelope: Envelope,
+        headers: Mapping[str, str],
+        span: RpcSpan,
+        served: Served,
+    ) -> Any:
+        method = envelope.method
+        resolved = codec.resolve(method)
+        if resolved is None:
             span.set_unknown_method(method)
-            raise MethodNotFound(
-                f"Method {method!r} does not exist. Methods: {', '.join(OFFERED)}.",
-                details={"method": method},
-            )
+            raise codec.unknown(method)
+        target, spec = resolved
         span.set_method(method)
         principal = await self._authorize(headers, spec.scope)
         span.set_attribute(ATTR_PRINCIPAL, principal.key)
-        active = requested_extensions(headers, v03_names=served.v03) & EXTENSIONS
-        if active:
-            served.headers["A2A-Extensions"] = ", ".join(sorted(active))
-            if served.v03:
-                served.headers["X-A2A-Extensions"] = served.headers["A2A-Extensions"]
+        active = codec.extensions(headers) & EXTENSIONS
+        if active and codec.echo_before_params:
+            served.headers.update(codec.echo(active))
         if spec.realtime and not active:
             raise ExtensionSupportRequired(
                 f"{method} belongs to the extension urn:aim:a2a:realtime:v1: list it in the "
@@ -339,10 +321,10 @@ class Dispatcher(Endpoint):
         if not spec.reads_params:  # defined by A2A, not offered here: refused, params unread
             refused = Call(method=target, principal=principal, params=Params(), extensions=active)
             return await spec.handler(self.services, refused)
-        raw = bytes(raw_params)
-        if served.v03:
-            raw = v03.to_v10_params(method, raw)
-        params = decode_params(target, raw)
+        params = decode_params(target, codec.params(method, bytes(envelope.params)))
+        active |= codec.implied_extensions(params)
+        if active:
+            served.headers.update(codec.echo(active))
         call = Call(
             method=target,
             principal=principal,
@@ -350,10 +332,8 @@ class Dispatcher(Endpoint):
             extensions=active,
             last_event_id=headers.get(LAST_EVENT_ID_HEADER) if spec.streaming else None,
         )
-        result = await spec.handler(self.services, call)
-        if served.v03 and not spec.streaming:
-            return v03.result(target, msgspec.to_builtins(result))
-        return result
+        result = await codec.invoke(self.services, spec.handler, call)
+        return result if spec.streaming else codec.result(target, result)
 
     async def _authorize(self, headers: Mapping[str, str], scope: str) -> Principal:
         principal = await self.authenticator.authenticate(headers.get("authorization"))

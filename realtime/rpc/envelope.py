@@ -1,11 +1,13 @@
-"""JSON-RPC 2.0 envelope: decoded once, `params` kept raw for the method's own decoder."""
+"""JSON-RPC 2.0 envelope: decoded once, `params` kept raw for the method's own decoder; the
+response objects written in one place (`result_response`, `error_response`)."""
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from itertools import accumulate
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -18,6 +20,7 @@ _OBJECT: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ID: Final = msgspec.json.Decoder(RequestId)
 _STR: Final = msgspec.json.Decoder(str)
 _FLOAT: Final = msgspec.json.Decoder(float)
+_ENCODER: Final = msgspec.json.Encoder()
 
 MAX_DEPTH: Final = 64  # profile §16: arrays and objects, the outermost one included
 # a JSON string, escapes included; possessive, so a long string costs one linear pass
@@ -30,6 +33,16 @@ class Envelope(msgspec.Struct, frozen=True):
     id: RequestId
     method: str
     params: msgspec.Raw
+
+
+def result_response(request_id: RequestId | None, result: Any) -> bytes:
+    """The JSON-RPC response carrying `result` (a msgspec Struct or builtins)."""
+    return _ENCODER.encode({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def error_response(request_id: RequestId | None, error: Mapping[str, Any]) -> bytes:
+    """The JSON-RPC response carrying the error object `error` (`{code, message, data}`)."""
+    return _ENCODER.encode({"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
 def body_error(body: bytes) -> BadRequest | None:

@@ -8,18 +8,14 @@ other session id is refused with 403 whether or not that session exists.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
-
-import msgspec
 
 from realtime.a2a.provider import decode_provider_params
 from realtime.auth import ProviderGrant, verify_provider_token
 from realtime.errors import AuthError, MethodNotFound
 from realtime.methods.provider import PROVIDER_METHODS
 from realtime.rpc.dispatch import Endpoint, Reply, Served
+from realtime.rpc.envelope import result_response
 from realtime.telemetry import ATTR_PRINCIPAL, ATTR_SESSION_ID, RpcSpan
-
-_ENCODER: Final = msgspec.json.Encoder()
 
 
 class ProviderDispatcher(Endpoint):
@@ -53,7 +49,7 @@ class ProviderDispatcher(Endpoint):
         span.set_attribute(ATTR_SESSION_ID, grant.session_id)
         self.limiter.charge(f"provider:{grant.session_id}", "provider calls for this session")
         result = await handler(self.services, grant, params)
-        return Reply(200, _ENCODER.encode({"jsonrpc": "2.0", "id": envelope.id, "result": result}))
+        return Reply(200, result_response(envelope.id, result))
 
     def _authorize(self, headers: Mapping[str, str]) -> ProviderGrant:
         settings = self.services.settings

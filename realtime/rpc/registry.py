@@ -2,7 +2,8 @@
 handler, and whether the realtime extension must be active. The A2A methods this agent does not
 offer are in it too, with their scopes (A2A §7: every method is authenticated and authorized)
 and a handler that answers A2A's error for each (`methods/unoffered`); older A2A versions' names
-map onto these names in their adapter's table (`a2a/v03.METHODS`)."""
+map onto these names in their codec (`rpc/codec`, `rpc/v01`, over `a2a/v03.METHODS` and
+`a2a/v01.METHODS`)."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ them, and a process that meets a newer layout than it knows refuses to write it 
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Final
 
 import msgspec
@@ -97,3 +98,62 @@ SESSION_ENCODER: Final = msgspec.json.Encoder()
 SESSION_DECODER: Final = msgspec.json.Decoder(SessionRecord)
 OUTCOME_DECODER: Final = msgspec.json.Decoder(CommandOutcome)
 EFFECT_DECODER: Final = msgspec.json.Decoder(PendingEffect)
+
+
+# --- the event stream (`aim:{<sessionId>}:events`): one entry per commit --------------------------
+
+
+class Cause(StrEnum):
+    """What made a change (an event entry's `cause`, shown by the operations timeline; profile
+    §17)."""
+
+    CREATE = "create"  # the SendMessage that created the session
+    COMMAND = "command"  # a client's call: a command with its commandId, or CancelTask
+    PROVIDER = "provider"  # the agent's call on /provider
+    WEBHOOK = "webhook"  # a LiveKit webhook
+    TIMER = "timer"  # a durable timer that fired
+    EFFECT = "effect"  # what a LiveKit call's completion feeds back (room ready, room deleted)
+    RECONCILER = "reconciler"  # a correction of drift between LiveKit and the sessions
+
+
+class WebhookRef(msgspec.Struct, frozen=True):
+    """The LiveKit webhook behind a commit: its event name and id."""
+
+    event: str
+    id: str | None = None
+
+
+class OperationMoved(msgspec.Struct, frozen=True, rename="camel"):
+    """An operation a commit created or moved (ids, kinds and states: never its action)."""
+
+    operation_id: str
+    state: str
+    operation_kind: str
+
+
+class EventEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    """One entry of a session's event stream, written by the commit (`engine/entries.py`) and
+    read by the same type: a subscriber renders the statusUpdate of any past event from it
+    (`status` is the task's status as committed), and the operations timeline shows its cause,
+    the call or webhook behind it, the operations it moved and the request's trace id."""
+
+    from_: str | None = msgspec.field(name="from")  # None: the session was created
+    to: str
+    epoch: int
+    version: int
+    task_version: int
+    at: str
+    status: dict[str, Any]
+    command_id: str | None = None
+    method: str | None = None
+    cause: Cause | None = None
+    webhook: WebhookRef | None = None
+    timer: str | None = None
+    effect: str | None = None
+    correction: dict[str, str] | None = None
+    operations: tuple[OperationMoved, ...] = ()
+    trace_id: str | None = None
+
+
+EVENT_ENCODER: Final = msgspec.json.Encoder()
+EVENT_DECODER: Final = msgspec.json.Decoder(EventEntry)

@@ -7,9 +7,11 @@ written idempotently next to a commit, never inside it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, cast
 
 from realtime.store import keys
+from realtime.store.indexes import due_entries, listings
 from realtime.store.records import (
     EFFECT_DECODER,
     OUTCOME_DECODER,
@@ -23,6 +25,7 @@ from realtime.store.records import (
     TaskRecord,
 )
 from realtime.store.redis_client import RedisClient, text, translated_errors
+from realtime.telemetry import Telemetry
 
 # what the commit and remember scripts answer (`lua/commit.lua`, `lua/remember.lua`)
 CommitStatus = Literal["ok", "replay", "conflict"]
@@ -50,6 +53,31 @@ class Committed(NamedTuple):
     outcome: CommandOutcome | None
 
 
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Everything one commit writes (`engine/entries.py` computes it): the snapshot at
+    `expected_version + 1`, the task, a command's id and stored outcome, the event entries, the
+    outbox entries with the time their retry is due, the timers it arms, and `traceparent`,
+    the span of the committing call (the armed timers name it)."""
+
+    session_id: str
+    expected_version: int
+    record: SessionRecord
+    task: TaskRecord
+    events: Sequence[bytes]
+    ttl_s: int
+    now_ms: int
+    command_id: str | None = None
+    outcome: bytes = b""
+    effects: Sequence[tuple[str, PendingEffect]] = ()
+    due_ms: int = 0
+    timers: Mapping[str, int] | None = None
+    traceparent: str | None = None
+    # False: a command that applied without a change; only its outcome is stored (no version
+    # bump, no event), so a retry replays it
+    changes: bool = True
+
+
 class Claimed(NamedTuple):
     """What a create claim did; `earlier` is what the earlier claim stored (`message`: its
     taskId, `client`: "taskId digest")."""
@@ -58,15 +86,11 @@ class Claimed(NamedTuple):
     earlier: str | None
 
 
-def _score_pairs(members: Mapping[str, int]) -> list[Any]:
-    """ZADD's arguments for `members` (member → score): score, member, score, member …"""
-    return [item for member, score in members.items() for item in (score, member)]
-
-
 class SessionStore:
     """Session snapshots, command outcomes, events and the outbox (one slot per session)."""
 
-    def __init__(self, redis: RedisClient) -> None:
+    def __init__(self, redis: RedisClient, telemetry: Telemetry | None = None) -> None:
+        self._telemetry = telemetry or Telemetry(None)  # a client span per commit script
         self._store = redis
         self._client = redis.client
         self._cluster = redis.cluster
@@ -106,17 +130,6 @@ class SessionStore:
         async with translated_errors():
             raw = await self._client.hget(keys.commands_key(session_id), command_id)
         return None if raw is None else OUTCOME_DECODER.decode(raw)
-
-    async def remember(
-        self, session_id: str, *, expected_version: int, command_id: str, outcome: bytes, ttl_s: int
-    ) -> Committed:
-        """Store the outcome of a command that changed nothing (no version bump, no event)."""
-        async with translated_errors():
-            reply = await self._remember(
-                keys=[keys.session_key(session_id), keys.commands_key(session_id)],
-                args=[command_id, expected_version, outcome, ttl_s],
-            )
-        return _committed(reply)
 
     async def claim_create(
         self,
@@ -162,50 +175,52 @@ class SessionStore:
             async with translated_errors():
                 await self._client.zrem(keys.owner_live_sessions_key(owner), *session_ids)
 
-    async def commit(
-        self,
-        session_id: str,
-        *,
-        expected_version: int,
-        record: SessionRecord,
-        task: TaskRecord,
-        command_id: str | None,
-        outcome: bytes,
-        events: Sequence[bytes],
-        effects: Sequence[tuple[str, PendingEffect]],
-        ttl_s: int,
-        due_ms: int,
-        timers: Mapping[str, int] | None = None,
-        now_ms: int = 0,
-        cause: str | None = None,
-    ) -> Committed:
+    async def commit(self, commit: Commit) -> Committed:
         """One atomic script on the session's slot; the cross-slot indexes (due effects and
-        timers, the owner's tasks, every session by its last commit at `now_ms`) ride along in
-        the same round trip, written idempotently: an index entry whose commit lost its version
-        race is harmless (an empty outbox is dropped, a stale timer refused, a session listed
-        by the time it was last touched). `cause` names the committing span for the timers it
-        arms."""
-        record.check_writable()
+        timers, the owner's tasks, every session by its last commit) ride along in the same
+        round trip, written idempotently: an index entry whose commit lost its version race is
+        harmless (an empty outbox is dropped, a stale timer refused, a session listed by the
+        time it was last touched)."""
+        c = commit
+        if not c.changes:  # a command that applied as a no-op: its outcome alone, one script
+            with self._telemetry.redis_span("remember", c.session_id):
+                async with translated_errors():
+                    reply = await self._remember(
+                        keys=[keys.session_key(c.session_id), keys.commands_key(c.session_id)],
+                        args=[c.command_id, c.expected_version, c.outcome, c.ttl_s],
+                    )
+            return _committed(reply)
+        c.record.check_writable()
         args: list[Any] = [
-            expected_version,
-            SESSION_ENCODER.encode(record),
-            TASK_ENCODER.encode(task),
-            command_id or "",
-            outcome,
-            ttl_s,
+            c.expected_version,
+            SESSION_ENCODER.encode(c.record),
+            TASK_ENCODER.encode(c.task),
+            c.command_id or "",
+            c.outcome,
+            c.ttl_s,
             keys.EVENTS_MAXLEN,
-            len(events),
-            *events,
+            len(c.events),
+            *c.events,
         ]
-        for effect_id, effect in effects:
+        for effect_id, effect in c.effects:
             args.extend((effect_id, SESSION_ENCODER.encode(effect)))
         script_keys = [
-            keys.session_key(session_id),
-            keys.session_task_key(session_id),
-            keys.commands_key(session_id),
-            keys.events_key(session_id),
-            keys.outbox_key(session_id),
+            keys.session_key(c.session_id),
+            keys.session_task_key(c.session_id),
+            keys.commands_key(c.session_id),
+            keys.events_key(c.session_id),
+            keys.outbox_key(c.session_id),
         ]
+        armed = due_entries(c.session_id, c.effects, c.due_ms, c.timers, c.ttl_s, c.traceparent)
+        owned = ("ZADD", keys.owner_tasks_key(c.record.owner), c.task.status_ms, c.task.task.id)
+        listed = listings(c.record, c.session_id, c.now_ms, c.ttl_s)
+        with self._telemetry.redis_span("commit", c.session_id):
+            return _committed(await self._send(armed, script_keys, args, [owned, *listed]))
+
+    async def _send(
+        self, armed: list[Any], script_keys: list[str], args: list[Any], indexes: list[Any]
+    ) -> Any:
+        """The commit script's reply; the due entries before it, the indexes after it."""
         if self._cluster:
             # redis-py's cluster pipeline refuses scripts: the due entries, the commit, then the
             # owner and operations indexes (idempotent; a later commit refreshes them). The due
@@ -213,26 +228,20 @@ class SessionStore:
             # empty outbox is dropped from the index, a stale timer is refused), while a commit
             # whose indexes were lost could never be found again.
             async with translated_errors():
-                for command in _armed(session_id, effects, due_ms, timers, ttl_s, cause):
+                for command in armed:
                     await self._client.execute_command(*command)
                 reply = await self._commit(keys=script_keys, args=args)
-                await self._client.zadd(
-                    keys.owner_tasks_key(record.owner), {task.task.id: task.status_ms}
-                )
-                for command in _listed(record, session_id, now_ms, ttl_s):
+                for command in indexes:
                     await self._client.execute_command(*command)
-        else:
-            # one round trip: the due entries, the commit, the indexes (all idempotent but the
-            # commit, which a NOSCRIPT answer shows did not run)
-            commands = _armed(session_id, effects, due_ms, timers, ttl_s, cause)
-            commit_at = len(commands)
-            commands.append(("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args))
-            commands.append(
-                ("ZADD", keys.owner_tasks_key(record.owner), task.status_ms, task.task.id)
-            )
-            commands.extend(_listed(record, session_id, now_ms, ttl_s))
-            reply = (await self._store.pipelined(commands))[commit_at]
-        return _committed(reply)
+            return reply
+        # one round trip: the due entries, the commit, the indexes (all idempotent but the
+        # commit, which a NOSCRIPT answer shows did not run)
+        commands = [
+            *armed,
+            ("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args),
+            *indexes,
+        ]
+        return (await self._store.pipelined(commands))[len(armed)]
 
     async def pending(self, session_id: str) -> list[tuple[str, PendingEffect]]:
         """The session's outbox in creation order (effect ids sort by commit)."""
@@ -348,42 +357,6 @@ class SessionStore:
                 keys.outbox_due_key(), "-inf", now_ms, start=0, num=limit
             )
         return [text(member) for member in members]
-
-
-def _listed(record: SessionRecord, session_id: str, now_ms: int, ttl_s: int) -> list[Any]:
-    """The operations index entries of a commit: every session's, and its tenant's."""
-    listed: list[Any] = [("ZADD", keys.ops_sessions_key(), "GT", now_ms, session_id)]
-    if record.tenant is not None:
-        index = keys.ops_tenant_sessions_key(record.tenant)
-        listed += [("ZADD", index, "GT", now_ms, session_id), ("EXPIRE", index, ttl_s)]
-    return listed
-
-
-def _armed(
-    session_id: str,
-    effects: Sequence[tuple[str, PendingEffect]],
-    due_ms: int,
-    timers: Mapping[str, int] | None,
-    ttl_s: int,
-    cause: str | None = None,
-) -> list[tuple[Any, ...]]:
-    """The due entries of a commit: the session in the outbox index when it stores effects;
-    its timers in the timers index and in the session's own list (what an operator reads),
-    and the span that armed them."""
-    commands: list[tuple[Any, ...]] = []
-    if effects:
-        commands.append(("ZADD", keys.outbox_due_key(), due_ms, session_id))
-    if timers:
-        commands.append(("ZADD", keys.timers_due_key(), *_score_pairs(timers)))
-        armed = keys.session_timers_key(session_id)
-        commands.append(("HSET", armed, *(item for pair in timers.items() for item in pair)))
-        commands.append(("EXPIRE", armed, ttl_s))
-        if cause:
-            causes = keys.timer_causes_key(session_id)
-            pairs = (item for member in timers for item in (member, cause))
-            commands.append(("HSET", causes, *pairs))
-            commands.append(("EXPIRE", causes, ttl_s))
-    return commands
 
 
 def _committed(reply: Any) -> Committed:

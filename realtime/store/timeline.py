@@ -25,6 +25,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
+from enum import StrEnum
 from typing import Any, Final, Literal
 
 import msgspec
@@ -43,21 +44,57 @@ FLUSH_AT: Final = 256  # ... or as soon as this many entries wait
 CAPACITY: Final = 10_000  # entries held at most while Redis does not take them
 
 CommandOutcome = Literal["applied", "replayed", "rejected"]
-WebhookVerdict = Literal["applied", "duplicate", "fenced", "ignored"]
+
+
+class WebhookVerdict(StrEnum):
+    """What became of one webhook delivery: the label of its metric, its span and, for the
+    first four, its timeline entry."""
+
+    APPLIED = "applied"  # it changed the session (or applied as a no-op)
+    DUPLICATE = "duplicate"  # its event id was applied before
+    FENCED = "fenced"  # for a room the session has left
+    IGNORED = "ignored"  # not a room of this service, not an event sessions follow, refused
+    MALFORMED = "malformed"  # too large, or not JSON (400/413)
+    REJECTED = "rejected"  # its signature did not verify (401)
+    UNAVAILABLE = "unavailable"  # it could not be recorded (503: LiveKit retries)
+
+
 EffectResult = Literal["ok", "retry", "failed"]
 
 _ENCODER: Final = msgspec.json.Encoder()
 
 
+class TimelineEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    """One entry of a session's timeline stream (what no commit carries: a command's replay or
+    rejection, a webhook's verdict, a timer refused, a LiveKit call), written and read by this
+    type; members that are None are left out."""
+
+    at: str
+    kind: str
+    trace_id: str | None = None  # the request's, when it was traced
+    method: str | None = None  # command
+    command_id: str | None = None
+    outcome: str | None = None
+    code: int | None = None
+    event: str | None = None  # webhook
+    id: str | None = None
+    verdict: str | None = None
+    timer: str | None = None  # timer
+    effect: str | None = None  # LiveKit call
+    attempt: int | None = None
+    result: str | None = None  # effect or timer
+    duration_ms: int | None = None
+    error: str | None = None
+
+
+TIMELINE_DECODER: Final = msgspec.json.Decoder(TimelineEntry)
+
+
 def timeline_entry(kind: str, now_ms: int, **fields: Any) -> bytes:
-    """One timeline entry `{at, kind, traceId?, …}` (members that are None are left out), with
-    the trace id of the current request when there is one."""
-    body: dict[str, Any] = {"at": timestamp(now_ms), "kind": kind}
-    body.update((name, value) for name, value in fields.items() if value is not None)
-    trace_id = current_trace_id()
-    if trace_id is not None:
-        body["traceId"] = trace_id
-    return _ENCODER.encode(body)
+    """One timeline entry (`TimelineEntry`'s members by their Python names), with the trace id
+    of the current request when there is one."""
+    entry = TimelineEntry(at=timestamp(now_ms), kind=kind, trace_id=current_trace_id(), **fields)
+    return _ENCODER.encode(entry)
 
 
 def effect_entry(
@@ -76,7 +113,7 @@ def effect_entry(
         effect=effect,
         attempt=attempt,
         result=result,
-        durationMs=duration_ms,
+        duration_ms=duration_ms,
         error=error,
     )
 
@@ -177,7 +214,7 @@ class Recorder:
                 "command",
                 self._now_ms(),
                 method=method,
-                commandId=command_id,
+                command_id=command_id,
                 outcome=outcome,
                 code=code,
             ),

@@ -34,7 +34,7 @@ from typing import Final
 import msgspec
 
 from realtime.engine.core import Engine
-from realtime.engine.entries import Cause, Command, Note, params_digest
+from realtime.engine.entries import Command, Note, params_digest
 from realtime.engine.outcomes import Applied, Contended, Replayed
 from realtime.engine.schedule import Timer
 from realtime.errors import Unavailable
@@ -47,6 +47,8 @@ from realtime.livekit_adapter.api import (
 )
 from realtime.metrics import Metrics
 from realtime.store.leases import DutyLease
+from realtime.store.records import Cause
+from realtime.worker.runner import Runner
 from state_machines import RoomLost, Session
 from state_machines import endpoint as endpoints
 from state_machines import session as machine
@@ -154,11 +156,13 @@ class Reconciler:
         engine: Engine,
         gateway: LiveKitGateway,
         lease: DutyLease,
+        runner: Runner,
         *,
         metrics: Metrics | None = None,
         token: str | None = None,
     ) -> None:
         self.engine = engine
+        self.runner = runner  # starts the effects a correction stored
         self.sessions = engine.sessions
         self.gateway = gateway
         self.metrics = metrics or Metrics(None)
@@ -308,6 +312,7 @@ class Reconciler:
             result=_ENCODER.encode({"correction": Correction.ROOM_MISSING, "room": room}),
             note=Note(Cause.RECONCILER, correction),
         )
+        self.runner.follow(outcome)
         match outcome:
             case Applied():
                 pass

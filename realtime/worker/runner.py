@@ -14,16 +14,16 @@ import contextlib
 import logging
 import time
 import uuid
-from typing import Any, Final, assert_never
+from typing import Any, Final, TypeVar, assert_never
 
 from realtime.auth import mint_provider_token
 from realtime.engine.core import Engine
-from realtime.engine.entries import Cause, Note
+from realtime.engine.entries import Note
 from realtime.engine.outcomes import Applied, Contended
 from realtime.errors import Unavailable
 from realtime.livekit_adapter.api import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 from realtime.metrics import Metrics
-from realtime.store.records import PendingEffect
+from realtime.store.records import Cause, PendingEffect
 from realtime.store.timeline import effect_entry
 from realtime.telemetry import ATTR_SESSION_ID
 from realtime.timestamps import timestamp
@@ -42,6 +42,8 @@ from state_machines import (
 )
 
 log = logging.getLogger(__name__)
+
+OutcomeT = TypeVar("OutcomeT")
 
 BACKOFF_BASE_MS: Final = 500
 BACKOFF_MAX_MS: Final = 60_000
@@ -104,6 +106,31 @@ class Runner:
         self.lease_ms = lease_ms or engine.settings.worker_lease_s * 1000
         self.sessions = engine.sessions
         self.gateway = gateway
+        self._started: set[asyncio.Task[bool]] = set()
+
+    def follow(self, outcome: OutcomeT) -> OutcomeT:
+        """Start carrying out the effects `outcome`'s commit stored (they run after the
+        response; the worker retries what does not finish), and pass the outcome on."""
+        if isinstance(outcome, Applied) and outcome.pending:
+            self.start(outcome.session.session_id)
+        return outcome
+
+    def start(self, session_id: str) -> None:
+        """Run the session's outbox in the background; the task is kept until it finishes."""
+        task = asyncio.get_running_loop().create_task(self.run(session_id))
+        self._started.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[bool]) -> None:
+        self._started.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # the outbox keeps the work: the worker retries it; say why it failed here
+            log.warning("background work failed: %r", task.exception())
+
+    async def drain(self) -> None:
+        """Let the outboxes started in the background finish (shutdown)."""
+        if self._started:
+            await asyncio.gather(*self._started, return_exceptions=True)
 
     async def run(self, session_id: str) -> bool:
         """Empty the session's outbox; False when an effect failed (it stays for a retry)."""

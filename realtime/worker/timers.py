@@ -15,13 +15,15 @@ import logging
 from typing import Final
 
 from realtime.engine.core import Engine
-from realtime.engine.entries import Cause, Note
+from realtime.engine.entries import Note
 from realtime.engine.outcomes import Applied, Contended, Missing
 from realtime.engine.schedule import Timer
 from realtime.errors import Unavailable
 from realtime.metrics import Metrics
+from realtime.store.records import Cause
 from realtime.store.timeline import Recorder
 from realtime.telemetry import ATTR_SESSION_ID
+from realtime.worker.runner import Runner
 from state_machines import (
     GraceExpired,
     IdleTimeout,
@@ -65,12 +67,14 @@ class Timers:
     def __init__(
         self,
         engine: Engine,
+        runner: Runner,
         *,
         lease_ms: int | None = None,
         metrics: Metrics | None = None,
         recorder: Recorder | None = None,
     ) -> None:
         self.engine = engine
+        self.runner = runner  # starts the effects a fired timer stored
         self.metrics = metrics or Metrics(None)
         self.recorder = recorder  # timers that found the session moved on (the timeline)
         # AIM_WORKER_LEASE_S unless a test asks for another
@@ -110,6 +114,7 @@ class Timers:
                 )
         except Unavailable:
             return  # keep the claim; the timer comes back when the lease runs out
+        self.runner.follow(outcome)
         match outcome:
             case Applied(changed=True):
                 self.metrics.timer_fired(timer.kind)

@@ -14,7 +14,7 @@ from realtime.store import keys
 from realtime.store.events import EventStore
 from realtime.store.redis_client import RedisClient, slot_of
 from tests.cluster import only_on_cluster
-from tests.integration.test_event_hub import commit, drain
+from tests.integration.event_hub_helpers import commit, drain
 
 pytestmark = [pytest.mark.redis, only_on_cluster]
 

@@ -15,12 +15,12 @@ import pytest
 from realtime.environment import without_credentials
 from realtime.store import keys
 from realtime.store.redis_client import RedisClient
+from tests.cli_processes import run_cli, serving
 from tests.cluster import only_on_cluster
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, TEST_SECRET
 from tests.e2e.realtime_helpers import call, create_part
 from tests.e2e.sse_helpers import create_message, stream
-from tests.e2e.test_cli import run_cli, serving
-from tests.e2e.test_streaming import (
+from tests.e2e.streaming_helpers import (
     JOURNEY,
     condensed,
     drive_to_active,

@@ -150,9 +150,9 @@ async def test_unknown_names_stay_method_not_found(client, method):
     assert "SendMessage" in offered
     assert "PushNotification" not in offered
     assert "ExtendedAgentCard" not in offered
-    # without A2A-Version the version check answers first, as for any unknown name
+    # without A2A-Version the request is an A2A 0.3 one: an unknown name is -32601 there too
     unversioned = (await call(client, method, {}, version=None)).json()
-    assert unversioned["error"]["code"] == -32009
+    assert unversioned["error"]["code"] == -32601
 
 
 async def test_version_rules_are_those_of_every_method(client):

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REALTIME, headers, rpc
 from tests.e2e.realtime_helpers import create_part, create_session, new_id
 from tests.e2e.sse_helpers import SseReader
-from tests.e2e.test_streaming import drive_to_active, end
+from tests.e2e.streaming_helpers import drive_to_active, end
 
 pytestmark = pytest.mark.e2e
 

@@ -5,37 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import pytest
 
-from tests.conftest import REALTIME, error_info, headers, rpc
+from tests.conftest import REALTIME, error_info, rpc
+from tests.e2e.a2a_v03_helpers import assert_v03_error, rpc03
 from tests.e2e.realtime_helpers import create_part, new_id
 from tests.e2e.sse_helpers import json_error, stream
-from tests.e2e.test_streaming import drive_to_active, end
+from tests.e2e.streaming_helpers import drive_to_active, end
 
 pytestmark = pytest.mark.e2e
-
-
-async def rpc03(
-    client: Any,
-    method: str,
-    params: dict[str, Any],
-    *,
-    subject: str = "alice",
-    version: str | None = None,
-    extensions: str | None = None,
-) -> tuple[dict[str, Any], Any]:
-    sent = {"Content-Type": "application/json", **headers(subject, version=version)}
-    if extensions is not None:
-        sent["X-A2A-Extensions"] = extensions
-    response = await client.post(
-        "/a2a",
-        content=msgspec.json.encode({"jsonrpc": "2.0", "id": "r1", "method": method,
-                                     "params": params}),
-        headers=sent,
-    )  # fmt: skip
-    body: dict[str, Any] = response.json()
-    return body, response
 
 
 def text_message(text: str = "hello", **extra: Any) -> dict[str, Any]:
@@ -47,15 +25,6 @@ def create_message03() -> dict[str, Any]:
     data = create_part()["data"]
     return {"kind": "message", "messageId": new_id(), "role": "user",
             "parts": [{"kind": "data", "data": data}]}  # fmt: skip
-
-
-def assert_v03_error(body: dict[str, Any], code: int, reason: str) -> dict[str, Any]:
-    error: dict[str, Any] = body["error"]
-    assert error["code"] == code
-    assert isinstance(error["message"], str)
-    assert isinstance(error["data"], dict)  # 0.3: an object, not the 1.0 ErrorInfo array
-    assert error["data"]["reason"] == reason
-    return error
 
 
 async def test_message_send_answers_a_bare_0_3_task_with_kinds_and_kebab_states(client):
@@ -149,6 +118,19 @@ async def test_realtime_methods_and_continue_task_are_1_0_only(rt_client):
         assert error_info(body)["metadata"]["supportedVersions"] == "1.0"
         body = await rpc(rt_client, method, {}, version="0.3", realtime=True)
         assert body["error"]["code"] == -32009, method
+
+
+async def test_an_unknown_name_without_a2a_version_is_a_0_3_method_not_found(client):
+    # no header: an A2A 0.3 request (A2A §3.6), so -32601 in the 0.3 form, as with 0.3
+    for version in (None, "", "0.3", "0.3.1"):
+        body, _ = await rpc03(client, "tasks/list", {}, version=version)
+        error = assert_v03_error(body, -32601, "METHOD_NOT_FOUND")
+        assert error["data"]["metadata"] == {"method": "tasks/list"}
+        assert "message/send" in error["message"]
+        assert "A2A-Version: 1.0" in error["message"]
+    # an unsupported version is refused before the method is looked at
+    body = await rpc(client, "tasks/list", {}, version="0.9")
+    assert body["error"]["code"] == -32009
 
 
 async def test_a_0_3_method_with_a_1_0_header_is_not_found(client):

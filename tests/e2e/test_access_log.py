@@ -3,17 +3,12 @@ never the token or the params; `AIM_ACCESS_LOG=off` turns it off."""
 
 from __future__ import annotations
 
-import io
 import json
-import logging
-from collections.abc import Callable, Iterator
-from typing import Any
 
 import httpx
 import pytest
 
 from realtime.app import create_app
-from realtime.logs import JsonLogFormatter
 from realtime.settings import Settings
 from tests.conftest import TEST_SECRET, rpc, serving, token
 
@@ -21,23 +16,6 @@ pytestmark = pytest.mark.e2e
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 LISTTASKS = b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}'
-
-
-@pytest.fixture
-def access_lines() -> Iterator[Callable[[], list[dict[str, Any]]]]:
-    """The access log as the CLI writes it: formatted when emitted (inside the call's span)."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonLogFormatter())
-    logger = logging.getLogger("realtime.access")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 async def test_each_call_writes_one_access_line_with_its_outcome(client, access_lines):

@@ -84,6 +84,23 @@ async def test_card_declares_bearer_security_with_the_three_scopes(client):
     assert all(skill["id"] and skill["tags"] for skill in card["skills"])
 
 
+async def test_card_also_declares_its_security_in_the_0_3_form(client):
+    card = (await client.get("/.well-known/agent-card.json")).json()
+    (name,) = card["securitySchemes"]
+    scheme = card["securitySchemes"][name]
+    # 0.3's HTTPAuthSecurityScheme beside the 1.0 member, in the same entry
+    assert (scheme["type"], scheme["scheme"], scheme["bearerFormat"]) == ("http", "bearer", "JWT")
+    assert scheme["httpAuthSecurityScheme"]["bearerFormat"] == "JWT"
+    # 0.3's `security`: the same alternatives as `securityRequirements`, `{name: [scopes]}`
+    assert card["security"] == [
+        {name: requirement["schemes"][name]["list"]} for requirement in card["securityRequirements"]
+    ]
+    for skill in card["skills"]:
+        assert skill["security"] == [
+            {name: r["schemes"][name]["list"]} for r in skill["securityRequirements"]
+        ]
+
+
 async def test_card_is_cacheable_and_revalidates_with_its_etag(client):
     first = await client.get("/.well-known/agent-card.json")
     assert "max-age=" in first.headers["cache-control"]

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.cli_processes import clean_environ, run_cli
 from tests.data_dir_helpers import (
     FLAWS,
     PROBLEMS,
@@ -28,10 +29,8 @@ from tests.data_dir_helpers import (
     listening,
     make_flawed,
     plant_pid,
-    run_cli,
 )
 from tests.redis_processes import (
-    clean_environ,
     kill_servers_under,
     needs_redis_server,
     redis_servers_over,

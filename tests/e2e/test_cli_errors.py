@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from realtime.cli import build_parser
-from tests.e2e.test_cli import SECRET, clean_environ, run_cli, serving
+from tests.cli_processes import SECRET, clean_environ, run_cli, serving
 
 pytestmark = pytest.mark.e2e
 

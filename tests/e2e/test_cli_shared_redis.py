@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_cli import SECRET, clean_environ, run_cli, serving
+from tests.cli_processes import SECRET, clean_environ, run_cli, serving
 from tests.redis_processes import (
     kill_servers_under,
     needs_redis_server,

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_cli import (
+from tests.cli_processes import (
     SHUTDOWN_TIMEOUT_S,
     STARTUP_TIMEOUT_S,
     clean_environ,

@@ -17,10 +17,10 @@ import httpx
 import pytest
 
 from realtime.http_server import LIVENESS_RESERVE, PROBE_WAIT_S
+from tests.cli_processes import Service, needs, serving
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, TEST_SECRET
 from tests.e2e.realtime_helpers import create_part
 from tests.e2e.sse_helpers import create_message, stream
-from tests.e2e.test_cli import Service, needs, serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -89,6 +89,19 @@ def wait_closed(conn: socket.socket, within: float) -> tuple[bytes, float | None
             return received, time.monotonic() - started
         received += chunk
     return received, None
+
+
+def wait_for_a_place(svc: Service, failure: str) -> None:
+    """Until a new connection is served again (a place is free once the server has seen a
+    close), at most 5 s."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        with connect(svc) as again:
+            again.sendall(READY)
+            if read_response(again).startswith(b"HTTP/1.1 200"):
+                return
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.1)
 
 
 def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(service: Service) -> None:
@@ -210,14 +223,7 @@ def test_connections_over_the_limit_get_503_and_the_service_stays_up(
                 conn.sendall(READY)
                 assert read_response(conn).startswith(b"HTTP/1.1 200")
             conns[0].close()
-            deadline = time.monotonic() + 5.0
-            while True:  # a place is free again once the server has seen the close
-                with connect(svc) as again:
-                    again.sendall(READY)
-                    if read_response(again).startswith(b"HTTP/1.1 200"):
-                        break
-                assert time.monotonic() < deadline, "no place came free"
-                time.sleep(0.1)
+            wait_for_a_place(svc, "no place came free")
         svc.terminate()
 
 
@@ -388,14 +394,7 @@ def test_connections_far_over_the_limit_are_refused_when_they_open(
             for conn in reserve:
                 assert wait_closed(conn, PROBE_WAIT_S + SLACK_S)[1] is not None
         # once the held ones close, nothing the refused ones did is still holding places
-        deadline = time.monotonic() + 5.0
-        while True:
-            with connect(svc) as again:
-                again.sendall(READY)
-                if read_response(again).startswith(b"HTTP/1.1 200"):
-                    break
-            assert time.monotonic() < deadline, "the refused sockets still hold places"
-            time.sleep(0.1)
+        wait_for_a_place(svc, "the refused sockets still hold places")
         svc.terminate()
 
 

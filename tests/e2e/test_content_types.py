@@ -9,9 +9,9 @@ from typing import Any, Final
 import pytest
 
 from tests.conftest import error_info, rpc, violations
+from tests.e2e.a2a_v03_helpers import assert_v03_error, rpc03
 from tests.e2e.realtime_helpers import create_part, new_id
 from tests.e2e.sse_helpers import json_error, stream
-from tests.e2e.test_a2a_v03 import assert_v03_error, rpc03
 
 pytestmark = pytest.mark.e2e
 

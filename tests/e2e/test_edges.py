@@ -29,9 +29,9 @@ from tests.conftest import (
     serving,
     token,
 )
-from tests.e2e.op_helpers import open_session
+from tests.e2e.agent_operation_helpers import open_session
+from tests.e2e.metrics_helpers import points
 from tests.e2e.realtime_helpers import create_session, new_id
-from tests.e2e.test_metrics import points
 from tests.livekit_standin import sign_webhook, webhook_headers
 
 pytestmark = pytest.mark.e2e

@@ -33,10 +33,10 @@ from realtime.app import create_app
 from realtime.auth import mint_dev_token
 from realtime.store.redis_client import RedisClient
 from tests.conftest import livekit_settings, rpc, serving, token
-from tests.e2e.op_helpers import data_to_agent, provider_call, wait_for_data
+from tests.e2e.agent_operation_helpers import data_to_agent, provider_call, wait_for_data
+from tests.e2e.browser_helpers import binaries, chromium
 from tests.e2e.realtime_helpers import call, new_id
-from tests.e2e.test_ops_console import binaries, chromium
-from tests.e2e.test_webhooks import deliver, room, webhook
+from tests.e2e.webhook_helpers import deliver, room, webhook_event
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
@@ -156,7 +156,7 @@ async def test_journey_says_something_once_the_agent_has_joined(livekit, store):
 
             # the agent worker LiveKit dispatched joins the room
             livekit.add_participant(room(sid), AGENT, kind="agent")
-            joined = webhook("participant_joined", room(sid), identity=AGENT, agent=True)
+            joined = webhook_event("participant_joined", room(sid), identity=AGENT, agent=True)
             assert await deliver(http, joined) == "applied"
             code, rest, err = await finished(process)
 
@@ -346,7 +346,7 @@ async def test_the_browser_page_shows_a_session_live_from_start_to_end(livekit, 
         assert endpoint == f"device registered: endpoint {device} (registered)"
 
         # the tab connects to LiveKit with the token (here: LiveKit's webhook says it did)
-        arrived = webhook("participant_joined", room(sid), identity=device, epoch=1)
+        arrived = webhook_event("participant_joined", room(sid), identity=device, epoch=1)
         assert await deliver(http, arrived) == "applied"
         await asyncio.to_thread(page.until_shown, "state", "active")
 
@@ -361,7 +361,7 @@ async def test_the_browser_page_shows_a_session_live_from_start_to_end(livekit, 
         assert data_to_agent(livekit, room(sid)) == []
 
         livekit.add_participant(room(sid), AGENT, kind="agent")
-        agent = webhook("participant_joined", room(sid), identity=AGENT, agent=True)
+        agent = webhook_event("participant_joined", room(sid), identity=AGENT, agent=True)
         assert await deliver(http, agent) == "applied"
 
         def said() -> None:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from livekit import api
 
-from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET
 from tests.e2e.realtime_helpers import call, create_part, create_session, new_id, session_of
-from tests.livekit_standin import sign_webhook, webhook_headers
+from tests.e2e.webhook_helpers import send_webhook
 
 pytestmark = pytest.mark.e2e
 
@@ -21,24 +19,6 @@ CAMERA_CAPS = {
     "screen": False,
     "interactions": ["text"],
 }
-
-
-async def webhook(client, event: str, room: str, identity: str, *, epoch=1, agent=False, **extra):
-    kind = api.ParticipantInfo.Kind.AGENT if agent else api.ParticipantInfo.Kind.STANDARD
-    ev = api.WebhookEvent(
-        event=event,
-        id=new_id(),
-        created_at=int(time.time()),
-        room=api.Room(name=room),
-        participant=api.ParticipantInfo(
-            identity=identity, kind=kind, metadata=json.dumps({"sessionEpoch": epoch})
-        ),
-        **extra,
-    )
-    body, auth = sign_webhook(ev, LIVEKIT_KEY, LIVEKIT_SECRET)
-    response = await client.post("/livekit/webhook", content=body, headers=webhook_headers(auth))
-    assert response.status_code == 200
-    return response.json()["status"]
 
 
 async def live_session(client, livekit):
@@ -69,8 +49,10 @@ async def live_session(client, livekit):
     )
     livekit.add_participant(room, phone)
     livekit.add_participant(room, "agent-1", kind="agent")
-    assert await webhook(client, "participant_joined", room, phone) == "applied"
-    assert await webhook(client, "participant_joined", room, "agent-1", agent=True) == "applied"
+    assert await send_webhook(client, "participant_joined", room, phone) == "applied"
+    assert (
+        await send_webhook(client, "participant_joined", room, "agent-1", agent=True) == "applied"
+    )
     return sid, room, phone
 
 
@@ -118,7 +100,7 @@ async def test_camera_request_live_revoke_and_tokens(rt_client, livekit):
         api.TrackSource.CAMERA,
     ]
     track = api.TrackInfo(sid="TR_1", source=api.TrackSource.CAMERA)
-    assert await webhook(rt_client, "track_published", room, phone, track=track) == "applied"
+    assert await send_webhook(rt_client, "track_published", room, phone, track=track) == "applied"
     session = (await call(rt_client, "GetSession", sessionId=sid))["result"]["session"]
     assert session["media"]["sources"]["user"]["camera"] == "live"
     await interact(rt_client, sid, "media.revoke", {"side": "user", "source": "camera"})

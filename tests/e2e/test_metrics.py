@@ -13,21 +13,10 @@ from realtime.app import create_app
 from realtime.metrics import meter_provider_from_env
 from realtime.telemetry import provider_from_env
 from tests.conftest import livekit_settings, rpc, serving
+from tests.e2e.metrics_helpers import points
 from tests.e2e.realtime_helpers import create_session
 
 pytestmark = pytest.mark.e2e
-
-
-def points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict, float]]:
-    data = reader.get_metrics_data()
-    return [
-        (dict(point.attributes), getattr(point, "value", None))
-        for resource in (data.resource_metrics if data else [])
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-        if metric.name == name
-        for point in metric.data.data_points
-    ]
 
 
 async def test_calls_webhooks_and_effect_failures_are_counted(livekit, store, tracer_provider):

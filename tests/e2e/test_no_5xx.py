@@ -13,15 +13,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import logging
-import os
 import uuid
 from datetime import timedelta
 from typing import Any, Final
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from livekit import api
 
@@ -29,127 +27,28 @@ from realtime.a2a import v03
 from realtime.methods.provider import PROVIDER_METHODS
 from realtime.rpc.registry import METHODS
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, REALTIME, token
-from tests.e2e.op_helpers import Live, open_session
+from tests.e2e.agent_operation_helpers import Live, open_session
+from tests.e2e.fuzz_helpers import (
+    FUZZ,
+    assert_no_error_logged,
+    assert_rpc_answer,
+    bodies,
+    json_values,
+    junk_bytes,
+    send,
+    spoiled,
+)
 from tests.livekit_standin import webhook_headers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
-EXAMPLES: Final = int(os.environ.get("AIM_FUZZ_EXAMPLES", "300"))
-FUZZ: Final = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    # one service and one live session serve every example; shrinking over HTTP takes long and
-    # a failing body is printed as it is
-    phases=(Phase.explicit, Phase.generate),
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
-RPC_STATUSES: Final = frozenset({200, 401, 403, 413})
 WEBHOOK_STATUSES: Final = frozenset({200, 400, 401, 413})
 ALL_METHODS: Final = (*METHODS, *v03.METHODS, *(f"{m}x" for m in METHODS))
-PARAM_NAMES: Final = (
-    "id", "sessionId", "sessionEpoch", "commandId", "endpointId", "clientEndpointKey",
-    "capabilities", "type", "payload", "message", "historyLength", "pageSize", "pageToken",
-    "operationId", "state", "requestId", "itemId", "role", "text", "action", "status",
-    "contextId", "configuration", "metadata", "returnImmediately", "reason", "parts",
-)  # fmt: skip
 LIVEKIT_EVENTS: Final = (
     "room_started", "room_finished", "participant_joined", "participant_left",
     "participant_connection_aborted", "track_published", "track_unpublished",
     "egress_started", "ingress_started", "agent_job_started", "something_new",
 )  # fmt: skip
-
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=40)
-)
-json_values = st.recursive(
-    scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
-
-
-def interesting(live: Live) -> st.SearchStrategy[Any]:
-    """Values that reach further than random ones: the live session's own ids and epochs."""
-    return st.sampled_from(
-        [live.sid, live.task_id, live.phone, live.context_id, str(uuid.uuid4()), 1, 2, 0, -1,
-         2**53, 2**64, "1" * 5000, "input.text", "media.request", "camera", "listening",
-         {"text": "hi"}, {"source": "camera"}, [], {}]
-    ) | json_values  # fmt: skip
-
-
-def soup(live: Live, methods: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
-    """JSON-RPC envelopes naming real methods, with params built from real member names."""
-    params = st.dictionaries(
-        st.sampled_from(PARAM_NAMES) | st.text(max_size=8), interesting(live), max_size=7
-    )
-    return st.fixed_dictionaries(
-        {
-            "jsonrpc": st.sampled_from(["2.0", "2.0", "1.0", 2]),
-            "id": st.integers(-5, 2**60) | st.text(max_size=5) | st.none(),
-            "method": st.sampled_from(methods) | st.text(max_size=10),
-            "params": params | json_values,
-        }
-    )
-
-
-def deep(levels: int, inner: bytes = b"1") -> bytes:
-    return b"[" * levels + inner + b"]" * levels
-
-
-def spoiled(document: bytes, cut: int, junk: bytes) -> bytes:
-    """`document` with `junk` (invalid UTF-8, stray brackets, a deep array…) spliced in."""
-    at = cut % (len(document) + 1)
-    return document[:at] + junk + document[at:]
-
-
-junk_bytes = st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00", b"[", b"}", b'"',
-                              b"\\u0000", deep(70), deep(2000), b"1e400", b"9" * 5000])  # fmt: skip
-
-
-def bodies(live: Live, methods: tuple[str, ...]) -> st.SearchStrategy[bytes]:
-    encoded = (soup(live, methods) | json_values).map(lambda v: json.dumps(v).encode())
-    return (
-        st.binary(max_size=600)
-        | encoded
-        | st.builds(spoiled, encoded, st.integers(0, 10_000), junk_bytes)
-    )
-
-
-def assert_rpc_answer(response: httpx.Response, body: bytes) -> None:
-    assert response.status_code in RPC_STATUSES, (response.status_code, body[:300])
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        return  # a stream opened: a valid call, answered 200
-    answer = response.json()
-    assert isinstance(answer, dict), (answer, body[:300])
-    assert answer.get("jsonrpc") == "2.0"
-    assert ("result" in answer) != ("error" in answer), (answer, body[:300])
-    if "error" in answer:
-        assert answer["error"]["code"] != -32603, (answer, body[:300])
-
-
-async def send(client: httpx.AsyncClient, path: str, body: bytes, headers: list) -> httpx.Response:
-    async with client.stream("POST", path, content=body, headers=headers) as response:
-        if response.headers.get("content-type", "").startswith("text/event-stream"):
-            return response  # not read to its end: streams close when the session does
-        await response.aread()
-        return response
-
-
-def assert_no_error_logged(caplog: pytest.LogCaptureFixture) -> None:
-    loud = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
-    assert not loud, [r.getMessage() for r in loud]
 
 
 @pytest.fixture

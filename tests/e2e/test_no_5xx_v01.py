@@ -18,9 +18,8 @@ from hypothesis import strategies as st
 
 from realtime.a2a import v01
 from tests.conftest import REALTIME, token
-from tests.e2e.op_helpers import Live, open_session
-from tests.e2e.realtime_helpers import create_part
-from tests.e2e.test_no_5xx import (
+from tests.e2e.agent_operation_helpers import Live, open_session
+from tests.e2e.fuzz_helpers import (
     FUZZ,
     assert_no_error_logged,
     assert_rpc_answer,
@@ -30,6 +29,7 @@ from tests.e2e.test_no_5xx import (
     send,
     spoiled,
 )
+from tests.e2e.realtime_helpers import create_part
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

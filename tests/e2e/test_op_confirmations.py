@@ -9,7 +9,7 @@ from datetime import datetime
 import pytest
 
 from tests.conftest import error_info, rpc, violations
-from tests.e2e.op_helpers import (
+from tests.e2e.agent_operation_helpers import (
     continue_params,
     data_to_agent,
     digest_of,

@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from tests.conftest import REALTIME, headers, violations
-from tests.e2e.op_helpers import (
+from tests.e2e.agent_operation_helpers import (
     AGENT,
     TOPIC,
     data_to_agent,
@@ -19,7 +19,7 @@ from tests.e2e.op_helpers import (
     wait_for_data,
 )
 from tests.e2e.realtime_helpers import call, new_id
-from tests.e2e.test_interactions_smoke import webhook
+from tests.e2e.webhook_helpers import send_webhook
 
 pytestmark = pytest.mark.e2e
 
@@ -294,7 +294,9 @@ async def test_unknown_operation_is_operation_not_found(rt_client, livekit):
 async def test_interaction_after_the_agent_left_is_invalid_state(rt_client, livekit):
     live = await open_session(rt_client, livekit)
     livekit.leave(live.room, AGENT)
-    assert await webhook(rt_client, "participant_left", live.room, AGENT, agent=True) == "applied"
+    assert (
+        await send_webhook(rt_client, "participant_left", live.room, AGENT, agent=True) == "applied"
+    )
     assert (await get_session(rt_client, live.sid))["agent"]["state"] == "left"
     refused = await interact(rt_client, live.sid, "input.text", {"text": "hello?"})
     assert refused.get("error", {}).get("code") == -31003, refused

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import error_info, violations
-from tests.e2e.op_helpers import interact, open_session
+from tests.e2e.agent_operation_helpers import interact, open_session
 from tests.e2e.realtime_helpers import new_id
 
 pytestmark = pytest.mark.e2e

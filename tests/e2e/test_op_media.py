@@ -10,7 +10,7 @@ from livekit import api
 from livekit.api import TokenVerifier
 
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, headers, rpc
-from tests.e2e.op_helpers import (
+from tests.e2e.agent_operation_helpers import (
     continue_params,
     data_to_agent,
     get_operation,
@@ -29,7 +29,7 @@ from tests.e2e.op_helpers import (
     wait_for_update,
 )
 from tests.e2e.realtime_helpers import call, new_id
-from tests.e2e.test_interactions_smoke import webhook
+from tests.e2e.webhook_helpers import send_webhook
 
 pytestmark = pytest.mark.e2e
 
@@ -75,7 +75,7 @@ async def test_user_camera_request_prepare_live_revoke_and_request_again(rt_clie
     )
     assert sources(prepared["result"]["session"], "user")["camera"] == "preparing"
     track = api.TrackInfo(sid="TR_cam", source=CAMERA)
-    assert await webhook(rt_client, "track_published", room, phone, track=track) == "applied"
+    assert await send_webhook(rt_client, "track_published", room, phone, track=track) == "applied"
     assert sources(await get_session(rt_client, live.sid), "user")["camera"] == "live"
 
     revoked = await interact(
@@ -159,7 +159,8 @@ async def test_media_stop_takes_the_permission_away_until_requested_again(rt_cli
     await interact(rt_client, live.sid, "media.request", {"side": "user", "source": "camera"})
     track = api.TrackInfo(sid="TR_cam", source=CAMERA)
     assert (
-        await webhook(rt_client, "track_published", live.room, live.phone, track=track) == "applied"
+        await send_webhook(rt_client, "track_published", live.room, live.phone, track=track)
+        == "applied"
     )
     stopped = await interact(
         rt_client, live.sid, "media.stop", {"side": "user", "source": "camera"}
@@ -208,7 +209,7 @@ async def test_agent_screen_request_is_an_operation_the_agent_answers(rt_client,
     assert sources(await get_session(rt_client, live.sid), "agent")["screen"] == "granted"
 
     track = api.TrackInfo(sid="TR_agent", source=SCREEN)
-    status = await webhook(
+    status = await send_webhook(
         rt_client, "track_published", live.room, "agent-1", agent=True, track=track
     )
     assert status == "applied"

@@ -22,7 +22,7 @@ from tests.conftest import (
     serving,
     violations,
 )
-from tests.e2e.op_helpers import (
+from tests.e2e.agent_operation_helpers import (
     Live,
     get_session,
     get_task,

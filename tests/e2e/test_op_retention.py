@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from realtime.store.redis_client import RedisClient
-from tests.e2e.op_helpers import (
+from tests.e2e.agent_operation_helpers import (
     get_task,
     interact,
     meta,

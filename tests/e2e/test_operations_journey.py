@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import rpc
 from tests.e2e.realtime_helpers import call, create_part, create_session, new_id, session_of
-from tests.e2e.test_interactions_smoke import webhook
+from tests.e2e.webhook_helpers import send_webhook
 
 pytestmark = pytest.mark.e2e
 
@@ -65,8 +65,11 @@ async def test_agent_asks_user_approves_agent_finishes_and_the_history_keeps_it(
     )
     livekit.add_participant(room, phone)
     livekit.add_participant(room, "agent-1", kind="agent")
-    assert await webhook(rt_client, "participant_joined", room, phone) == "applied"
-    assert await webhook(rt_client, "participant_joined", room, "agent-1", agent=True) == "applied"
+    assert await send_webhook(rt_client, "participant_joined", room, phone) == "applied"
+    assert (
+        await send_webhook(rt_client, "participant_joined", room, "agent-1", agent=True)
+        == "applied"
+    )
 
     status, body = await provider_call(
         rt_client,

@@ -3,7 +3,6 @@ tenants) and one session's detail."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,17 +10,17 @@ from typing import Any
 import httpx
 import pytest
 
-from realtime.app import create_app
 from realtime.store.redis_client import RedisClient
-from tests.conftest import ALL_SCOPES, livekit_settings, serving
-from tests.e2e.op_helpers import interact, open_session, provider_call, request_action
-from tests.e2e.ops_helpers import (
+from tests.conftest import ALL_SCOPES
+from tests.e2e.agent_operation_helpers import interact, open_session, provider_call, request_action
+from tests.e2e.operator_api_helpers import (
     TENANT_CLAIM,
     bearer,
     eventually,
     ops_get,
     ops_json,
     rpc_as,
+    service,
     timeline_of,
 )
 from tests.e2e.realtime_helpers import create_part, new_id, session_of
@@ -36,13 +35,6 @@ PATHS = (
     f"/ops/api/sessions/{UNKNOWN}",
     f"/ops/api/sessions/{UNKNOWN}/timeline",
 )
-
-
-@contextlib.asynccontextmanager
-async def service(livekit: Any, store: RedisClient, **overrides: Any) -> AsyncIterator[Any]:
-    app = create_app(livekit_settings(livekit, **overrides), store=store, tracer_provider=None)
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        yield http
 
 
 @pytest.fixture

@@ -15,9 +15,7 @@ import base64
 import contextlib
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,63 +25,16 @@ import pytest
 from realtime.app import create_app
 from realtime.store.redis_client import RedisClient
 from tests.conftest import livekit_settings, serving
-from tests.e2e.op_helpers import provider_call
-from tests.e2e.ops_helpers import bearer, rpc_as
+from tests.e2e.agent_operation_helpers import provider_call
+from tests.e2e.browser_helpers import binaries, chromium
+from tests.e2e.operator_api_helpers import bearer, rpc_as
 from tests.e2e.realtime_helpers import CAPS, create_part, new_id, session_of
-from tests.e2e.test_webhooks import deliver, room, webhook
+from tests.e2e.webhook_helpers import deliver, room, webhook_event
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.slow]
 
 AGENT = "agent-AJ_worker-1"
 WAIT_S = 20
-
-
-def binaries() -> tuple[str, str]:
-    """chromium and chromedriver, or skip (fail in CI: the browser test must run there)."""
-    browser = next(
-        (found for name in ("chromium", "chromium-browser") if (found := shutil.which(name))),
-        None,
-    )
-    driver = shutil.which("chromedriver")
-    if browser and driver:
-        return browser, driver
-    missing = ", ".join(n for n, f in (("chromium", browser), ("chromedriver", driver)) if not f)
-    reason = (
-        f"the console's browser test needs {missing} (apt-get install chromium chromium-driver)"
-    )
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-@contextlib.contextmanager
-def chromium(browser: str, driver_path: str) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    with tempfile.TemporaryDirectory(prefix="aim-chromium-") as profile:
-        options = webdriver.ChromeOptions()
-        options.binary_location = browser
-        for argument in (
-            "--headless=new",
-            "--no-sandbox",  # root in a container has no user namespace for the sandbox
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--window-size=1440,1000",
-            f"--user-data-dir={profile}",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-default-apps",
-        ):
-            options.add_argument(argument)
-        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
-        try:
-            yield driver
-        finally:
-            driver.quit()
 
 
 @contextlib.asynccontextmanager
@@ -129,10 +80,10 @@ async def handed_over_session(http: httpx.AsyncClient, livekit: Any) -> str:
     provider_token = json.loads(livekit.dispatches_in(room(sid))[-1].metadata)["providerToken"]
     phone = await endpoint(http, sid, "phone", 1)
     await join(http, sid, phone, 1)
-    assert await deliver(http, webhook("participant_joined", room(sid), identity=phone)) == (
+    assert await deliver(http, webhook_event("participant_joined", room(sid), identity=phone)) == (
         "applied"
     )
-    agent = webhook("participant_joined", room(sid), identity=AGENT, agent=True)
+    agent = webhook_event("participant_joined", room(sid), identity=AGENT, agent=True)
     assert await deliver(http, agent) == "applied"
     status, body, _ = await provider_call(
         http, provider_token, "ReportAgentState", sessionId=sid, sessionEpoch=1, state="listening"
@@ -141,7 +92,7 @@ async def handed_over_session(http: httpx.AsyncClient, livekit: Any) -> str:
     laptop = await endpoint(http, sid, "laptop", 1)
     handed = await join(http, sid, laptop, 1)
     assert handed["sessionEpoch"] == 2
-    arrived = webhook("participant_joined", room(sid), identity=laptop, epoch=2)
+    arrived = webhook_event("participant_joined", room(sid), identity=laptop, epoch=2)
     assert await deliver(http, arrived) == "applied"
     return sid
 

@@ -5,12 +5,9 @@ caller's rate limit and audited; a tenant's listing reads an index of its own.""
 from __future__ import annotations
 
 import base64
-import contextlib
-import io
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final
 
 import httpx
@@ -18,13 +15,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from realtime.app import create_app
-from realtime.logs import JsonLogFormatter
 from realtime.store import keys
-from realtime.store.redis_client import RedisClient
-from tests.conftest import livekit_settings, serving
-from tests.e2e.op_helpers import Live, open_session
-from tests.e2e.ops_helpers import TENANT_CLAIM, bearer, ops_get, rpc_as
+from tests.e2e.agent_operation_helpers import Live, open_session
+from tests.e2e.operator_api_helpers import TENANT_CLAIM, bearer, ops_get, rpc_as, service
 from tests.e2e.realtime_helpers import create_part, new_id
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(600)]
@@ -35,30 +28,6 @@ UUID: Final = "3c9a1f0e-7b6d-4e5c-8a2b-1d0c9e8f7a6b"
 
 def cursor(text: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
-
-
-@contextlib.asynccontextmanager
-async def service(livekit: Any, store: RedisClient, **overrides: Any) -> AsyncIterator[Any]:
-    app = create_app(livekit_settings(livekit, **overrides), store=store, tracer_provider=None)
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        yield http
-
-
-@pytest.fixture
-def access_lines() -> Iterator[Callable[[], list[dict[str, Any]]]]:
-    """The access log as the CLI writes it."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonLogFormatter())
-    logger = logging.getLogger("realtime.access")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 @pytest.fixture

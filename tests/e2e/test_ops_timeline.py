@@ -15,9 +15,16 @@ import pytest
 from realtime.app import create_app
 from realtime.store.redis_client import RedisClient
 from tests.conftest import livekit_settings, serving
-from tests.e2e.ops_helpers import eventually, ops_get, ops_json, rpc_as, timeline_of, traceparent
+from tests.e2e.operator_api_helpers import (
+    eventually,
+    ops_get,
+    ops_json,
+    rpc_as,
+    timeline_of,
+    traceparent,
+)
 from tests.e2e.realtime_helpers import CAPS, create_part, new_id, session_of
-from tests.e2e.test_webhooks import deliver, room, webhook
+from tests.e2e.webhook_helpers import deliver, room, webhook_event
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
@@ -98,10 +105,10 @@ async def test_a_sessions_life_is_on_its_timeline_in_order_with_trace_ids(liveki
             commandId=join_id,
         )  # fmt: skip
         assert joined["result"]["session"]["state"] == "joining"
-        arrived = webhook("participant_joined", room(sid), identity=phone, epoch=1)
+        arrived = webhook_event("participant_joined", room(sid), identity=phone, epoch=1)
         assert await deliver(http, arrived) == "applied"
         assert await deliver(http, arrived) == "duplicate"
-        agent = webhook("participant_joined", room(sid), identity=AGENT, agent=True)
+        agent = webhook_event("participant_joined", room(sid), identity=AGENT, agent=True)
         assert await deliver(http, agent) == "applied"
         said = await command(
             http, "SendInteraction", 6, sessionId=sid, sessionEpoch=1, commandId=new_id(),
@@ -109,7 +116,7 @@ async def test_a_sessions_life_is_on_its_timeline_in_order_with_trace_ids(liveki
         )  # fmt: skip
         assert "result" in said, said
         await livekit.wait_for_call("SendData")
-        left = webhook("participant_left", room(sid), identity=phone, epoch=1)
+        left = webhook_event("participant_left", room(sid), identity=phone, epoch=1)
         assert await deliver(http, left) == "applied"
         # the grace timer (1 s here) brings the session back to ready
         await eventually(lambda: _is(http, sid, "ready"), within=10)
@@ -275,10 +282,10 @@ async def test_a_failing_effect_shows_its_attempts_and_last_error_without_the_me
             http, "aim.realtime.JoinSession", {"sessionId": sid, "sessionEpoch": 1,
             "endpointId": phone, "commandId": new_id()},
         )  # fmt: skip
-        assert await deliver(http, webhook("participant_joined", room(sid), identity=phone)) == (
-            "applied"
-        )
-        agent = webhook("participant_joined", room(sid), identity=AGENT, agent=True)
+        assert await deliver(
+            http, webhook_event("participant_joined", room(sid), identity=phone)
+        ) == ("applied")
+        agent = webhook_event("participant_joined", room(sid), identity=AGENT, agent=True)
         assert await deliver(http, agent) == "applied"
         livekit.fail_next(5, status=500, method="SendData", msg="injected failure")
         said = await rpc_as(
@@ -321,9 +328,9 @@ async def test_a_webhook_for_the_room_before_a_rebind_is_fenced(livekit, store):
             {"message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}},
         )
         sid = session_of(created["result"]["task"])["sessionId"]
-        assert await deliver(http, webhook("room_finished", room(sid, 1))) == "applied"
+        assert await deliver(http, webhook_event("room_finished", room(sid, 1))) == "applied"
         await eventually(lambda: _is(http, sid, "ready"))
-        late = webhook("participant_joined", room(sid, 1), identity=AGENT, agent=True)
+        late = webhook_event("participant_joined", room(sid, 1), identity=AGENT, agent=True)
         assert await deliver(http, late) == "ignored"
         entries = await eventually(lambda: _with(http, sid, kind="webhook", id=late.id))
     rebind = one(entries, kind="transition", cause="webhook", to="provisioning")

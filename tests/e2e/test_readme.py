@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_cli import free_port
+from tests.cli_processes import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

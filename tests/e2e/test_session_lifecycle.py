@@ -22,7 +22,7 @@ from realtime.store.sessions import SessionStore
 from state_machines.session import MAX_REBINDS
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, error_info, rpc
 from tests.e2e.realtime_helpers import create_session, new_id, register, session_of
-from tests.e2e.test_webhooks import (
+from tests.e2e.webhook_helpers import (
     active_session,
     deliver,
     get,
@@ -31,7 +31,7 @@ from tests.e2e.test_webhooks import (
     service,
     snapshot,
     wait_until,
-    webhook,
+    webhook_event,
 )
 
 pytestmark = pytest.mark.e2e
@@ -87,7 +87,7 @@ async def test_a_device_that_does_not_come_back_ends_the_session_by_idle_timeout
         task_id = (await get(client, session_id))["taskId"]
 
         left_at = time.monotonic()
-        left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+        left = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, left) == "applied"
         reconnecting = await get(client, session_id)
         assert reconnecting["state"] == "reconnecting"
@@ -124,10 +124,10 @@ async def test_a_device_that_rejoins_inside_the_grace_keeps_the_session(
     timers = {"reconnect_grace_s": 1, "idle_timeout_s": 1, "max_session_s": 60}
     async with service(livekit, store, tracer_provider, **timers) as client:
         session_id, endpoint = await active_session(client)
-        left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+        left = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, left) == "applied"
         assert await pending_timers(store, session_id, "grace")
-        back = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+        back = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, back) == "applied"
         rejoined = await snapshot(client, session_id)
         assert rejoined["state"] == "active"
@@ -144,13 +144,13 @@ async def test_every_disconnect_gets_a_full_grace_period(livekit, store, tracer_
     timers = {"reconnect_grace_s": 2, "idle_timeout_s": 30, "max_session_s": 60}
     async with service(livekit, store, tracer_provider, **timers) as client:
         session_id, endpoint = await active_session(client)
-        left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+        left = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, left) == "applied"
-        back = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+        back = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, back) == "applied"
         await asyncio.sleep(1.2)  # the scenario: the second drop comes late in the first grace
         second_left_at = time.monotonic()
-        again = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+        again = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, again) == "applied"
         await wait_until(client, session_id, in_state("ready"))
         assert time.monotonic() - second_left_at >= 1.9, "the second grace period ended early"
@@ -162,7 +162,7 @@ async def test_every_disconnect_gets_a_full_grace_period(livekit, store, tracer_
 async def test_a_lost_room_is_rebound_at_the_next_epoch(rt_client, livekit):
     session_id, endpoint = await active_session(rt_client)
     task_id = (await get(rt_client, session_id))["taskId"]
-    assert await deliver(rt_client, webhook("room_finished", room(session_id))) == "applied"
+    assert await deliver(rt_client, webhook_event("room_finished", room(session_id))) == "applied"
     rebound = await get(rt_client, session_id)
     assert rebound["sessionEpoch"] == 2
     assert rebound["state"] in ("provisioning", "ready")
@@ -185,9 +185,11 @@ async def test_a_lost_room_is_rebound_at_the_next_epoch(rt_client, livekit):
         assert (info["reason"], info["currentEpoch"], info["state"]) == ("rebound", "2", "ready")
 
     before = await snapshot(rt_client, session_id)
-    late = webhook("participant_left", room(session_id, 1), identity=endpoint, epoch=1)
+    late = webhook_event("participant_left", room(session_id, 1), identity=endpoint, epoch=1)
     assert await deliver(rt_client, late) == "ignored"
-    assert await deliver(rt_client, webhook("room_finished", room(session_id, 1))) == "ignored"
+    assert (
+        await deliver(rt_client, webhook_event("room_finished", room(session_id, 1))) == "ignored"
+    )
     assert await snapshot(rt_client, session_id) == before
 
     joined = await join(rt_client, session_id, endpoint, 2)
@@ -195,7 +197,7 @@ async def test_a_lost_room_is_rebound_at_the_next_epoch(rt_client, livekit):
     claims = TokenVerifier(LIVEKIT_KEY, LIVEKIT_SECRET).verify(media["token"])
     assert (claims.video.room, media["room"]) == (room(session_id, 2), room(session_id, 2))
     assert '"sessionEpoch":2' in claims.metadata.replace(" ", "")
-    connected = webhook("participant_joined", room(session_id, 2), identity=endpoint, epoch=2)
+    connected = webhook_event("participant_joined", room(session_id, 2), identity=endpoint, epoch=2)
     assert await deliver(rt_client, connected) == "applied"
     assert (await get(rt_client, session_id))["state"] == "active"
 
@@ -204,13 +206,16 @@ async def test_a_room_lost_again_and_again_fails_the_session(rt_client, livekit)
     session_id, endpoint = await active_session(rt_client)
     task_id = (await get(rt_client, session_id))["taskId"]
     for epoch in range(1, MAX_REBINDS + 1):
-        assert await deliver(rt_client, webhook("room_finished", room(session_id, epoch))) == (
-            "applied"
-        )
+        assert await deliver(
+            rt_client, webhook_event("room_finished", room(session_id, epoch))
+        ) == ("applied")
         session = await wait_until(rt_client, session_id, in_state("ready"))
         assert session["sessionEpoch"] == epoch + 1
     last = MAX_REBINDS + 1
-    assert await deliver(rt_client, webhook("room_finished", room(session_id, last))) == "applied"
+    assert (
+        await deliver(rt_client, webhook_event("room_finished", room(session_id, last)))
+        == "applied"
+    )
     failed = await get(rt_client, session_id)
     assert failed["state"] == "failed"
     assert failed["sessionEpoch"] == last
@@ -223,8 +228,13 @@ async def test_a_room_lost_again_and_again_fails_the_session(rt_client, livekit)
 
     # over for good: webhooks and commands change nothing
     before = await snapshot(rt_client, session_id)
-    assert await deliver(rt_client, webhook("room_finished", room(session_id, last))) == "ignored"
-    again = webhook("participant_joined", room(session_id, last), identity=endpoint, epoch=last)
+    assert (
+        await deliver(rt_client, webhook_event("room_finished", room(session_id, last)))
+        == "ignored"
+    )
+    again = webhook_event(
+        "participant_joined", room(session_id, last), identity=endpoint, epoch=last
+    )
     assert await deliver(rt_client, again) == "ignored"
     refused = await join(rt_client, session_id, endpoint, last)
     assert refused["error"]["code"] == -31003
@@ -306,7 +316,7 @@ async def test_the_agents_own_calls_do_not_keep_an_idle_session_alive(
     connected must not postpone the idle timeout."""
     import json
 
-    from tests.e2e.op_helpers import provider_call
+    from tests.e2e.agent_operation_helpers import provider_call
 
     async with service(
         livekit, store, tracer_provider, idle_timeout_s=1, max_session_s=60

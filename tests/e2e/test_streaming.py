@@ -10,19 +10,19 @@ import pytest
 from realtime.app import create_app
 from realtime.store import keys
 from tests.conftest import REALTIME, error_info, livekit_settings, rpc, serving
-from tests.e2e.realtime_helpers import call, create_part, create_session, new_id, register
+from tests.e2e.realtime_helpers import call, create_part, create_session, new_id
 from tests.e2e.sse_helpers import SseReader, create_message, json_error, stream
-from tests.e2e.test_webhooks import deliver, room, webhook
+from tests.e2e.streaming_helpers import (
+    JOURNEY,
+    condensed,
+    drive_to_active,
+    end,
+    session_state,
+    wait_for_state,
+)
+from tests.e2e.webhook_helpers import deliver, room, webhook_event
 
 pytestmark = pytest.mark.e2e
-
-JOURNEY = ["provisioning", "ready", "joining", "active", "ending"]
-
-
-def session_state(result: dict[str, Any]) -> str:
-    body = result.get("task") or result["statusUpdate"]
-    state: str = body["metadata"][REALTIME]["sessionState"]
-    return state
 
 
 def task_state(result: dict[str, Any]) -> str:
@@ -31,40 +31,9 @@ def task_state(result: dict[str, Any]) -> str:
     return state
 
 
-def condensed(states: list[str]) -> list[str]:
-    """Consecutive repeats folded (a state may commit several changes, e.g. the agent joining)."""
-    return [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s]
-
-
 async def stream_ids(store: Any, session_id: str) -> list[str]:
     entries = await store.client.xrange(keys.events_key(session_id))
     return [entry_id.decode() for entry_id, _ in entries]
-
-
-async def wait_for_state(reader: SseReader, state: str, seen: list[Any]) -> None:
-    """Read events (into `seen`) until one puts the session in `state`."""
-    while True:
-        event = await reader.next_data()
-        assert event is not None, f"stream closed before {state}: {seen}"
-        seen.append(event)
-        if session_state(event.result) == state:
-            return
-
-
-async def drive_to_active(client: Any, session_id: str) -> str:
-    endpoint = (await register(client, session_id, 1, "phone"))["result"]["endpoint"]["endpointId"]
-    joined = await call(client, "JoinSession", sessionId=session_id, sessionEpoch=1,
-                        endpointId=endpoint, commandId=new_id())  # fmt: skip
-    assert joined["result"]["session"]["state"] == "joining"
-    event = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
-    assert await deliver(client, event) == "applied"
-    return endpoint
-
-
-async def end(client: Any, session_id: str) -> None:
-    ended = await call(client, "EndSession", sessionId=session_id, commandId=new_id(),
-                       reason="user hung up")  # fmt: skip
-    assert ended["result"]["session"]["state"] == "ending"
 
 
 async def test_a_whole_journey_streams_every_event_in_order_and_closes_at_the_end(rt_client, store):
@@ -361,7 +330,7 @@ async def test_a_stalled_subscriber_delays_no_command_and_is_dropped(
             slowest = 0.0
             for i in range(40):
                 kind = "participant_left" if i % 2 == 0 else "participant_joined"
-                event = webhook(kind, room(session_id), identity=endpoint, epoch=1)
+                event = webhook_event(kind, room(session_id), identity=endpoint, epoch=1)
                 started = time.monotonic()
                 assert await deliver(client, event) == "applied"
                 assert "result" in await call(client, "GetSession", sessionId=session_id)
@@ -416,7 +385,7 @@ async def test_send_streaming_message_again_resumes_or_streams_the_same_session(
 async def test_a_requirement_and_its_resolution_are_streamed(rt_client, livekit):
     """The agent asks (INPUT_REQUIRED with the requirement in the status message), the user
     answers with ContinueTask (WORKING again): both reach a subscriber as statusUpdates."""
-    from tests.e2e.op_helpers import continue_params, open_session, request_action
+    from tests.e2e.agent_operation_helpers import continue_params, open_session, request_action
 
     live = await open_session(rt_client, livekit)
     async with stream(rt_client, "SubscribeToTask", {"id": live.task_id}) as reader:

@@ -12,9 +12,9 @@ import pytest
 
 from realtime.app import create_app
 from tests.conftest import livekit_settings, serving
-from tests.e2e.ops_helpers import eventually as within
+from tests.e2e.operator_api_helpers import eventually as within
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
-from tests.e2e.test_webhooks import deliver, webhook
+from tests.e2e.webhook_helpers import deliver, webhook_event
 
 pytestmark = pytest.mark.e2e
 
@@ -85,7 +85,7 @@ async def test_a_webhook_links_to_the_call_behind_it_and_carries_its_transitions
                commandId=new_id())  # fmt: skip
     (join,) = named(span_exporter, "aim.realtime.JoinSession")
     room = f"aim-{sid}-e1"
-    assert await deliver(rt_client, webhook("participant_joined", room, identity=endpoint,
+    assert await deliver(rt_client, webhook_event("participant_joined", room, identity=endpoint,
                                             epoch=1)) == "applied"  # fmt: skip
     (hook,) = named(span_exporter, "POST /livekit/webhook")
     assert hook.kind.name == "SERVER"

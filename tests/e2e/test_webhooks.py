@@ -11,79 +11,45 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import hashlib
-import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
-import httpx
 import jwt
 import pytest
 from google.protobuf import json_format
 from livekit import api
 
-from realtime.app import create_app
 from realtime.store.redis_client import RedisClient
-from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings, serving
-from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
-from tests.livekit_standin import sign_webhook, webhook_headers
+from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET
+from tests.e2e.realtime_helpers import new_id, register
+from tests.e2e.webhook_helpers import (
+    active_session,
+    deliver,
+    event_id,
+    get,
+    join,
+    joining_session,
+    post,
+    post_raw,
+    ready_session,
+    room,
+    service,
+    snapshot,
+    wait_until,
+    webhook_event,
+)
 from tests.tcp_proxy import redis_proxy
 
 pytestmark = pytest.mark.e2e
 
 AGENT_IDENTITY = "agent-AJ_worker-1"
 OTHER_SECRET = "another-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
-_ids = itertools.count(1)
 
 
-# --- building and sending webhooks ---------------------------------------------------------------
-
-
-def event_id() -> str:
-    return f"EV_{next(_ids)}_{new_id()[:8]}"
-
-
-def participant(identity: str, epoch: int | None = None, *, agent: bool = False) -> Any:
-    """A participant as LiveKit reports it: endpoints carry their token's metadata."""
-    return api.ParticipantInfo(
-        sid=f"PA_{identity[:8]}",
-        identity=identity,
-        state=api.ParticipantInfo.ACTIVE,
-        kind=api.ParticipantInfo.Kind.AGENT if agent else api.ParticipantInfo.Kind.STANDARD,
-        metadata="" if epoch is None else json.dumps({"sessionEpoch": epoch}),
-    )
-
-
-def webhook(
-    kind: str,
-    room: str,
-    *,
-    identity: str = "",
-    epoch: int | None = None,
-    agent: bool = False,
-    ev_id: str | None = None,
-) -> Any:
-    """A WebhookEvent of type `kind` in `room`, with the members LiveKit fills for that type."""
-    event = api.WebhookEvent(
-        event=kind, id=ev_id or event_id(), created_at=int(time.time()), room=api.Room(name=room)
-    )
-    if identity:
-        event.participant.CopyFrom(participant(identity, epoch, agent=agent))
-    if kind.startswith("track_"):
-        event.track.CopyFrom(
-            api.TrackInfo(sid="TR_mic", source=api.TrackSource.MICROPHONE, type=api.TrackType.AUDIO)
-        )
-    elif kind.startswith("egress_"):
-        event.egress_info.CopyFrom(api.EgressInfo(egress_id="EG_1", room_name=room))
-    elif kind.startswith("ingress_"):
-        event.ingress_info.CopyFrom(api.IngressInfo(ingress_id="IN_1", room_name=room))
-    elif kind.startswith("agent_job_"):
-        event.job.CopyFrom(api.Job(id="AJ_1", room=api.Room(name=room)))
-    return event
+# --- forging webhooks ---------------------------------------------------------------------------
 
 
 def body_of(event: Any) -> str:
@@ -92,111 +58,6 @@ def body_of(event: Any) -> str:
 
 def sha256_claim(body: str) -> str:
     return base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
-
-
-async def post_raw(client: httpx.AsyncClient, body: str, authorization: str | None):
-    headers = webhook_headers(authorization or "")
-    if authorization is None:
-        headers.pop("Authorization")
-    return await client.post("/livekit/webhook", content=body.encode(), headers=headers)
-
-
-async def post(
-    client: httpx.AsyncClient, event: Any, key: str = LIVEKIT_KEY, secret: str = LIVEKIT_SECRET
-) -> httpx.Response:
-    body, authorization = sign_webhook(event, key, secret)
-    return await post_raw(client, body, authorization)
-
-
-async def deliver(client: httpx.AsyncClient, event: Any) -> str:
-    """Post a correctly signed webhook; it must be verified (200): its outcome label."""
-    response = await post(client, event)
-    assert response.status_code == 200, response.text
-    status: str = response.json()["status"]
-    assert status in ("applied", "ignored", "duplicate")
-    return status
-
-
-# --- sessions ------------------------------------------------------------------------------------
-
-
-async def get(client: httpx.AsyncClient, session_id: str) -> dict[str, Any]:
-    body = await call(client, "GetSession", sessionId=session_id)
-    assert "result" in body, body
-    found: dict[str, Any] = body["result"]["session"]
-    return found
-
-
-# what a transition can change; runtime counters beside them (e.g. outbox sizes) are left out
-DURABLE = ("version", "state", "sessionEpoch", "updatedAt", "endedAt", "endReason", "media",
-           "agent", "activeEndpointId", "endpoints")  # fmt: skip
-
-
-async def snapshot(client: httpx.AsyncClient, session_id: str) -> dict[str, Any]:
-    """The session's state as transitions see it, to compare before and after a webhook."""
-    session = await get(client, session_id)
-    return {key: session.get(key) for key in DURABLE}
-
-
-async def wait_until(
-    client: httpx.AsyncClient,
-    session_id: str,
-    check: Callable[[dict[str, Any]], bool],
-    within: float = 5.0,
-) -> dict[str, Any]:
-    deadline = time.monotonic() + within
-    while True:
-        session = await get(client, session_id)
-        if check(session):
-            return session
-        assert time.monotonic() < deadline, f"condition not met within {within} s: {session}"
-        await asyncio.sleep(0.05)
-
-
-def room(session_id: str, epoch: int = 1) -> str:
-    return f"aim-{session_id}-e{epoch}"
-
-
-async def ready_session(client: httpx.AsyncClient) -> tuple[str, str]:
-    """(taskId, sessionId) of a new session in `ready`."""
-    task = (await create_session(client))["result"]["task"]
-    meta = session_of(task)
-    assert meta["sessionState"] == "ready"
-    return task["id"], meta["sessionId"]
-
-
-async def join(client: httpx.AsyncClient, session_id: str, endpoint_id: str, epoch: int) -> Any:
-    return await call(client, "JoinSession", sessionId=session_id, sessionEpoch=epoch,
-                      endpointId=endpoint_id, commandId=new_id())  # fmt: skip
-
-
-async def joining_session(client: httpx.AsyncClient, key: str = "phone") -> tuple[str, str]:
-    """(sessionId, endpointId) of a session whose endpoint has JoinSession'ed (`joining`)."""
-    _, session_id = await ready_session(client)
-    endpoint = (await register(client, session_id, 1, key))["result"]["endpoint"]["endpointId"]
-    joined = await join(client, session_id, endpoint, 1)
-    assert joined["result"]["session"]["state"] == "joining"
-    return session_id, endpoint
-
-
-async def active_session(client: httpx.AsyncClient) -> tuple[str, str]:
-    """(sessionId, endpointId) of a session whose endpoint is in the room (`active`)."""
-    session_id, endpoint = await joining_session(client)
-    event = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
-    assert await deliver(client, event) == "applied"
-    assert (await get(client, session_id))["state"] == "active"
-    return session_id, endpoint
-
-
-@contextlib.asynccontextmanager
-async def service(
-    livekit: Any, store: RedisClient, tracer_provider: Any, **overrides: Any
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(
-        livekit_settings(livekit, **overrides), store=store, tracer_provider=tracer_provider
-    )
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        yield http
 
 
 # --- every event type ----------------------------------------------------------------------------
@@ -222,7 +83,7 @@ async def test_verified_events_sessions_do_not_follow_answer_200_and_change_noth
     session_id, endpoint = await active_session(rt_client)
     before = await snapshot(rt_client, session_id)
     identity = endpoint if kind.startswith("track_") else ""
-    event = webhook(kind, room(session_id), identity=identity, epoch=1 if identity else None)
+    event = webhook_event(kind, room(session_id), identity=identity, epoch=1 if identity else None)
     status = await deliver(rt_client, event)
     # track events drive the camera/screen sources (§9); a microphone track is not one of them
     assert status == "ignored" or kind.startswith("track_")
@@ -231,7 +92,7 @@ async def test_verified_events_sessions_do_not_follow_answer_200_and_change_noth
 
 async def test_participant_joined_of_the_active_endpoint_makes_the_session_active(rt_client):
     session_id, endpoint = await joining_session(rt_client)
-    event = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+    event = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
     assert await deliver(rt_client, event) == "applied"
     session = await get(rt_client, session_id)
     assert session["state"] == "active"
@@ -242,7 +103,7 @@ async def test_participant_joined_of_the_active_endpoint_makes_the_session_activ
 @pytest.mark.parametrize("kind", ["participant_left", "participant_connection_aborted"])
 async def test_the_active_endpoint_leaving_makes_the_session_reconnect(rt_client, kind):
     session_id, endpoint = await active_session(rt_client)
-    event = webhook(kind, room(session_id), identity=endpoint, epoch=1)
+    event = webhook_event(kind, room(session_id), identity=endpoint, epoch=1)
     assert await deliver(rt_client, event) == "applied"
     session = await get(rt_client, session_id)
     assert session["state"] == "reconnecting"
@@ -253,7 +114,7 @@ async def test_the_active_endpoint_leaving_makes_the_session_reconnect(rt_client
 
 async def test_room_finished_for_the_current_room_rebinds(rt_client, livekit):
     session_id, _ = await active_session(rt_client)
-    assert await deliver(rt_client, webhook("room_finished", room(session_id))) == "applied"
+    assert await deliver(rt_client, webhook_event("room_finished", room(session_id))) == "applied"
     session = await wait_until(rt_client, session_id, lambda s: s["state"] == "ready")
     assert session["sessionEpoch"] == 2
     assert session["media"]["room"] == room(session_id, 2)
@@ -264,13 +125,13 @@ async def test_events_for_rooms_that_are_not_ours_are_ignored(rt_client):
     session_id, endpoint = await active_session(rt_client)
     before = await snapshot(rt_client, session_id)
     strangers = [
-        webhook("participant_left", "somebody-elses-room", identity=endpoint, epoch=1),
-        webhook("room_finished", "aim-not-a-session-e1"),
-        webhook("room_finished", room(new_id())),  # well-formed, but no such session
-        webhook("room_finished", f"aim-{session_id}-e01"),  # not a name this service writes
-        webhook("room_finished", f"aim-{session_id}-e{'9' * 5000}"),  # not a small integer
-        webhook("participant_left", room(new_id()), identity=endpoint, epoch=1),
-        webhook("egress_ended", ""),  # egress events may carry no room at all
+        webhook_event("participant_left", "somebody-elses-room", identity=endpoint, epoch=1),
+        webhook_event("room_finished", "aim-not-a-session-e1"),
+        webhook_event("room_finished", room(new_id())),  # well-formed, but no such session
+        webhook_event("room_finished", f"aim-{session_id}-e01"),  # not a name this service writes
+        webhook_event("room_finished", f"aim-{session_id}-e{'9' * 5000}"),  # not a small integer
+        webhook_event("participant_left", room(new_id()), identity=endpoint, epoch=1),
+        webhook_event("egress_ended", ""),  # egress events may carry no room at all
     ]
     for event in strangers:
         assert await deliver(rt_client, event) == "ignored"
@@ -346,8 +207,10 @@ async def test_unverified_webhooks_are_401_and_change_nothing(rt_client, kind):
     session_id, endpoint = await active_session(rt_client)
     before = await snapshot(rt_client, session_id)
     ev_id = event_id()
-    harmful = webhook("participant_left", room(session_id), identity=endpoint, epoch=1, ev_id=ev_id)
-    other = webhook("room_finished", room(session_id))
+    harmful = webhook_event(
+        "participant_left", room(session_id), identity=endpoint, epoch=1, ev_id=ev_id
+    )
+    other = webhook_event("room_finished", room(session_id))
     body, authorization = forged(kind, body_of(harmful), body_of(other))
     response = await post_raw(rt_client, body, authorization)
     assert response.status_code == 401, response.text
@@ -360,7 +223,7 @@ async def test_unverified_webhooks_are_401_and_change_nothing(rt_client, kind):
 
 async def test_a_token_expired_within_livekits_60_s_leeway_is_accepted(rt_client):
     session_id, endpoint = await active_session(rt_client)
-    body = body_of(webhook("participant_left", room(session_id), identity=endpoint, epoch=1))
+    body = body_of(webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1))
     token = api.AccessToken(LIVEKIT_KEY, LIVEKIT_SECRET).with_sha256(sha256_claim(body))
     response = await post_raw(rt_client, body, token.with_ttl(timedelta(seconds=-20)).to_jwt())
     assert response.status_code == 200
@@ -372,17 +235,19 @@ async def test_every_configured_webhook_key_is_accepted(livekit, store, tracer_p
     keys = ((LIVEKIT_KEY, LIVEKIT_SECRET), (key2, secret2))
     async with service(livekit, store, tracer_provider, livekit_webhook_keys=keys) as client:
         session_id, endpoint = await joining_session(client)
-        joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+        joined = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
         response = await post(client, joined, key2, secret2)
         assert (response.status_code, response.json()) == (200, {"status": "applied"})
         assert (await get(client, session_id))["state"] == "active"
-        left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+        left = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
         response = await post(client, left, LIVEKIT_KEY, LIVEKIT_SECRET)
         assert (response.status_code, response.json()) == (200, {"status": "applied"})
         before = await snapshot(client, session_id)
         assert before["state"] == "reconnecting"
         for key, secret in (("lk-third-key", secret2), (key2, LIVEKIT_SECRET)):
-            again = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+            again = webhook_event(
+                "participant_joined", room(session_id), identity=endpoint, epoch=1
+            )
             assert (await post(client, again, key, secret)).status_code == 401
         assert await snapshot(client, session_id) == before
 
@@ -390,7 +255,7 @@ async def test_every_configured_webhook_key_is_accepted(livekit, store, tracer_p
 async def test_without_webhook_keys_every_webhook_is_refused(livekit, store, tracer_provider):
     async with service(livekit, store, tracer_provider, livekit_webhook_keys=()) as client:
         session_id, endpoint = await joining_session(client)
-        joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+        joined = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
         assert (await post(client, joined)).status_code == 401
         assert (await get(client, session_id))["state"] == "joining"
 
@@ -401,18 +266,20 @@ async def test_without_webhook_keys_every_webhook_is_refused(livekit, store, tra
 async def test_a_repeated_event_id_is_a_duplicate_and_applies_once(rt_client):
     session_id, endpoint = await active_session(rt_client)
     ev_id = event_id()
-    left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1, ev_id=ev_id)
+    left = webhook_event(
+        "participant_left", room(session_id), identity=endpoint, epoch=1, ev_id=ev_id
+    )
     assert await deliver(rt_client, left) == "applied"
     after_first = await snapshot(rt_client, session_id)
     assert after_first["state"] == "reconnecting"
     assert await deliver(rt_client, left) == "duplicate"
     # another body under a seen id is not news either: it causes no second transition
-    rejoin = webhook(
+    rejoin = webhook_event(
         "participant_joined", room(session_id), identity=endpoint, epoch=1, ev_id=ev_id
     )
     assert await deliver(rt_client, rejoin) in ("duplicate", "ignored")
     assert await snapshot(rt_client, session_id) == after_first
-    fresh = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+    fresh = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
     assert await deliver(rt_client, fresh) == "applied"
     assert (await get(rt_client, session_id))["state"] == "active"
 
@@ -420,7 +287,7 @@ async def test_a_repeated_event_id_is_a_duplicate_and_applies_once(rt_client):
 async def test_concurrent_deliveries_of_one_event_apply_once(rt_client):
     session_id, endpoint = await joining_session(rt_client)
     before = await snapshot(rt_client, session_id)
-    joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+    joined = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
     statuses = await asyncio.gather(*(deliver(rt_client, joined) for _ in range(8)))
     assert sorted(statuses) == ["applied"] + ["duplicate"] * 7
     after = await get(rt_client, session_id)
@@ -433,7 +300,7 @@ async def test_concurrent_deliveries_of_one_event_apply_once(rt_client):
 
 async def test_events_of_an_older_room_after_a_rebind_are_ignored(rt_client):
     session_id, endpoint = await active_session(rt_client)
-    assert await deliver(rt_client, webhook("room_finished", room(session_id))) == "applied"
+    assert await deliver(rt_client, webhook_event("room_finished", room(session_id))) == "applied"
     await wait_until(rt_client, session_id, lambda s: s["state"] == "ready")
     joined = await join(rt_client, session_id, endpoint, 2)
     assert joined["result"]["media"]["room"] == room(session_id, 2)
@@ -441,18 +308,20 @@ async def test_events_of_an_older_room_after_a_rebind_are_ignored(rt_client):
     assert before["state"] == "joining"
     old = room(session_id, 1)
     late = [
-        webhook("participant_joined", old, identity=endpoint, epoch=1),
-        webhook("participant_left", old, identity=endpoint, epoch=1),
-        webhook("participant_connection_aborted", old, identity=endpoint, epoch=1),
-        webhook("participant_joined", old, identity=endpoint),  # no metadata: the room's epoch
-        webhook("participant_joined", old, identity=AGENT_IDENTITY, agent=True),
-        webhook("participant_left", old, identity=AGENT_IDENTITY, agent=True),
-        webhook("room_finished", old),
+        webhook_event("participant_joined", old, identity=endpoint, epoch=1),
+        webhook_event("participant_left", old, identity=endpoint, epoch=1),
+        webhook_event("participant_connection_aborted", old, identity=endpoint, epoch=1),
+        webhook_event(
+            "participant_joined", old, identity=endpoint
+        ),  # no metadata: the room's epoch
+        webhook_event("participant_joined", old, identity=AGENT_IDENTITY, agent=True),
+        webhook_event("participant_left", old, identity=AGENT_IDENTITY, agent=True),
+        webhook_event("room_finished", old),
     ]
     for event in late:
         assert await deliver(rt_client, event) == "ignored", event.event
     assert await snapshot(rt_client, session_id) == before
-    current = webhook("participant_joined", room(session_id, 2), identity=endpoint, epoch=2)
+    current = webhook_event("participant_joined", room(session_id, 2), identity=endpoint, epoch=2)
     assert await deliver(rt_client, current) == "applied"
     assert (await get(rt_client, session_id))["state"] == "active"
 
@@ -467,14 +336,16 @@ async def test_events_of_an_endpoint_superseded_by_a_handoff_are_ignored(rt_clie
     before = await snapshot(rt_client, session_id)
     assert before["state"] == "joining"
     # the phone's leave (its token says epoch 1) arrives after the handoff: fenced
-    phone_left = webhook("participant_left", room(session_id), identity=phone, epoch=1)
+    phone_left = webhook_event("participant_left", room(session_id), identity=phone, epoch=1)
     assert await deliver(rt_client, phone_left) == "ignored"
     assert await snapshot(rt_client, session_id) == before
     # an endpoint's token epoch the server never issued is not believed either
-    ahead = webhook("participant_joined", room(session_id), identity=laptop_id, epoch=3)
+    ahead = webhook_event("participant_joined", room(session_id), identity=laptop_id, epoch=3)
     assert await deliver(rt_client, ahead) == "ignored"
     assert await snapshot(rt_client, session_id) == before
-    laptop_joined = webhook("participant_joined", room(session_id), identity=laptop_id, epoch=2)
+    laptop_joined = webhook_event(
+        "participant_joined", room(session_id), identity=laptop_id, epoch=2
+    )
     assert await deliver(rt_client, laptop_joined) == "applied"
     session = await get(rt_client, session_id)
     assert session["state"] == "active"
@@ -492,13 +363,15 @@ async def test_a_superseded_endpoint_rejoining_with_its_old_token_is_removed(rt_
     await join(rt_client, session_id, laptop_id, 1)
     await livekit.wait_for_call("RemoveParticipant")  # the handoff removes the phone once
     removals = len(livekit.calls_to("RemoveParticipant"))
-    laptop_joined = webhook("participant_joined", room(session_id), identity=laptop_id, epoch=2)
+    laptop_joined = webhook_event(
+        "participant_joined", room(session_id), identity=laptop_id, epoch=2
+    )
     assert await deliver(rt_client, laptop_joined) == "applied"
     before = await snapshot(rt_client, session_id)
 
     # the phone still holds its (unrevocable) epoch-1 token and connects again
     livekit.add_participant(room(session_id), phone, metadata=json.dumps({"sessionEpoch": 1}))
-    rejoined = webhook("participant_joined", room(session_id), identity=phone, epoch=1)
+    rejoined = webhook_event("participant_joined", room(session_id), identity=phone, epoch=1)
     assert await deliver(rt_client, rejoined) == "applied"
     removal = await livekit.wait_for_call("RemoveParticipant", count=removals + 1)
     assert (removal.request.room, removal.request.identity) == (room(session_id), phone)
@@ -515,20 +388,20 @@ async def test_a_superseded_endpoint_rejoining_with_its_old_token_is_removed(rt_
 async def test_participant_left_before_its_joined_corrupts_nothing(rt_client):
     session_id, endpoint = await joining_session(rt_client)
     before = await snapshot(rt_client, session_id)
-    left = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
-    aborted = webhook(
+    left = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
+    aborted = webhook_event(
         "participant_connection_aborted", room(session_id), identity=endpoint, epoch=1
     )
     assert await deliver(rt_client, left) == "ignored"
     assert await deliver(rt_client, aborted) == "ignored"
     assert await snapshot(rt_client, session_id) == before
-    joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+    joined = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
     assert await deliver(rt_client, joined) == "applied"
     session = await get(rt_client, session_id)
     assert session["state"] == "active"
     assert [e["state"] for e in session["endpoints"]] == ["connected"]
     # and the next leave is the real one
-    real = webhook("participant_left", room(session_id), identity=endpoint, epoch=1)
+    real = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
     assert await deliver(rt_client, real) == "applied"
     assert (await get(rt_client, session_id))["state"] == "reconnecting"
 
@@ -538,11 +411,15 @@ async def test_participants_the_session_does_not_await_are_ignored(rt_client):
     registered = (await register(rt_client, session_id, 1, "tablet"))["result"]["endpoint"]
     before = await snapshot(rt_client, session_id)
     strangers = [
-        webhook("participant_joined", room(session_id), identity="not-an-endpoint", epoch=1),
-        webhook("participant_left", room(session_id), identity="not-an-endpoint", epoch=1),
+        webhook_event("participant_joined", room(session_id), identity="not-an-endpoint", epoch=1),
+        webhook_event("participant_left", room(session_id), identity="not-an-endpoint", epoch=1),
         # registered but never joined: its participant_joined is not awaited in `ready`
-        webhook("participant_joined", room(session_id), identity=registered["endpointId"], epoch=1),
-        webhook("participant_left", room(session_id), identity=registered["endpointId"], epoch=1),
+        webhook_event(
+            "participant_joined", room(session_id), identity=registered["endpointId"], epoch=1
+        ),
+        webhook_event(
+            "participant_left", room(session_id), identity=registered["endpointId"], epoch=1
+        ),
     ]
     for event in strangers:
         assert await deliver(rt_client, event) == "ignored"
@@ -556,7 +433,9 @@ async def test_agent_presence_is_reported_but_does_not_drive_the_session(rt_clie
     _, session_id = await ready_session(rt_client)
     session = await get(rt_client, session_id)
     assert session["agent"]["state"] in ("dispatching", "dispatched")
-    joined = webhook("participant_joined", room(session_id), identity=AGENT_IDENTITY, agent=True)
+    joined = webhook_event(
+        "participant_joined", room(session_id), identity=AGENT_IDENTITY, agent=True
+    )
     assert await deliver(rt_client, joined) == "applied"
     session = await get(rt_client, session_id)
     assert session["agent"] == {"state": "joined", "identity": AGENT_IDENTITY}
@@ -565,15 +444,19 @@ async def test_agent_presence_is_reported_but_does_not_drive_the_session(rt_clie
 
     endpoint = (await register(rt_client, session_id, 1, "phone"))["result"]["endpoint"]
     await join(rt_client, session_id, endpoint["endpointId"], 1)
-    me = webhook("participant_joined", room(session_id), identity=endpoint["endpointId"], epoch=1)
+    me = webhook_event(
+        "participant_joined", room(session_id), identity=endpoint["endpointId"], epoch=1
+    )
     assert await deliver(rt_client, me) == "applied"
-    left = webhook("participant_left", room(session_id), identity=AGENT_IDENTITY, agent=True)
+    left = webhook_event("participant_left", room(session_id), identity=AGENT_IDENTITY, agent=True)
     assert await deliver(rt_client, left) == "applied"
     session = await get(rt_client, session_id)
     assert session["agent"]["state"] == "left"
     assert session["state"] == "active"
     assert session["sessionEpoch"] == 1
-    back = webhook("participant_joined", room(session_id), identity=AGENT_IDENTITY, agent=True)
+    back = webhook_event(
+        "participant_joined", room(session_id), identity=AGENT_IDENTITY, agent=True
+    )
     assert await deliver(rt_client, back) == "applied"
     session = await get(rt_client, session_id)
     assert session["agent"] == {"state": "joined", "identity": AGENT_IDENTITY}
@@ -583,11 +466,11 @@ async def test_agent_presence_is_reported_but_does_not_drive_the_session(rt_clie
 async def test_the_agent_is_known_by_its_kind_not_by_its_identity(rt_client):
     session_id, endpoint = await joining_session(rt_client)
     # a standard participant that merely looks like an agent is a stranger
-    impostor = webhook("participant_joined", room(session_id), identity=AGENT_IDENTITY)
+    impostor = webhook_event("participant_joined", room(session_id), identity=AGENT_IDENTITY)
     assert await deliver(rt_client, impostor) == "ignored"
     assert (await get(rt_client, session_id))["agent"]["state"] != "joined"
     # and an agent never takes the endpoint's place, even with the endpoint's identity
-    agent = webhook("participant_joined", room(session_id), identity=endpoint, agent=True)
+    agent = webhook_event("participant_joined", room(session_id), identity=endpoint, agent=True)
     assert await deliver(rt_client, agent) == "applied"
     session = await get(rt_client, session_id)
     assert session["state"] == "joining"
@@ -602,7 +485,7 @@ async def test_webhooks_answer_503_when_redis_is_unreachable(livekit, tracer_pro
     try:
         async with service(livekit, dead, tracer_provider) as client:
             session_id = new_id()
-            joined = webhook("participant_joined", room(session_id), identity="ep", epoch=1)
+            joined = webhook_event("participant_joined", room(session_id), identity="ep", epoch=1)
             response = await post(client, joined)
             assert response.status_code == 503, response.text
             assert "unavailable" in response.json()["error"]
@@ -610,7 +493,7 @@ async def test_webhooks_answer_503_when_redis_is_unreachable(livekit, tracer_pro
             forged_response = await post(client, joined, secret=OTHER_SECRET)
             assert forged_response.status_code == 401
             # and events for rooms that are not ours need no Redis either
-            foreign = webhook("room_finished", "not-ours")
+            foreign = webhook_event("room_finished", "not-ours")
             assert (await post(client, foreign)).json() == {"status": "ignored"}
     finally:
         await dead.aclose()
@@ -627,7 +510,9 @@ async def test_a_503_records_nothing_so_livekits_retry_applies(
         try:
             async with service(livekit, proxied, tracer_provider) as client:
                 session_id, endpoint = await joining_session(client)
-                joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+                joined = webhook_event(
+                    "participant_joined", room(session_id), identity=endpoint, epoch=1
+                )
                 proxy.refuse()
                 assert (await post(client, joined)).status_code == 503
                 proxy.restore()
@@ -650,7 +535,9 @@ async def test_redis_lost_during_the_commit_answers_503_and_the_retry_applies(
         try:
             async with service(livekit, proxied, tracer_provider) as client:
                 session_id, endpoint = await joining_session(client)
-                joined = webhook("participant_joined", room(session_id), identity=endpoint, epoch=1)
+                joined = webhook_event(
+                    "participant_joined", room(session_id), identity=endpoint, epoch=1
+                )
                 # Redis goes away exactly when the session's commit is sent: nothing is applied,
                 # and the event id must not stay recorded either
                 commit = b"$7\r\nEVALSHA\r\n$40\r\n" + proxied.scripts.commit.sha.encode()

@@ -4,15 +4,12 @@ per commit, version conflicts retried, replays writing nothing, NOSCRIPT survive
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
 from typing import Any
 
 import msgspec
 import pytest
 from redis.crc import key_slot
 
-from realtime.a2a import types as wire
 from realtime.a2a.projection import follow, task_metadata
 from realtime.engine.core import MAX_ATTEMPTS, Engine
 from realtime.engine.entries import Command, params_digest
@@ -26,25 +23,19 @@ from realtime.store.records import (
     OUTCOME_DECODER,
     TASK_DECODER,
     PendingEffect,
-    SessionRecord,
-    TaskRecord,
 )
 from realtime.store.redis_client import RedisClient
-from realtime.store.sessions import Committed, Loaded, SessionStore
-from state_machines import Capabilities, CreateRoom, DeleteRoom, DispatchAgent, Provisioned
+from realtime.store.sessions import Commit, Committed, Loaded, SessionStore
+from state_machines import Capabilities, CreateRoom, DeleteRoom, DispatchAgent
 from state_machines import session as machine
 from tests.conftest import TEST_SECRET
+from tests.integration.engine_helpers import OWNER, new_id, new_session
 
 pytestmark = pytest.mark.redis
 
-OWNER = "0123456789abcdef0123456789abcdef"
 REGISTER = "aim.realtime.RegisterEndpoint"
 END = "aim.realtime.EndSession"
 CAPS = Capabilities(True, True, False, False, ("text",))
-
-
-def new_id() -> str:
-    return str(uuid.uuid4())
 
 
 def settings() -> Settings:
@@ -53,43 +44,6 @@ def settings() -> Settings:
 
 def engine_on(sessions: SessionStore) -> Engine:
     return Engine(settings(), sessions, project=follow)
-
-
-async def new_session(engine: Engine, *, provisioned: bool = True) -> str:
-    """Create a session like SendMessage does (version 1), optionally made ready (version 2)."""
-    task_id = new_id()
-    session_id = keys.tag_for_task(task_id)
-    now = wire.timestamp(int(time.time() * 1000))
-    decision = machine.new_session(
-        session_id=session_id,
-        task_id=task_id,
-        context_id=new_id(),
-        client_session_id=new_id(),
-        requested=machine.Requested(
-            user_video_sources=(), agent_video_sources=(), interactions=("text",)
-        ),
-        required_capabilities=("audio_input", "audio_output"),
-        transcript="off",
-        now=now,
-    )
-    session = decision.state
-    task = TaskRecord(
-        owner=OWNER,
-        version=session.task_version,
-        created_at=now,
-        status_ms=int(time.time() * 1000),
-        task=wire.Task(
-            id=task_id,
-            context_id=session.context_id,
-            status=wire.TaskStatus(state=session.task_state, timestamp=now),
-            metadata=task_metadata(session),
-        ),
-    )
-    record = SessionRecord(owner=OWNER, principal_name="alice", session=session)
-    assert await engine.create(record, decision, task)
-    if provisioned:
-        assert isinstance(await engine.execute(session_id, Provisioned(1)), Applied)
-    return session_id
 
 
 def render(decided: Decided) -> dict[str, Any]:
@@ -262,16 +216,19 @@ async def test_commit_writes_everything_at_once_and_a_replay_writes_nothing(stor
 
     # even a commit whose expected version matches is a replay when its commandId is known
     direct = await sessions.commit(
-        session_id,
-        expected_version=after.version,
-        record=loaded.record,
-        task=loaded.task,
-        command_id=command_id,
-        outcome=b"{}",
-        events=[b'{"must":"not be written"}'],
-        effects=[("999999999999-00", PendingEffect(effect=DeleteRoom("x", 1), epoch=1))],
-        ttl_s=60,
-        due_ms=0,
+        Commit(
+            session_id,
+            expected_version=after.version,
+            record=loaded.record,
+            task=loaded.task,
+            command_id=command_id,
+            outcome=b"{}",
+            events=[b'{"must":"not be written"}'],
+            effects=[("999999999999-00", PendingEffect(effect=DeleteRoom("x", 1), epoch=1))],
+            ttl_s=60,
+            due_ms=0,
+            now_ms=0,
+        )
     )
     assert direct.status == "replay"
     assert direct.outcome == outcome
@@ -279,16 +236,19 @@ async def test_commit_writes_everything_at_once_and_a_replay_writes_nothing(stor
 
     # a stale version is a conflict that writes nothing either
     stale = await sessions.commit(
-        session_id,
-        expected_version=1,
-        record=loaded.record,
-        task=loaded.task,
-        command_id=None,
-        outcome=b"",
-        events=[b'{"must":"not be written"}'],
-        effects=[],
-        ttl_s=60,
-        due_ms=0,
+        Commit(
+            session_id,
+            expected_version=1,
+            record=loaded.record,
+            task=loaded.task,
+            command_id=None,
+            outcome=b"",
+            events=[b'{"must":"not be written"}'],
+            effects=[],
+            ttl_s=60,
+            due_ms=0,
+            now_ms=0,
+        )
     )
     assert stale == Committed("conflict", 2, None)
     assert await layout(store, session_id) == after
@@ -346,8 +306,8 @@ class GatedSessions(SessionStore):
             await self.gate.wait()
         return loaded
 
-    async def commit(self, session_id: str, **kwargs: Any) -> Committed:
-        committed = await super().commit(session_id, **kwargs)
+    async def commit(self, commit: Commit) -> Committed:
+        committed = await super().commit(commit)
         self.statuses.append(committed.status)
         return committed
 
@@ -457,16 +417,19 @@ async def test_the_event_stream_is_capped(store):
     total = keys.EVENTS_MAXLEN + 300
     for index in range(total - 1):
         committed = await sessions.commit(
-            session_id,
-            expected_version=version,
-            record=loaded.record,
-            task=loaded.task,
-            command_id=None,
-            outcome=b"",
-            events=[msgspec.json.encode({"n": index})],
-            effects=[],
-            ttl_s=600,
-            due_ms=0,
+            Commit(
+                session_id,
+                expected_version=version,
+                record=loaded.record,
+                task=loaded.task,
+                command_id=None,
+                outcome=b"",
+                events=[msgspec.json.encode({"n": index})],
+                effects=[],
+                ttl_s=600,
+                due_ms=0,
+                now_ms=0,
+            )
         )
         assert committed.status == "ok"
         version = committed.version

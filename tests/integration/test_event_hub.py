@@ -11,31 +11,13 @@ import uuid
 import pytest
 from redis.crc import key_slot
 
-from realtime.fanout import RETRY_S, EventHub, LaggedError, Subscription, parse_id
+from realtime.fanout import RETRY_S, EventHub, LaggedError, parse_id
 from realtime.store import keys
 from realtime.store.events import EventStore, slot_groups
 from realtime.store.redis_client import SOCKET_TIMEOUT_S, RedisClient
+from tests.integration.event_hub_helpers import commit, drain
 
 pytestmark = pytest.mark.redis
-
-
-async def commit(store: RedisClient, session_id: str, n: int) -> list[str]:
-    """What commits do to the stream: XADD entries `e=<json>`; their ids."""
-    ids = []
-    for i in range(n):
-        entry_id = await store.client.xadd(keys.events_key(session_id), {"e": f'{{"n":{i}}}'})
-        ids.append(entry_id.decode())
-    return ids
-
-
-async def drain(subscription: Subscription, count: int, within: float = 5.0) -> list[str]:
-    got: list[str] = []
-    deadline = time.monotonic() + within
-    while len(got) < count:
-        assert time.monotonic() < deadline, f"only {len(got)} of {count}"
-        entries = await subscription.next(0.5)
-        got.extend(entry_id for entry_id, _ in entries or ())
-    return got
 
 
 @pytest.fixture(params=["blocking", "polling"])

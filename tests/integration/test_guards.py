@@ -21,10 +21,10 @@ from realtime.store.redis_client import RedisClient
 from realtime.store.sessions import SessionStore
 from realtime.worker.runner import Runner
 from tests.conftest import livekit_settings
-from tests.e2e.op_helpers import get_session, interact, open_session
-from tests.e2e.test_webhooks import deliver, room, webhook
-from tests.integration.test_commit_path import new_session
-from tests.integration.test_event_hub import commit
+from tests.e2e.agent_operation_helpers import get_session, interact, open_session
+from tests.e2e.webhook_helpers import deliver, room, webhook_event
+from tests.integration.engine_helpers import new_session
+from tests.integration.event_hub_helpers import commit
 
 pytestmark = pytest.mark.redis
 
@@ -133,7 +133,7 @@ async def test_a_call_queued_for_the_old_room_is_dropped_when_the_session_rebind
 
     await wait_until(queued_and_tried, within=5, what="the first attempt failed")
     livekit.close_room(live.room)
-    assert await deliver(rt_client, webhook("room_finished", live.room)) == "applied"
+    assert await deliver(rt_client, webhook_event("room_finished", live.room)) == "applied"
     rebound = await get_session(rt_client, live.sid)
     new_room = room(live.sid, 2)
     assert (rebound["state"], rebound["sessionEpoch"]) == ("provisioning", 2)

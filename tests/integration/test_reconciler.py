@@ -32,14 +32,14 @@ from realtime.store.redis_client import RedisClient
 from realtime.worker.reconciler import Reconciler
 from tests.conftest import livekit_settings, serving
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
-from tests.e2e.test_webhooks import (
+from tests.e2e.webhook_helpers import (
     active_session,
     deliver,
     get,
     join,
     ready_session,
     room,
-    webhook,
+    webhook_event,
 )
 from tests.tcp_proxy import redis_proxy
 
@@ -77,6 +77,7 @@ class World:
             self.worker.engine,
             self.worker.runner.gateway,
             self.lease,
+            self.worker.runner,
             metrics=self.metrics,
             token=token,
         )
@@ -212,7 +213,9 @@ async def in_room(http: httpx.AsyncClient, livekit: Any) -> tuple[str, str]:
     session_id, endpoint = await active_session(http)
     livekit.add_participant(room(session_id), endpoint)
     livekit.add_participant(room(session_id), "agent-AJ_1", kind="agent")
-    joined = webhook("participant_joined", room(session_id), identity="agent-AJ_1", agent=True)
+    joined = webhook_event(
+        "participant_joined", room(session_id), identity="agent-AJ_1", agent=True
+    )
     assert await deliver(http, joined) == "applied"
     return session_id, endpoint
 
@@ -268,7 +271,7 @@ async def test_the_room_of_an_older_epoch_is_deleted_and_the_current_one_kept(
 ):
     session_id, _ = await active_session(world.http)
     # room_finished came, but the room did not go (a webhook of a node that lost it, wrongly)
-    assert await deliver(world.http, webhook("room_finished", room(session_id))) == "applied"
+    assert await deliver(world.http, webhook_event("room_finished", room(session_id))) == "applied"
     await until(world.http, session_id, state="ready", sessionEpoch=2)
     assert {room(session_id, 1), room(session_id, 2)} <= set(livekit.rooms)
     world.clock.advance(GRACE_S + 1)
@@ -348,7 +351,7 @@ async def test_a_room_lost_without_room_finished_rebinds_the_session_once(world,
 
     assert (await reconciler.sweep()).corrections == {}  # the new room is there
     # the room_finished LiveKit owed arrives late: it is for a room the session has left
-    late = webhook("room_finished", room(session_id))
+    late = webhook_event("room_finished", room(session_id))
     assert await deliver(world.http, late) == "ignored"
     after = await get(world.http, session_id)
     assert (after["state"], after["sessionEpoch"], after["version"]) == (
@@ -371,7 +374,7 @@ async def test_a_room_finished_during_the_sweep_leaves_the_reconciler_nothing_to
     livekit.delay(0.5, method="ListRooms")
     sweep = asyncio.create_task(world.reconciler().sweep())
     await arrived(livekit, "ListRooms")
-    assert await deliver(world.http, webhook("room_finished", room(session_id))) == "applied"
+    assert await deliver(world.http, webhook_event("room_finished", room(session_id))) == "applied"
     await until(world.http, session_id, state="ready", sessionEpoch=2)
 
     report = await sweep
@@ -411,7 +414,7 @@ async def test_a_superseded_device_and_a_stranger_are_removed_the_device_and_age
     assert handoff["result"]["session"]["sessionEpoch"] == 2
     await livekit.wait_for_call("RemoveParticipant")  # the handoff removes the phone
     livekit.add_participant(room(session_id), laptop["endpointId"])
-    joined = webhook("participant_joined", room(session_id), identity=laptop["endpointId"],
+    joined = webhook_event("participant_joined", room(session_id), identity=laptop["endpointId"],
                      epoch=2)  # fmt: skip
     assert await deliver(world.http, joined) == "applied"
     # the phone comes back with its old token and its participant_joined is lost; someone with
@@ -493,7 +496,7 @@ async def test_two_sweeps_that_both_think_they_hold_the_lease_rebind_a_lost_room
     [entry] = await corrections_of(store, session_id)
     assert entry["to"] == "provisioning"
     assert world.corrections() == {"room_missing": 1}
-    late = webhook("room_finished", room(session_id))
+    late = webhook_event("room_finished", room(session_id))
     assert await deliver(world.http, late) == "ignored"
     assert (await get(world.http, session_id))["sessionEpoch"] == 2
 

@@ -19,10 +19,9 @@ from realtime.store import keys
 from realtime.store.redis_client import RedisClient
 from realtime.store.timeline import Recorder, TimelineStore, timeline_entry
 from tests.conftest import livekit_settings, serving
-from tests.e2e.ops_helpers import eventually, rpc_as, timeline_of
+from tests.e2e.operator_api_helpers import eventually, rpc_as, timeline_of
 from tests.e2e.realtime_helpers import CAPS, create_part, new_id, session_of
-from tests.integration.test_store_selection import dead_tcp_url
-from tests.tcp_proxy import redis_proxy
+from tests.tcp_proxy import dead_tcp_url, redis_proxy
 
 pytestmark = pytest.mark.redis
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from realtime.store.redis_client import RedisClient
 from realtime.store.selection import EMBEDDED_WARNING, open_store
 from realtime.store.server import RedisUnavailableError, redis_server_available
 from realtime.store.tasks import TaskStore
+from tests.tcp_proxy import dead_tcp_url
 
 pytestmark = pytest.mark.redis
 
@@ -60,14 +60,6 @@ async def sent(task_store: TaskStore, task: TaskRecord) -> None:
 
 def unix_socket_path(store: RedisClient) -> Path:
     return Path(store.client.connection_pool.connection_kwargs["path"])
-
-
-def dead_tcp_url() -> str:
-    """A loopback port nobody listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"redis://127.0.0.1:{port}/0"
 
 
 @pytest.fixture

@@ -17,9 +17,11 @@ from realtime.errors import (
     UnsupportedOperation,
     invalid_params,
 )
+from realtime.methods.client_tasks import digest
+from realtime.rpc.dispatch import events
 from realtime.rpc.envelope import decode_envelope
 from realtime.rpc.errors import error_object
-from realtime.rpc.v01 import TaskIds, agent_card_v01, digest, events
+from realtime.rpc.v01 import V01Codec, agent_card_v01
 from realtime.settings import Settings
 
 SERVER_ID = "4f1c0a52-7c1e-4c4e-9d0a-2b1f3c4d5e6f"
@@ -314,8 +316,9 @@ class FailingStream:
 
 
 async def test_an_error_inside_a_0_1_stream_is_a_plain_data_event() -> None:
-    ids = TaskIds(client="t-1", server=SERVER_ID)
-    sent = [event async for event in events(FailingStream(), 7, ids)]  # type: ignore[arg-type]
+    codec = V01Codec("https://aim.example")
+    codec.ids.client, codec.ids.server = "t-1", SERVER_ID
+    sent = [event async for event in events(codec, FailingStream(), 7)]  # type: ignore[arg-type]
     assert [(e.id, e.event) for e in sent] == [(None, None), ("1-0", None), (None, None),
                                                (None, None)]  # fmt: skip
     assert sent[2].data is None  # the heartbeat

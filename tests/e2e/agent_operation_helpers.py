@@ -1,4 +1,4 @@
-"""Building blocks for the operations / interactions / provider e2e tests (test_op_*.py).
+"""Building blocks for the agent operations / interactions / provider e2e tests (test_op_*.py).
 
 A "live" session here is one the way a user sees it after joining: created with the realtime
 extension, one device registered and joined, the device and the agent in the stand-in's room
@@ -21,7 +21,7 @@ from livekit import api
 
 from tests.conftest import error_info, rpc
 from tests.e2e.realtime_helpers import call, create_part, create_session, new_id, session_of
-from tests.e2e.test_interactions_smoke import webhook
+from tests.e2e.webhook_helpers import send_webhook
 
 AGENT = "agent-1"
 TOPIC = "aim.realtime.v1"
@@ -97,13 +97,15 @@ async def open_session(
         )
         assert "result" in joined, joined
         livekit.add_participant(room, phone)
-        assert await webhook(client, "participant_joined", room, phone) == "applied"
+        assert await send_webhook(client, "participant_joined", room, phone) == "applied"
         # the join sends the device its permission (an outbox effect, carried out after the
         # commit): wait for it, so that tests counting later updates do not count this one
         await wait_for_update(livekit, room, phone, 1)
     if agent:
         livekit.add_participant(room, AGENT, kind="agent")
-        assert await webhook(client, "participant_joined", room, AGENT, agent=True) == "applied"
+        assert (
+            await send_webhook(client, "participant_joined", room, AGENT, agent=True) == "applied"
+        )
     return Live(sid, task["id"], task["contextId"], room, phone, meta["providerToken"])
 
 

@@ -1,0 +1,51 @@
+"""The cross-slot index entries of a commit (`SessionStore.commit` sends them beside its
+script, idempotently): the due entries written before it, the listings written after it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from realtime.store import keys
+from realtime.store.records import PendingEffect, SessionRecord
+
+
+def score_pairs(members: Mapping[str, int]) -> list[Any]:
+    """ZADD's arguments for `members` (member → score): score, member, score, member …"""
+    return [item for member, score in members.items() for item in (score, member)]
+
+
+def listings(record: SessionRecord, session_id: str, now_ms: int, ttl_s: int) -> list[Any]:
+    """The operations index entries of a commit: every session's, and its tenant's."""
+    listed: list[Any] = [("ZADD", keys.ops_sessions_key(), "GT", now_ms, session_id)]
+    if record.tenant is not None:
+        index = keys.ops_tenant_sessions_key(record.tenant)
+        listed += [("ZADD", index, "GT", now_ms, session_id), ("EXPIRE", index, ttl_s)]
+    return listed
+
+
+def due_entries(
+    session_id: str,
+    effects: Sequence[tuple[str, PendingEffect]],
+    due_ms: int,
+    timers: Mapping[str, int] | None,
+    ttl_s: int,
+    cause: str | None = None,
+) -> list[tuple[Any, ...]]:
+    """The due entries of a commit: the session in the outbox index when it stores effects;
+    its timers in the timers index and in the session's own list (what an operator reads),
+    and the span that armed them."""
+    commands: list[tuple[Any, ...]] = []
+    if effects:
+        commands.append(("ZADD", keys.outbox_due_key(), due_ms, session_id))
+    if timers:
+        commands.append(("ZADD", keys.timers_due_key(), *score_pairs(timers)))
+        armed = keys.session_timers_key(session_id)
+        commands.append(("HSET", armed, *(item for pair in timers.items() for item in pair)))
+        commands.append(("EXPIRE", armed, ttl_s))
+        if cause:
+            causes = keys.timer_causes_key(session_id)
+            pairs = (item for member in timers for item in (member, cause))
+            commands.append(("HSET", causes, *pairs))
+            commands.append(("EXPIRE", causes, ttl_s))
+    return commands

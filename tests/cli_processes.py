@@ -1,0 +1,111 @@
+"""`aim-realtime` run as an operator runs it: a subprocess with a controlled environment (no
+AIM_/OTEL_ setting inherited), in an empty working directory so no stray `.env` is read."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+SECRET = "cli-test-secret-0123456789-abcdefghijklmnop"
+STARTUP_TIMEOUT_S = 20.0
+SHUTDOWN_TIMEOUT_S = 15.0
+
+
+def clean_environ(**variables: str) -> dict[str, str]:
+    """The caller's environment without any AIM_/OTEL_ setting, plus `variables`."""
+    environ = {
+        name: value for name, value in os.environ.items() if not name.startswith(("AIM_", "OTEL_"))
+    }
+    environ.update(variables)
+    return environ
+
+
+def run_cli(
+    *args: str, cwd: Path, timeout: float = 30.0, **variables: str
+) -> subprocess.CompletedProcess[str]:
+    """`aim-realtime ARGS` as an operator runs it, with only `variables` set of AIM_*."""
+    return subprocess.run(
+        [sys.executable, "-m", "realtime.cli", *args],
+        cwd=cwd,
+        env=clean_environ(**variables),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def needs(redis_url: str | None) -> str:
+    if redis_url is None:
+        pytest.skip("no real Redis for this session")
+    return redis_url
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+class Service:
+    """A running `aim-realtime serve` subprocess."""
+
+    def __init__(self, process: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
+        self.process = process
+        self.base_url = base_url
+        self.log = log
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_until_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"serve exited with {self.process.returncode}:\n{self.output()}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{self.base_url}/readyz", timeout=1.0).status_code == 200:
+                    return
+            time.sleep(0.1)
+        pytest.fail(f"serve was not ready within {STARTUP_TIMEOUT_S} s:\n{self.output()}")
+
+    def terminate(self) -> None:
+        """SIGTERM, then wait for a graceful exit: lifespan shutdown ran to the end."""
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=SHUTDOWN_TIMEOUT_S)
+        # uvicorn re-raises the signal it handled once shutdown is done, so -SIGTERM is clean too
+        assert code in (0, -signal.SIGTERM), self.output()
+        assert "Application shutdown complete" in self.output()
+        assert "Traceback" not in self.output()
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, **variables: str) -> Iterator[Service]:
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "realtime.cli", "serve", "--port", str(port)],
+            cwd=tmp_path,
+            env=clean_environ(AIM_DATA_DIR=str(tmp_path / "data"), **variables),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    service = Service(process, f"http://127.0.0.1:{port}", log)
+    try:
+        yield service
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
