@@ -29,13 +29,6 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Iterator[Path]:
-    needs_redis_server()
-    yield tmp_path / "data"
-    kill_servers_under(tmp_path)
-
-
-@pytest.fixture
 def users(tmp_path: Path, data_dir: Path) -> Iterator[list[StoreUser]]:
     started: list[StoreUser] = []
     yield started

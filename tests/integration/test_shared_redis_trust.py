@@ -42,13 +42,6 @@ from tests.redis_processes import (
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Iterator[Path]:
-    needs_redis_server()
-    yield tmp_path / "data"
-    kill_servers_under(tmp_path)
-
-
 def own_dirs(data_dir: Path) -> Path:
     redis_dir = data_dir / "redis"
     redis_dir.mkdir(parents=True, mode=0o700)
