@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import jwt
+import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
@@ -121,3 +122,17 @@ class JwksServer:
 def jwks_server(keys: list[dict[str, Any]]) -> Iterator[JwksServer]:
     with JwksServer(keys).running() as server:
         yield server
+
+
+class CountingDecode:
+    """Counts signature verifications (calls of jwt.decode) made by the authenticator."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = jwt.decode
+
+        def decode(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(jwt, "decode", decode)

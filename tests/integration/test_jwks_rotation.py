@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
 
-import jwt
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,6 +22,7 @@ from tests.jwks_server import (
     ISSUER,
     NOW,
     Clock,
+    CountingDecode,
     JwksServer,
     PrivateKey,
     ec_key,
@@ -58,20 +57,6 @@ async def refused(auth: Authenticator, header: str) -> AuthError:
         await auth.authenticate(header)
     assert (info.value.status, info.value.reason) == (401, "invalid_token")
     return info.value
-
-
-class CountingDecode:
-    """Counts signature verifications (calls of jwt.decode)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        real = jwt.decode
-
-        def decode(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(jwt, "decode", decode)
 
 
 # --- 6: a removed key stops working within the TTL -------------------------------------------

@@ -21,6 +21,7 @@ from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from realtime.auth import VERIFIED_MAX, VERIFIED_TTL_S, Authenticator, Principal, mint_dev_token
 from realtime.errors import AuthError
 from realtime.settings import Settings
+from tests.jwks_server import CountingDecode
 
 NOW = 1_800_000_000.0
 SECRET = "s" * 40
@@ -511,20 +512,6 @@ async def test_wrong_issuer_or_audience_is_refused_in_jwks_mode(
 
 
 # --- verified tokens are remembered -------------------------------------------------------------
-
-
-class CountingDecode:
-    """Counts signature verifications (calls of jwt.decode) made by the authenticator."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        real = jwt.decode
-
-        def decode(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(jwt, "decode", decode)
 
 
 async def test_a_verified_token_is_not_verified_again_on_its_next_call(monkeypatch) -> None:
