@@ -29,10 +29,17 @@ The tree::
      └── AuthError                 401 or 403, with the WWW-Authenticate challenge (RFC 6750)
 
 Any other exception that escapes a handler is a bug, answered as InternalError.
+
+A message is text with terms in it (`Text`): the words that each A2A generation says its own way
+(a method's name, a task state, a task id, a params path) are `Term`s, and each generation's
+`Words` render them, in the message, in `details` and in the violations. The 1.0 words are the
+values as they are (`Words`); a codec brings its generation's (`a2a/v03`, `a2a/v01`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 from collections.abc import Mapping, Sequence
 from typing import Final, Literal
 
@@ -44,18 +51,93 @@ REALM: Final = "aim-realtime"
 SERVER_GOING_AWAY: Final = "The server is shutting down; reconnect."
 
 
+class Kind(enum.Enum):
+    METHOD = "method"  # a 1.0 method name: GetTask
+    STATE = "state"  # a 1.0 TaskState: TASK_STATE_WORKING
+    TASK = "task"  # a task id, as the service knows it
+    FIELD = "field"  # a path into the 1.0 params: params.message.parts[0].raw
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Term:
+    """A word of a message that a protocol generation says its own way."""
+
+    kind: Kind
+    value: str
+
+
+def method_name(name: str) -> Term:
+    return Term(Kind.METHOD, name)
+
+
+def task_state(value: str) -> Term:
+    return Term(Kind.STATE, value)
+
+
+def task_ref(task_id: str) -> Term:
+    return Term(Kind.TASK, task_id)
+
+
+def params_path(path: str) -> Term:
+    return Term(Kind.FIELD, path)
+
+
+Text = tuple[str | Term, ...]
+
+
+class Words:
+    """How a generation says a message's terms: A2A 1.0's words, the values as they are.
+    A subclass overrides the kinds its generation names differently."""
+
+    def method(self, name: str) -> str:
+        return name
+
+    def state(self, value: str) -> str:
+        return value
+
+    def task(self, task_id: str) -> str:
+        return task_id
+
+    def field(self, path: str) -> str:
+        return path
+
+    def say(self, value: object) -> object:
+        """A term in these words; any other value as it is."""
+        if not isinstance(value, Term):
+            return value
+        match value.kind:
+            case Kind.METHOD:
+                return self.method(value.value)
+            case Kind.STATE:
+                return self.state(value.value)
+            case Kind.TASK:
+                return self.task(value.value)
+            case Kind.FIELD:
+                return self.field(value.value)
+
+    def text(self, text: str | Text) -> str:
+        if isinstance(text, str):
+            return text
+        return "".join(str(self.say(item)) for item in text)
+
+
+V10_WORDS: Final = Words()
+
+
 class ServiceError(Exception):
-    """An error the caller sees; `details` are the error's data, `violations` field paths."""
+    """An error the caller sees: `text` its message (`message`, in 1.0 words), `details` the
+    error's data (values may be terms), `violations` (params path, description) pairs."""
 
     def __init__(
         self,
-        message: str,
+        message: str | Text,
         *,
         details: Mapping[str, object] | None = None,
-        violations: Sequence[tuple[str, str]] = (),
+        violations: Sequence[tuple[str, str | Text]] = (),
     ) -> None:
-        super().__init__(message)
-        self.message = message
+        self.text: Text = (message,) if isinstance(message, str) else message
+        self.message = V10_WORDS.text(self.text)
+        super().__init__(self.message)
         self.details: Mapping[str, object] = details or {}
         self.violations = tuple(violations)
 
@@ -115,8 +197,12 @@ class NotFound(ServiceError):
 class TaskNotFound(NotFound):
     def __init__(self, task_id: str) -> None:
         super().__init__(
-            f"Task {task_id} was not found. Check the id; tasks are visible only to their owner.",
-            details={"taskId": task_id},
+            (
+                "Task ",
+                task_ref(task_id),
+                " was not found. Check the id; tasks are visible only to their owner.",
+            ),
+            details={"taskId": task_ref(task_id)},
         )
 
 
@@ -184,7 +270,7 @@ class CommandConflict(ServiceError):
 class LimitExceeded(ServiceError):
     """A limit was reached; `retry_after` seconds is when trying again may help."""
 
-    def __init__(self, message: str, *, limit: str, retry_after: int | None = None) -> None:
+    def __init__(self, message: str | Text, *, limit: str, retry_after: int | None = None) -> None:
         details: dict[str, object] = {"limit": limit}
         if retry_after is not None:
             details["retryAfterSeconds"] = retry_after
@@ -196,7 +282,7 @@ class LimitExceeded(ServiceError):
 class Unavailable(ServiceError):
     """An upstream (`service`) is unreachable or overloaded: retrying the same request is safe."""
 
-    def __init__(self, message: str, *, service: Service) -> None:
+    def __init__(self, message: str | Text, *, service: Service) -> None:
         super().__init__(message, details={"service": service, "retryable": True})
         self.service: Service = service
 
@@ -212,10 +298,11 @@ class InternalError(ServiceError):
         )
 
 
-def invalid_params(field: str, description: str) -> InvalidParams:
-    """-32602 naming the offending JSON path."""
+def invalid_params(path: str, description: str | Text) -> InvalidParams:
+    """-32602 naming the offending JSON path (of the 1.0 params, or the request's own)."""
+    described = (description,) if isinstance(description, str) else description
     return InvalidParams(
-        f"Invalid params: {field}: {description}", violations=[(field, description)]
+        ("Invalid params: ", params_path(path), ": ", *described), violations=[(path, description)]
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 from msgspec import UNSET
 
 from realtime.a2a.params import Part
-from realtime.errors import ContentTypeNotSupported
+from realtime.errors import ContentTypeNotSupported, params_path
 
 INPUT_MODES: Final = ("application/json", "text/plain")
 UNTYPED_FILE: Final = "application/octet-stream"
@@ -60,10 +60,14 @@ def require_input_modes(parts: Sequence[Part]) -> None:
     for index, part in enumerate(parts):
         found = media_type_of(part)
         if found not in INPUT_MODES:
-            where = f"params.message.parts[{index}]"
+            where = params_path(f"params.message.parts[{index}]")
             raise ContentTypeNotSupported(
-                f"{where} is {found}, a media type this agent does not accept: it accepts "
-                f"{' and '.join(INPUT_MODES)} (the Agent Card's defaultInputModes). Leave the part "
-                "out: audio and video go over a realtime session, not into messages.",
+                (
+                    where,
+                    f" is {found}, a media type this agent does not accept: it accepts "
+                    f"{' and '.join(INPUT_MODES)} (the Agent Card's defaultInputModes). Leave "
+                    "the part out: audio and video go over a realtime session, not into "
+                    "messages.",
+                ),
                 details={"part": where, "mediaType": found, "inputModes": INPUT_MODES},
             )

@@ -8,7 +8,6 @@ strictly, with errors naming the 0.1 path.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final, Literal
@@ -336,56 +335,31 @@ def stream_events(
 # --- errors -----------------------------------------------------------------------------------
 
 _NAMES_V10: Final[Mapping[str, str]] = {target: name for name, target in METHODS.items()}
-_METHOD_NAME: Final = re.compile(r"\b(" + "|".join(sorted(_NAMES_V10, key=len)[::-1]) + r")\b")
-_STATE_NAME: Final = re.compile(r"\bTASK_STATE_[A-Z_]+\b")
-_PART_MEMBER: Final = re.compile(r"(params\.message\.parts\[\d+\])\.(raw|url|mediaType|filename)\b")
-_FILE_MEMBERS: Final = {"raw": "bytes", "url": "uri", "mediaType": "mimeType", "filename": "name"}
-_RENAMED: Final = (
-    (re.compile(r"\bparams\.message\.contextId\b"), "params.sessionId"),
-    (re.compile(r"\bparams\.configuration\.historyLength\b"), "params.historyLength"),
-)
+# 1.0 params paths that are elsewhere in a 0.1 request
+_MOVED: Final[Mapping[str, str]] = {
+    "params.message.contextId": "params.sessionId",
+    "params.configuration.historyLength": "params.historyLength",
+}
 
 
-def path(value: str) -> str:
-    """A 1.0 params path as the 0.1 request's path."""
-    for pattern, replacement in _RENAMED:
-        value = pattern.sub(replacement, value)
-    return _PART_MEMBER.sub(lambda m: f"{m[1]}.file.{_FILE_MEMBERS[m[2]]}", value)
+class Words(v03.Words):
+    """The 0.1 words of a message: 0.1 method names, states and params paths, and the client's
+    task id for the server's (`server_id`, once the id map knows it)."""
 
+    def __init__(self, client_id: str | None = None, server_id: str | None = None) -> None:
+        self.client_id = client_id
+        self.server_id = server_id
 
-def _text(value: str, client_id: str | None, server_id: str | None) -> str:
-    value = path(_STATE_NAME.sub(lambda m: state(m[0]), value))
-    if client_id is not None and server_id is not None:
-        # an error of the task's own handler: its hints name 1.0 methods ("Read it with GetTask");
-        # the client's id goes in last, so that nothing rewrites it
-        value = _METHOD_NAME.sub(lambda m: _NAMES_V10[m[0]], value)
-        value = value.replace(server_id, client_id)
-    return value
+    def method(self, name: str) -> str:
+        return _NAMES_V10.get(name, name)
 
+    def state(self, value: str) -> str:
+        return state(value)
 
-def error(
-    value: Mapping[str, Any], *, client_id: str | None = None, server_id: str | None = None
-) -> dict[str, Any]:
-    """A 1.0 error object in the 0.1 form: `data` the 0.3 adapter's object `{reason, domain,
-    metadata?, fieldViolations?}`, with the 0.1 task id, 0.1 states and the 0.1 request's
-    field paths; `server_id` (the task's, once known) appears nowhere, and the hints of the
-    task's handler name 0.1 methods."""
-    ids = (client_id, server_id)
-    out = v03.error(value)
-    out["message"] = _text(out["message"], *ids)
-    data = out["data"]
-    metadata = data["metadata"] = dict(data.get("metadata", {}))  # a copy: `value` stays as is
-    if "taskId" in metadata and client_id is not None:
-        metadata["taskId"] = client_id
-    if "state" in metadata:
-        metadata["state"] = _STATE_NAME.sub(lambda m: state(m[0]), metadata["state"])
-    if metadata.get("method") in _NAMES_V10:
-        metadata["method"] = _NAMES_V10[metadata["method"]]
-    if not metadata:
-        del data["metadata"]
-    if "fieldViolations" in data:
-        data["fieldViolations"] = [
-            {"field": path(v["field"]), "description": _text(v["description"], *ids)}
-            for v in data["fieldViolations"]
-        ]
-    return out
+    def task(self, task_id: str) -> str:
+        if self.client_id is not None and task_id == self.server_id:
+            return self.client_id
+        return task_id
+
+    def field(self, path: str) -> str:
+        return _MOVED.get(path) or super().field(path)

@@ -17,8 +17,10 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from realtime import errors
 from realtime.a2a.modes import file_part
 from realtime.a2a.params import validation_error
+from realtime.a2a.scalars import is_padded_base64
 
 VERSION: Final = "0.3"
 METHODS: Final[Mapping[str, str]] = {
@@ -59,6 +61,8 @@ class FileContent(_In, frozen=True):
     def __post_init__(self) -> None:
         if (self.uri is UNSET) == (self.bytes_ is UNSET):
             raise ValueError("a file carries exactly one of `uri` or `bytes`")
+        if isinstance(self.bytes_, str) and not is_padded_base64(self.bytes_):
+            raise ValueError("`bytes` must be standard padded base64 (RFC 4648)")
 
 
 class TextPart(_In, frozen=True, tag_field="kind", tag="text"):
@@ -279,9 +283,41 @@ def stream_result(value: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+_NAMES_V10: Final[Mapping[str, str]] = {target: name for name, target in METHODS.items()}
+# a 1.0 file part's members, and where the 0.3 (and 0.1) part keeps them
+FILE_MEMBERS: Final[Mapping[str, str]] = {
+    "raw": "file.bytes",
+    "url": "file.uri",
+    "mediaType": "file.mimeType",
+    "filename": "file.name",
+}
+_PARTS: Final = "params.message.parts["
+
+
+class Words(errors.Words):
+    """The 0.3 words of a message: 0.3 method names and states, a file part's 0.3 members."""
+
+    def method(self, name: str) -> str:
+        return _NAMES_V10.get(name, name)
+
+    def state(self, value: str) -> str:
+        return state(value)
+
+    def field(self, path: str) -> str:
+        head, _, member = path.rpartition(".")
+        index = head.removeprefix(_PARTS).removesuffix("]")
+        if member in FILE_MEMBERS and head.startswith(_PARTS) and index.isdigit():
+            return f"{head}.{FILE_MEMBERS[member]}"
+        return path
+
+
+WORDS: Final = Words()
+
+
 def error(value: Mapping[str, Any]) -> dict[str, Any]:
-    """A 1.0 error object in the 0.3 form: `data` is a plain object (0.3 had no ErrorInfo
-    array) with the ErrorInfo's members and the BadRequest's field violations."""
+    """A 1.0 error object (said in a generation's words) in the 0.3 form: `data` is a plain
+    object (0.3 had no ErrorInfo array) with the ErrorInfo's members and the BadRequest's field
+    violations."""
     info, *rest = value["data"]
     data: dict[str, Any] = {"reason": info["reason"], "domain": info["domain"]}
     if info["metadata"]:

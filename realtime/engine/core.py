@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -146,18 +146,23 @@ class Engine:
             session=decision.state,
             version=loaded.version + (0 if noop else 1),
             task=self._task(loaded, now_ms, decision) if not noop else self._task(loaded, now_ms),
-            join=None,  # the method that asked for the token issues it (`methods.commands`)
             now_ms=now_ms,
             command=command,
             noop=noop,
         )
 
     async def commit(
-        self, decided: Decided, *, result: bytes = b"", note: Note | None = None
+        self,
+        decided: Decided,
+        *,
+        result: bytes = b"",
+        token_claims: dict[str, Any] | None = None,
+        note: Note | None = None,
     ) -> Applied | Replayed | Reused | None:
-        """Commit a decision with its command's rendered `result` (a no-op command stores its
-        outcome alone, so a retry replays these bytes: profile §6); None when another writer
-        committed since the load (decide again)."""
+        """Commit a decision with its command's rendered `result` and the claims of the join
+        token it issued, kept to be signed into every reply (a no-op command stores its outcome
+        alone, so a retry replays these bytes: profile §6); None when another writer committed
+        since the load (decide again)."""
         command = decided.command
         outcome = (
             outcome_of(
@@ -165,7 +170,7 @@ class Engine:
                 decided.session,
                 decided.now_ms,
                 result,
-                decided.join.claims if decided.join else None,
+                token_claims,
             )
             if command is not None
             else None
@@ -297,7 +302,7 @@ class Engine:
                 outcome=stored,
                 changes=False,
             )
-            return remembered, Applied(new, version, decided.task, False, None, outcome)
+            return remembered, Applied(new, version, decided.task, False, outcome)
         old = loaded.record.session
         traceparent = current_cause()
         pending = outbox_entries(version, new.epoch, decided.decision.outbox, traceparent)
@@ -320,7 +325,7 @@ class Engine:
             timers=armed_by(self.settings, old, new, version, decided.now_ms),
             traceparent=traceparent,
         )
-        applied = Applied(new, version, decided.task, True, decided.join, outcome, bool(pending))
+        applied = Applied(new, version, decided.task, True, outcome, bool(pending))
         return commit, applied
 
     async def _committed(self, decided: Decided) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from realtime.engine.entries import Command
-from realtime.livekit_adapter.tokens import JoinMedia
 from realtime.store.records import CommandOutcome, TaskRecord
 from realtime.store.sessions import Loaded
 from state_machines import Accepted, Rejected, Session
@@ -21,7 +20,6 @@ class Applied:
     version: int
     task: TaskRecord  # the task as it stands after this call
     changed: bool
-    join: JoinMedia | None = None  # the join token the transition issued
     outcome: CommandOutcome | None = None  # a command's outcome as stored
     # the commit stored effects: the caller starts carrying them out (`Runner.follow`)
     pending: bool = False
@@ -70,8 +68,7 @@ Outcome = Applied | Replayed | Reused | Denied | Missing | Contended
 @dataclass(frozen=True, slots=True)
 class Decided:
     """An accepted decision before its commit: the session, version and task as `commit` will
-    write them, and the join media when the decision issues a token. A `noop` changes no state
-    (it only stores a command's outcome)."""
+    write them. A `noop` changes no state (it only stores a command's outcome)."""
 
     session_id: str
     loaded: Loaded
@@ -79,7 +76,6 @@ class Decided:
     session: Session
     version: int
     task: TaskRecord
-    join: JoinMedia | None
     now_ms: int
     command: Command | None
     noop: bool

@@ -23,6 +23,7 @@ from realtime.errors import (
     ServiceError,
     TaskNotFound,
     UnsupportedOperation,
+    task_state,
 )
 from realtime.methods.context import Call, Services
 from realtime.store import keys
@@ -99,17 +100,17 @@ async def follow_up(
     """-32004 for a known 0.1 id with a new message (decision 111): nothing is stored."""
     store = services.task_store
     task_id = task_id or await store.message_task(owner, v01.message_id(client_id))
-    state = "submitted"  # the first request for this id is still under way
+    state = "TASK_STATE_SUBMITTED"  # the first request for this id is still under way
     if task_id is not None:
         record = await store.get(task_id)
         mine = record is not None and record.owner == owner
-        state = v01.state(record.task.status.state) if record and mine else "unknown"
+        state = record.task.status.state if record and mine else "TASK_STATE_UNSPECIFIED"
     return UnsupportedOperation(
         f"Task {client_id} exists already and A2A 0.1 cannot add a message to it (this "
         "message differs from the one that created it). Start a new task with a new `id` "
         "(the same `sessionId` keeps the conversation), or answer the task's requirement "
         "over A2A 1.0 with ContinueTask or aim.realtime.SendInteraction.",
-        details={"taskId": client_id, "state": state},
+        details={"taskId": client_id, "state": task_state(state)},
     )
 
 

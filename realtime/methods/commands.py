@@ -8,9 +8,8 @@ the stored result, so the first answer and every replay are the same bytes.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -27,8 +26,14 @@ from realtime.engine.outcomes import (
     Replayed,
     Reused,
 )
-from realtime.errors import CommandConflict, ServiceError, SessionNotFound, Unavailable
-from realtime.livekit_adapter.tokens import issue_join, sign_join_token
+from realtime.errors import (
+    CommandConflict,
+    ServiceError,
+    SessionNotFound,
+    Unavailable,
+    method_name,
+)
+from realtime.livekit_adapter.tokens import JoinMedia, issue_join, sign_join_token
 from realtime.methods.context import Call, Services
 from realtime.methods.rejections import reject
 from realtime.settings import Settings
@@ -38,7 +43,16 @@ from realtime.store.sessions import Loaded
 _JOIN: Final = msgspec.json.Decoder(JoinResult)
 _ENCODER: Final = msgspec.json.Encoder()
 
-# a command's result from the decision it is stored with
+
+class Rendered(NamedTuple):
+    """A command's result, and the claims of the join token it issued (`issue_join`): stored
+    with the outcome, and signed into every reply by `stored_result`."""
+
+    result: Any
+    token_claims: dict[str, Any] | None = None
+
+
+# a command's result from the decision it is stored with (a Rendered when it issues a token)
 Render = Callable[[Decided], Any]
 
 
@@ -74,10 +88,14 @@ def error_of(outcome: Denied | Missing | Contended | Reused) -> ServiceError:
                 service="redis",
             )
         case Reused(stored, command):
+            method = method_name(stored.method)
             return CommandConflict(
-                f"commandId {command.command_id} was already used for a different "
-                f"{stored.method} request; use a new commandId for a new command.",
-                details={"commandId": command.command_id, "method": stored.method},
+                (
+                    f"commandId {command.command_id} was already used for a different ",
+                    method,
+                    " request; use a new commandId for a new command.",
+                ),
+                details={"commandId": command.command_id, "method": method},
             )
 
 
@@ -119,20 +137,19 @@ def stored_result(settings: Settings, outcome: CommandOutcome) -> bytes:
     return _ENCODER.encode(msgspec.structs.replace(result, media=media))
 
 
-def with_join(settings: Settings, decided: Decided) -> Decided:
-    """`decided` with the join token its decision asked for, as claims (signed into each
-    reply by `stored_result`): all of the token's work is done in this module."""
+def join_media(settings: Settings, decided: Decided) -> JoinMedia:
+    """The join token the decision asked for (a JoinSession's), as claims: its render stores
+    them in `Rendered`, and `stored_result` signs them into each reply."""
     mint, record = decided.decision.token, decided.loaded.record
-    if mint is None or record is None:
-        return decided
-    join = issue_join(
+    if mint is None or record is None:  # an accepted Join always asks for a token
+        raise TypeError("a join rendered without a token to issue")
+    return issue_join(
         settings,
         mint,
         name=record.principal_name,
         session_id=decided.session_id,
         now_ms=decided.now_ms,
     )
-    return dataclasses.replace(decided, join=join)
 
 
 async def apply_command(
@@ -152,8 +169,15 @@ async def apply_command(
         decided = await engine.decide(session_id, event, owner=owner, command=command)
         if not isinstance(decided, Decided):
             return decided
-        decided = with_join(engine.settings, decided)
-        return await engine.commit(decided, result=_ENCODER.encode(render(decided)), note=note)
+        rendered = render(decided)
+        if not isinstance(rendered, Rendered):
+            rendered = Rendered(rendered)
+        return await engine.commit(
+            decided,
+            result=_ENCODER.encode(rendered.result),
+            token_claims=rendered.token_claims,
+            note=note,
+        )
 
     done: Outcome = await until_committed(session_id, attempt)
     if isinstance(done, Applied | Replayed):

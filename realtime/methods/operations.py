@@ -14,7 +14,7 @@ from realtime.a2a import types as wire
 from realtime.a2a.modes import require_input_modes
 from realtime.engine.entries import Command, params_digest
 from realtime.engine.outcomes import Decided
-from realtime.errors import InvalidState, OperationNotFound, invalid_params
+from realtime.errors import InvalidState, OperationNotFound, invalid_params, task_ref, task_state
 from realtime.methods import tasks
 from realtime.methods.commands import load_own, run_client_command, run_command
 from realtime.methods.context import Call, Services
@@ -160,9 +160,10 @@ async def continue_task(services: Services, call: Call[p.ContinueParams]) -> Any
         )
     metadata = record.task.metadata
     if metadata is msgspec.UNSET or wire.REALTIME_EXTENSION not in metadata:
+        state = task_state(record.task.status.state)
         raise InvalidState(
-            f"Task {params.id} is {record.task.status.state} and waits for no input.",
-            details={"state": record.task.status.state, "allowed": ()},
+            ("Task ", task_ref(params.id), " is ", state, " and waits for no input."),
+            details={"state": state, "allowed": ()},
         )
     session_id = metadata[wire.REALTIME_EXTENSION]["sessionId"]
     # the messageId identifies the answer: a repeat replays the first result (profile §8)

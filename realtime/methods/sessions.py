@@ -24,12 +24,17 @@ from realtime.errors import (
     TaskNotCancelable,
     TaskNotFound,
     Unavailable,
+    method_name,
+    task_ref,
+    task_state,
 )
 from realtime.methods import tasks
 from realtime.methods.commands import (
+    Rendered,
     applied,
     error_of,
     execute,
+    join_media,
     load_own,
     run_client_command,
     stored_result,
@@ -134,7 +139,7 @@ async def create_session(
             raise CommandConflict(
                 f"clientSessionId {create.client_session_id} was already used with a different "
                 "session.create payload; use a new clientSessionId for a new session.",
-                details={"commandId": create.client_session_id, "method": call.method},
+                details={"commandId": create.client_session_id, "method": method_name(call.method)},
             )
     elif status == "message":
         assert earlier is not None  # noqa: S101
@@ -290,10 +295,9 @@ async def register_endpoint(services: Services, call: Call[p.RegisterEndpointPar
 async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> Any:
     params = call.params
 
-    def render(decided: Decided) -> views.JoinResult:
-        join = decided.join
-        assert join is not None  # noqa: S101 - an accepted Join always issues a token
-        return views.JoinResult(
+    def render(decided: Decided) -> Rendered:
+        join = join_media(services.settings, decided)
+        result = views.JoinResult(
             session=msgspec.Raw(
                 _ENCODER.encode(session_result(services, decided.session, decided.version))
             ),
@@ -307,6 +311,7 @@ async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> A
                 expires_at=wire.timestamp(join.expires_at_ms),
             ),
         )
+        return Rendered(result, join.claims)
 
     return await run_client_command(
         services,
@@ -354,10 +359,10 @@ async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any
 
 
 def _not_cancelable(record: TaskRecord) -> TaskNotCancelable:
-    state = record.task.status.state
+    task, state = task_ref(record.task.id), task_state(record.task.status.state)
     return TaskNotCancelable(
-        f"Task {record.task.id} is {state} and can no longer be canceled.",
-        details={"taskId": record.task.id, "state": state},
+        ("Task ", task, " is ", state, " and can no longer be canceled."),
+        details={"taskId": task, "state": state},
     )
 
 
@@ -377,9 +382,10 @@ async def cancel_realtime_task(
     if isinstance(outcome, Missing):
         raise TaskNotFound(record.task.id)
     if isinstance(outcome, Denied) and isinstance(error_of(outcome), InvalidState):
+        task = task_ref(record.task.id)
         raise TaskNotCancelable(
-            f"Task {record.task.id} can no longer be canceled: its session is ending or over.",
-            details={"taskId": record.task.id, "state": record.task.status.state},
+            ("Task ", task, " can no longer be canceled: its session is ending or over."),
+            details={"taskId": task, "state": task_state(record.task.status.state)},
         )
     return tasks.view(applied(outcome).task.task, history_length)
 

@@ -18,7 +18,14 @@ import msgspec
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
 from realtime.a2a.projection import realtime_metadata
-from realtime.errors import TaskNotFound, UnsupportedOperation, invalid_params
+from realtime.errors import (
+    TaskNotFound,
+    UnsupportedOperation,
+    invalid_params,
+    method_name,
+    task_ref,
+    task_state,
+)
 from realtime.fanout import LaggedError, parse_id
 from realtime.methods import messages, tasks
 from realtime.methods.context import Call, Services
@@ -175,10 +182,18 @@ async def _resume(
 
 
 def _over(task: wire.Task) -> UnsupportedOperation:
+    ref, state = task_ref(task.id), task_state(task.status.state)
     return UnsupportedOperation(
-        f"Task {task.id} is {task.status.state}: a terminal task has no more updates to "
-        "subscribe to. Read it with GetTask.",
-        details={"taskId": task.id, "state": task.status.state},
+        (
+            "Task ",
+            ref,
+            " is ",
+            state,
+            ": a terminal task has no more updates to subscribe to. Read it with ",
+            method_name("GetTask"),
+            ".",
+        ),
+        details={"taskId": ref, "state": state},
     )
 
 

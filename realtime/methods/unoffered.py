@@ -15,15 +15,21 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from realtime.errors import PushNotificationNotSupported, UnsupportedOperation
+from realtime.errors import PushNotificationNotSupported, UnsupportedOperation, method_name
 from realtime.methods.context import Call, Services
 
 
 async def push_notifications(services: Services, call: Call[Any]) -> NoReturn:
     raise PushNotificationNotSupported(
-        "This agent does not send push notifications (its Agent Card declares "
-        "capabilities.pushNotifications: false), so it keeps no push notification configs. "
-        "Follow a task with SubscribeToTask, or read it with GetTask.",
+        (
+            "This agent does not send push notifications (its Agent Card declares "
+            "capabilities.pushNotifications: false), so it keeps no push notification "
+            "configs. Follow a task with ",
+            method_name("SubscribeToTask"),
+            ", or read it with ",
+            method_name("GetTask"),
+            ".",
+        ),
         details={"capability": "pushNotifications"},
     )
 

@@ -2,7 +2,8 @@
 
 A codec names its methods (its name → the 1.0 method and its `MethodSpec`), turns its params
 into the 1.0 params JSON, writes results, stream events and error objects in its generation's
-shapes, and says which header names carry extensions. 1.0 and 0.3 share `POST /a2a` and are
+shapes (an error's message in its generation's `Words`), and says which header names carry
+extensions. 1.0 and 0.3 share `POST /a2a` and are
 chosen per request (`Dispatcher`: by A2A-Version and method name); 0.1 is the one codec of
 `POST /a2a/v0.1` (`rpc/v01`). Codecs with state (the 0.1 ids) are made per call.
 """
@@ -17,8 +18,9 @@ import msgspec
 
 from realtime.a2a import v03
 from realtime.a2a.params import Params
-from realtime.errors import MethodNotFound, ServiceError
+from realtime.errors import V10_WORDS, MethodNotFound, ServiceError, Words
 from realtime.methods.context import Call, Services
+from realtime.rpc.errors import error_object
 from realtime.rpc.registry import METHODS, OFFERED, SUPPORTED_VERSIONS, MethodSpec
 
 Handler = Callable[[Services, Call[Any]], Awaitable[Any]]
@@ -71,9 +73,14 @@ class Codec(abc.ABC):
         """The stream events one 1.0 StreamResponse (as builtins) becomes."""
         return [value]
 
-    def error(self, value: dict[str, Any]) -> dict[str, Any]:
-        """A 1.0 error object (`rpc/errors.error_object`) in this generation's form."""
-        return value
+    @property
+    def words(self) -> Words:
+        """How this generation says the terms of an error's message."""
+        return V10_WORDS
+
+    def error(self, error: ServiceError) -> dict[str, Any]:
+        """The JSON-RPC error object of `error` in this generation's form and words."""
+        return error_object(error, self.words)
 
     def extensions(self, headers: Mapping[str, str]) -> frozenset[str]:
         """The extensions the request lists (in any of this generation's headers)."""
@@ -139,8 +146,12 @@ class V03Codec(Codec):
     def events(self, value: Any) -> list[Any]:
         return [v03.stream_result(value)]
 
-    def error(self, value: dict[str, Any]) -> dict[str, Any]:
-        return v03.error(value)
+    @property
+    def words(self) -> Words:
+        return v03.WORDS
+
+    def error(self, error: ServiceError) -> dict[str, Any]:
+        return v03.error(error_object(error, self.words))
 
 
 V10: Final = V10Codec()

@@ -47,7 +47,7 @@ from realtime.rpc.envelope import (
     error_response,
     result_response,
 )
-from realtime.rpc.errors import code_of, error_object, row
+from realtime.rpc.errors import code_of, row
 from realtime.rpc.registry import EXTENSIONS, METHODS, SUPPORTED_VERSIONS
 from realtime.telemetry import ATTR_PRINCIPAL, RpcSpan, Telemetry
 
@@ -86,7 +86,7 @@ class Served:
 
 
 def error_body(error: ServiceError, request_id: RequestId | None, codec: Codec = V10) -> bytes:
-    return error_response(request_id, codec.error(error_object(error)))
+    return error_response(request_id, codec.error(error))
 
 
 def error_reply(error: ServiceError, served: Served) -> Reply:

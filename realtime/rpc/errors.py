@@ -76,15 +76,16 @@ def code_of(error: e.ServiceError) -> int:
     return row(error).code
 
 
-def error_object(error: e.ServiceError) -> dict[str, Any]:
-    """The JSON-RPC error object with A2A 1.0 `data` (ErrorInfo, then BadRequest)."""
+def error_object(error: e.ServiceError, words: e.Words = e.V10_WORDS) -> dict[str, Any]:
+    """The JSON-RPC error object with A2A 1.0 `data` (ErrorInfo, then BadRequest), its message,
+    metadata and violations said in `words` (a generation's; 1.0's by default)."""
     found = row(error)
     data: list[dict[str, Any]] = [
         {
             "@type": ERROR_INFO_TYPE,
             "reason": found.reason,
             "domain": found.domain,
-            "metadata": {k: _as_metadata_value(v) for k, v in error.details.items()},
+            "metadata": {k: _as_metadata_value(v, words) for k, v in error.details.items()},
         }
     ]
     if error.violations:
@@ -92,17 +93,17 @@ def error_object(error: e.ServiceError) -> dict[str, Any]:
             {
                 "@type": BAD_REQUEST_TYPE,
                 "fieldViolations": [
-                    {"field": field, "description": description}
+                    {"field": words.field(field), "description": words.text(description)}
                     for field, description in error.violations
                 ],
             }
         )
-    return {"code": found.code, "message": error.message, "data": data}
+    return {"code": found.code, "message": words.text(error.text), "data": data}
 
 
-def _as_metadata_value(value: object) -> str:
+def _as_metadata_value(value: object, words: e.Words) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list | tuple | set | frozenset):
-        return ",".join(str(item) for item in value)
-    return str(value)
+        return ",".join(str(words.say(item)) for item in value)
+    return str(words.say(value))

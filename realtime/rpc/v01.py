@@ -16,13 +16,20 @@ import msgspec
 from realtime.a2a import params as p
 from realtime.a2a import v01, v01_card, v03
 from realtime.a2a.types import REALTIME_EXTENSION
-from realtime.errors import MethodNotFound, PushNotificationNotSupported, VersionNotSupported
+from realtime.errors import (
+    MethodNotFound,
+    PushNotificationNotSupported,
+    ServiceError,
+    VersionNotSupported,
+    Words,
+)
 from realtime.methods import client_tasks
 from realtime.methods.client_tasks import TaskIds
 from realtime.methods.context import Call, Services
 from realtime.methods.messages import session_create_part
 from realtime.rpc.codec import Codec, Handler, Resolved
 from realtime.rpc.dispatch import Dispatcher
+from realtime.rpc.errors import error_object
 from realtime.rpc.registry import INVOKE, METHODS, READ, SUPPORTED_VERSIONS, MethodSpec
 from realtime.settings import Settings
 from realtime.telemetry import RpcSpan
@@ -119,8 +126,12 @@ class V01Codec(Codec):
     def events(self, value: Any) -> list[Any]:
         return v01.stream_events(value, self.ids.client or "", self.indexes)
 
-    def error(self, value: dict[str, Any]) -> dict[str, Any]:
-        return v01.error(value, client_id=self.ids.client, server_id=self.ids.server)
+    @property
+    def words(self) -> Words:
+        return v01.Words(self.ids.client, self.ids.server)
+
+    def error(self, error: ServiceError) -> dict[str, Any]:
+        return v03.error(error_object(error, self.words))  # 0.1 errors take the 0.3 form
 
 
 class V01Dispatcher(Dispatcher):

@@ -75,7 +75,9 @@ async def test_tasks_get_and_cancel_round_trip_and_errors_come_in_0_3_form(rt_cl
     assert canceled["result"]["status"]["state"] == "canceled"
     again, _ = await rpc03(rt_client, "tasks/cancel", {"id": task["id"], "metadata": {}})
     error = assert_v03_error(again, -32002, "TASK_NOT_CANCELABLE")
-    assert error["data"]["metadata"]["state"] == "TASK_STATE_CANCELED"
+    # in 0.3's words: its state names, as the task's own status says them
+    assert error["data"]["metadata"]["state"] == "canceled"
+    assert error["message"] == f"Task {task['id']} is canceled and can no longer be canceled."
 
     for params, subject in (({"id": new_id()}, "alice"), ({"id": task["id"]}, "mallory")):
         missing, _ = await rpc03(rt_client, "tasks/get", params, subject=subject)
@@ -99,6 +101,21 @@ async def test_bad_0_3_shapes_are_invalid_params_naming_the_path(client):
         body, _ = await rpc03(client, "message/send", params)
         error = assert_v03_error(body, -32602, "INVALID_PARAMS")
         assert [v["field"] for v in error["data"]["fieldViolations"]] == [path], body
+    # the 0.3 file's own members, also where the translated 1.0 part is what checks them
+    files = [
+        ({"bytes": "not base64!", "mimeType": "text/plain"}, "params.message.parts[0].file",
+         "`bytes` must be standard padded base64"),
+        ({"uri": "https://example.com/a.txt", "mimeType": "text/" + "x" * 130},
+         "params.message.parts[0].file.mimeType", "length <= 127"),
+    ]  # fmt: skip
+    for file, path, said in files:
+        part = {"kind": "file", "file": file}
+        body, _ = await rpc03(client, "message/send",
+                              {"message": {**text_message(), "parts": [part]}})  # fmt: skip
+        error = assert_v03_error(body, -32602, "INVALID_PARAMS")
+        assert [v["field"] for v in error["data"]["fieldViolations"]] == [path], body
+        assert error["message"].startswith(f"Invalid params: {path}: "), body
+        assert said in error["message"], body
     body, _ = await rpc03(client, "tasks/get", {"id": "not-a-uuid"})
     assert_v03_error(body, -32602, "INVALID_PARAMS")
     body, _ = await rpc03(client, "tasks/get", {})
@@ -197,4 +214,10 @@ async def test_tasks_resubscribe_sends_the_task_then_0_3_updates(rt_client):
     assert rest[-1].result["status"]["state"] == "completed"
     async with stream(rt_client, "tasks/resubscribe", {"id": task["id"]}, version=None) as reader:
         error = await json_error(reader)
-    assert_v03_error(error, -32004, "UNSUPPORTED_OPERATION")
+    over = assert_v03_error(error, -32004, "UNSUPPORTED_OPERATION")
+    # said in 0.3's words: its state and the 0.3 name of the method to call instead
+    assert over["message"] == (
+        f"Task {task['id']} is completed: a terminal task has no more updates to subscribe to. "
+        "Read it with tasks/get."
+    )
+    assert over["data"]["metadata"] == {"taskId": task["id"], "state": "completed"}

@@ -12,15 +12,18 @@ from realtime.a2a import v01
 from realtime.agent_card import build_agent_card
 from realtime.errors import (
     InvalidParams,
+    ServiceError,
     TaskNotCancelable,
     Unavailable,
     UnsupportedOperation,
     invalid_params,
+    method_name,
+    task_ref,
+    task_state,
 )
 from realtime.methods.client_tasks import digest
 from realtime.rpc.dispatch import events
 from realtime.rpc.envelope import decode_envelope
-from realtime.rpc.errors import error_object
 from realtime.rpc.v01 import V01Codec, agent_card_v01
 from realtime.settings import Settings
 
@@ -219,12 +222,22 @@ def test_stream_events_put_final_on_the_last_event() -> None:
     assert v01.stream_events({"message": {"role": "ROLE_AGENT", "parts": []}}, "t", {}) == []
 
 
+def _v01_error(error: ServiceError, client_id: str | None = None, server_id: str | None = None):
+    codec = V01Codec("https://aim.example")
+    codec.ids.client, codec.ids.server = client_id, server_id
+    return codec.error(error)
+
+
 def test_errors_name_the_0_1_id_states_and_paths() -> None:
+    task, state = task_ref(SERVER_ID), task_state("TASK_STATE_CANCELED")
     not_cancelable = TaskNotCancelable(
-        f"Task {SERVER_ID} is TASK_STATE_CANCELED and can no longer be canceled.",
-        details={"taskId": SERVER_ID, "state": "TASK_STATE_CANCELED"},
+        ("Task ", task, " is ", state, " and can no longer be canceled."),
+        details={"taskId": task, "state": state},
     )
-    mapped = v01.error(error_object(not_cancelable), client_id="t-1", server_id=SERVER_ID)
+    assert not_cancelable.message == (
+        f"Task {SERVER_ID} is TASK_STATE_CANCELED and can no longer be canceled."
+    )
+    mapped = _v01_error(not_cancelable, client_id="t-1", server_id=SERVER_ID)
     assert mapped == {
         "code": -32002,
         "message": "Task t-1 is canceled and can no longer be canceled.",
@@ -234,17 +247,23 @@ def test_errors_name_the_0_1_id_states_and_paths() -> None:
             "metadata": {"taskId": "t-1", "state": "canceled"},
         },
     }
-    over = UnsupportedOperation(f"Task {SERVER_ID} is over. Read it with GetTask.")
-    assert v01.error(error_object(over), client_id="t", server_id=SERVER_ID)["message"] == (
+    over = UnsupportedOperation(
+        ("Task ", task, " is over. Read it with ", method_name("GetTask"), ".")
+    )
+    assert _v01_error(over, client_id="t", server_id=SERVER_ID)["message"] == (
         "Task t is over. Read it with tasks/get."
+    )
+    # another task's id stays as it is
+    assert _v01_error(over, client_id="t", server_id="other")["message"] == (
+        f"Task {SERVER_ID} is over. Read it with tasks/get."
     )
     # a client id is never rewritten, even one that looks like a state, a method or a path
     for client_id in ("GetTask", "TASK_STATE_FAILED", "params.message.contextId"):
-        error = v01.error(error_object(over), client_id=client_id, server_id=SERVER_ID)
+        error = _v01_error(over, client_id=client_id, server_id=SERVER_ID)
         assert error["message"] == f"Task {client_id} is over. Read it with tasks/get."
     # the service's own hints about 1.0 methods keep their names
     hint = UnsupportedOperation("SendMessage is an A2A 1.0 method")
-    assert v01.error(error_object(hint), client_id="t")["message"] == hint.message
+    assert _v01_error(hint, client_id="t")["message"] == hint.message
     for path, renamed in [
         ("params.message.contextId", "params.sessionId"),
         ("params.configuration.historyLength", "params.historyLength"),
@@ -256,10 +275,10 @@ def test_errors_name_the_0_1_id_states_and_paths() -> None:
         ("params.message.parts[0].file.bytes", "params.message.parts[0].file.bytes"),
         ("Last-Event-ID", "Last-Event-ID"),
     ]:
-        error = v01.error(error_object(invalid_params(path, "bad")), client_id="t")
+        error = _v01_error(invalid_params(path, "bad"), client_id="t")
         assert error["message"] == f"Invalid params: {renamed}: bad"
         assert error["data"]["fieldViolations"] == [{"field": renamed, "description": "bad"}]
-    unavailable = v01.error(error_object(Unavailable("retry", service="livekit")))
+    unavailable = _v01_error(Unavailable("retry", service="livekit"))
     assert unavailable["data"]["metadata"] == {"service": "livekit", "retryable": "true"}
     assert "fieldViolations" not in unavailable["data"]
 
@@ -312,7 +331,9 @@ class FailingStream:
                 "artifacts": [{"artifactId": "a", "parts": []}]}  # fmt: skip
         yield "1-0", {"task": task}
         yield None
-        raise Unavailable(f"Redis is down while streaming {SERVER_ID}.", service="redis")
+        raise Unavailable(
+            ("Redis is down while streaming ", task_ref(SERVER_ID), "."), service="redis"
+        )
 
 
 async def test_an_error_inside_a_0_1_stream_is_a_plain_data_event() -> None:

@@ -100,3 +100,14 @@ def test_stream_results_and_errors_take_0_3_shapes() -> None:
     error = v03.error(error_object(invalid_params("params.id", "bad")))
     assert error["data"]["fieldViolations"] == [{"field": "params.id", "description": "bad"}]
     assert "metadata" not in v03.error(error_object(InternalError("oops")))["data"]
+
+
+def test_the_0_3_words_name_0_3_methods_states_and_file_members() -> None:
+    words = v03.WORDS
+    assert words.method("GetTask") == "tasks/get"
+    assert words.method("aim.realtime.JoinSession") == "aim.realtime.JoinSession"
+    assert words.state("TASK_STATE_INPUT_REQUIRED") == "input-required"
+    assert words.field("params.message.parts[2].filename") == "params.message.parts[2].file.name"
+    for same in ("params.message.parts[x].raw", "params.raw", "params.message.parts[0].text"):
+        assert words.field(same) == same
+    assert words.task("t-1") == "t-1"
