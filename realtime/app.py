@@ -94,7 +94,7 @@ async def running(
     redis = store
     if redis is None:
         redis, release = open_store(settings)
-    sessions = SessionStore(redis, telemetry)
+    sessions = SessionStore(redis, telemetry, cache_entries=settings.session_cache_entries)
     events = EventStore(redis)
     gateway = LiveKitGateway(settings, telemetry=telemetry)
     engine = Engine(settings, sessions, project=projection.follow, clock=clock, telemetry=telemetry)

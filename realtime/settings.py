@@ -72,6 +72,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     reconcile_interval_s: int = 60  # 0: no reconciler
     reconcile_grace_s: int = 120
     task_ttl_s: int = 7 * 24 * 3600
+    session_cache_entries: int = 4096
     max_body_bytes: int = 1024 * 1024
 
     sse_heartbeat_s: float = 15.0
@@ -243,6 +244,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             # at least 10 s: LiveKit's clock and ours may differ by a little
             reconcile_grace_s=reader.integer(
                 "AIM_RECONCILE_GRACE_S", defaults.reconcile_grace_s, low=10, high=86400
+            ),
+            session_cache_entries=reader.integer(
+                "AIM_SESSION_CACHE_ENTRIES", defaults.session_cache_entries, low=0, high=1_000_000
             ),
             task_ttl_s=reader.integer(
                 "AIM_TASK_TTL_S", defaults.task_ttl_s, low=60, high=365 * 86400

@@ -82,6 +82,12 @@ def replay_of(outcome: CommandOutcome, command: Command) -> Replayed | Reused:
     return Replayed(outcome)
 
 
+def _link(linked: bool, loaded: Loaded) -> None:
+    """The current span links to the session's last call (`LINKED` causes)."""
+    if linked and loaded.record is not None:
+        link_to_cause(loaded.record.caller)
+
+
 RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
 
 
@@ -116,15 +122,36 @@ class Engine:
         only_at_version: int | None = None,
         linked: bool = False,
     ) -> Decided | Outcome:
-        """Load the session and decide `event` against it. `owner` None means a server event
-        (webhook, timer, effect follow-up, the reconciler): no ownership check. `linked`: the
-        current span links to the session's last call (`LINKED`)."""
+        """Decide `event` against the session. `owner` None means a server event (webhook,
+        timer, effect follow-up, the reconciler): no ownership check. `linked`: the current
+        span links to the session's last call (`LINKED`).
+
+        The session as this process last saw it is decided on first (no round trip): a
+        decision to commit is safe on it, since the commit checks the version and the
+        commandId. Any other answer (refused, missing, nothing to write) is decided again on
+        the session read from Redis."""
+        recent = self.sessions.recent(session_id)
+        if recent is not None:
+            found = self._decide(recent, session_id, event, owner, command, only_at_version)
+            if isinstance(found, Decided):
+                _link(linked, recent)
+                return found
         loaded = await self.sessions.load(session_id, command.command_id if command else None)
+        _link(linked, loaded)
+        return self._decide(loaded, session_id, event, owner, command, only_at_version)
+
+    def _decide(
+        self,
+        loaded: Loaded,
+        session_id: str,
+        event: AnyEvent,
+        owner: str | None,
+        command: Command | None,
+        only_at_version: int | None,
+    ) -> Decided | Outcome:
         record = loaded.record
         if record is None or (owner is not None and record.owner != owner):
             return Missing(session_id)
-        if linked:
-            link_to_cause(record.caller)
         if loaded.outcome is not None and command is not None:
             return replay_of(loaded.outcome, command)
         now_ms = self.now_ms()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, cast
 
 from realtime.store import keys
+from realtime.store.cache import Entry, SessionCache
 from realtime.store.indexes import due_entries, listings
 from realtime.store.records import (
     EFFECT_DECODER,
@@ -35,13 +36,15 @@ ClaimStatus = Literal["ok", "message", "client", "limit"]
 
 
 class Loaded(NamedTuple):
-    """A session read in one round trip, with the outcome of the command being retried."""
+    """A session read in one round trip, with the outcome of the command being retried; or,
+    `cached`, as this process last saw it (no outcome: the commit checks the commandId)."""
 
     record: SessionRecord | None
     version: int
     outcome: CommandOutcome | None
     task: TaskRecord | None
     outbox: list[PendingEffect] | None = None  # only when asked for (GetSession)
+    cached: bool = False
 
 
 class Committed(NamedTuple):
@@ -89,8 +92,11 @@ class Claimed(NamedTuple):
 class SessionStore:
     """Session snapshots, command outcomes, events and the outbox (one slot per session)."""
 
-    def __init__(self, redis: RedisClient, telemetry: Telemetry | None = None) -> None:
+    def __init__(
+        self, redis: RedisClient, telemetry: Telemetry | None = None, *, cache_entries: int = 0
+    ) -> None:
         self._telemetry = telemetry or Telemetry(None)  # a client span per commit script
+        self.cache = SessionCache(cache_entries)
         self._store = redis
         self._client = redis.client
         self._cluster = redis.cluster
@@ -101,6 +107,14 @@ class SessionStore:
         self._claim_create = scripts.claim_create
         self._release = scripts.release_lease
         self._claim_timers = scripts.claim_timers
+
+    def recent(self, session_id: str) -> Loaded | None:
+        """The session as this process last read or committed it, if it kept it (no round
+        trip; possibly stale: decide on it only what a version-checked commit writes)."""
+        found = self.cache.get(session_id)
+        if found is None:
+            return None
+        return Loaded(found.record, found.version, None, found.task, cached=True)
 
     async def load(
         self, session_id: str, command_id: str | None = None, *, with_outbox: bool = False
@@ -118,13 +132,23 @@ class SessionStore:
         (version, snapshot), task = replies[0], replies[1]
         outcome = replies[2] if command_id is not None else None
         outbox = [EFFECT_DECODER.decode(raw) for raw in replies[-1]] if with_outbox else None
-        return Loaded(
+        loaded = Loaded(
             None if snapshot is None else SESSION_DECODER.decode(snapshot),
             int(version or 0),
             None if outcome is None else OUTCOME_DECODER.decode(outcome),
             None if task is None else TASK_DECODER.decode(task),
             outbox,
         )
+        self._keep(session_id, loaded.record, loaded.version, loaded.task)
+        return loaded
+
+    def _keep(
+        self, session_id: str, record: SessionRecord | None, version: int, task: TaskRecord | None
+    ) -> None:
+        if record is None:
+            self.cache.drop(session_id)
+        else:
+            self.cache.put(session_id, Entry(record, version, task))
 
     async def outcome(self, session_id: str, command_id: str) -> CommandOutcome | None:
         async with translated_errors():
@@ -189,7 +213,10 @@ class SessionStore:
                         keys=[keys.session_key(c.session_id), keys.commands_key(c.session_id)],
                         args=[c.command_id, c.expected_version, c.outcome, c.ttl_s],
                     )
-            return _committed(reply)
+            remembered = _committed(reply)
+            if remembered.status == "conflict":
+                self.cache.drop(c.session_id)  # its answer has no snapshot: read it again
+            return remembered
         c.record.check_writable()
         args: list[Any] = [
             c.expected_version,
@@ -215,7 +242,19 @@ class SessionStore:
         owned = ("ZADD", keys.owner_tasks_key(c.record.owner), c.task.status_ms, c.task.task.id)
         listed = listings(c.record, c.session_id, c.now_ms, c.ttl_s)
         with self._telemetry.redis_span("commit", c.session_id):
-            return _committed(await self._send(armed, script_keys, args, [owned, *listed]))
+            reply = await self._send(armed, script_keys, args, [owned, *listed])
+        committed = _committed(reply)
+        if committed.status == "ok":
+            self._keep(c.session_id, c.record, committed.version, c.task)
+        elif committed.status == "conflict":  # the session as it is now: decide again on it
+            snapshot, task = reply[2], reply[3]
+            self._keep(
+                c.session_id,
+                SESSION_DECODER.decode(snapshot) if snapshot else None,
+                committed.version,
+                TASK_DECODER.decode(task) if task else None,
+            )
+        return committed
 
     async def _send(
         self, armed: list[Any], script_keys: list[str], args: list[Any], indexes: list[Any]

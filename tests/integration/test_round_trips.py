@@ -1,5 +1,6 @@
 """Redis round trips of the hot paths, counted at the server's socket (profile §11): an applied
-command is one read and one commit, a replay one read, GetTask and GetSession one read each.
+command on a session this process has seen is one commit, a replay one, GetTask and GetSession
+one read each; with no session cache, an applied command is one read and one commit.
 
 Redis counts every read event of a client socket (`total_reads_processed`); a pipeline is sent
 in one write, so it is one read event, like a lone command. The service runs without its worker
@@ -77,8 +78,30 @@ async def test_an_applied_command_is_two_round_trips_and_a_replay_one(service, s
         )  # fmt: skip
         assert got["result"]["media"]["token"]
 
-    assert await reads.of(join) == 2  # the load, then the commit with its indexes
-    assert await reads.of(join) == 1  # the same commandId: the load finds the outcome
+    # decided on the session as this process committed it: the commit with its indexes alone
+    assert await reads.of(join) == 1
+    assert await reads.of(join) == 1  # the same commandId: the commit script finds the outcome
+
+
+async def test_without_the_session_cache_a_command_is_a_read_and_a_commit(livekit, store):
+    if store.embedded:
+        pytest.skip("counts the read events of a real Redis")
+    settings = livekit_settings(livekit, session_cache_entries=0)
+    app = create_app(settings, store=store, run_worker=False)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        session_id, endpoint, _ = await ready_and_joined(http)
+        reads = Reads(store)
+        command_id = new_id()
+
+        async def join() -> None:
+            got = await call(
+                http, "JoinSession", sessionId=session_id, sessionEpoch=1, endpointId=endpoint,
+                commandId=command_id,
+            )  # fmt: skip
+            assert got["result"]["media"]["token"]
+
+        assert await reads.of(join) == 2  # the load, then the commit with its indexes
+        assert await reads.of(join) == 1  # the same commandId: the load finds the outcome
 
 
 async def test_reads_are_one_round_trip(service, store):

@@ -7,13 +7,18 @@
 -- ARGV: 1 expected version, 2 snapshot, 3 task record, 4 commandId ('' = none),
 --       5 outcome, 6 ttl seconds, 7 events maxlen, 8 event count, then the events,
 --       then pairs (effectId, effect) for the outbox
--- Returns {'replay', outcome} | {'conflict', current version} | {'ok', new version}
+-- Returns {'replay', outcome} | {'conflict', current version, snapshot | false, task | false}
+--         | {'ok', new version}
 if ARGV[4] ~= '' then
   local prior = redis.call('HGET', KEYS[3], ARGV[4])
   if prior then return {'replay', prior} end
 end
 local current = redis.call('HGET', KEYS[1], 'v') or '0'
-if current ~= ARGV[1] then return {'conflict', current} end
+if current ~= ARGV[1] then
+  -- what the caller needs to decide again, read in the same instant
+  local snapshot = redis.call('HGET', KEYS[1], 's')
+  return {'conflict', current, snapshot, redis.call('GET', KEYS[2])}
+end
 local version = tostring(tonumber(current) + 1)
 local ttl = tonumber(ARGV[6])
 redis.call('HSET', KEYS[1], 'v', version, 's', ARGV[2])
