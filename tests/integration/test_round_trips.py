@@ -66,18 +66,24 @@ async def ready_and_joined(http: httpx.AsyncClient) -> tuple[str, str, str]:
     return session_id, endpoint, task["id"]
 
 
-async def test_an_applied_command_is_two_round_trips_and_a_replay_one(service, store):
-    session_id, endpoint, _ = await ready_and_joined(service)
-    reads = Reads(store)
+def rejoin(http: httpx.AsyncClient, session_id: str, endpoint: str) -> Any:
+    """The same re-join each time it is called: one commandId."""
     command_id = new_id()
 
     async def join() -> None:
         got = await call(
-            service, "JoinSession", sessionId=session_id, sessionEpoch=1, endpointId=endpoint,
+            http, "JoinSession", sessionId=session_id, sessionEpoch=1, endpointId=endpoint,
             commandId=command_id,
         )  # fmt: skip
         assert got["result"]["media"]["token"]
 
+    return join
+
+
+async def test_an_applied_command_is_one_round_trip_and_a_replay_one(service, store):
+    session_id, endpoint, _ = await ready_and_joined(service)
+    reads = Reads(store)
+    join = rejoin(service, session_id, endpoint)
     # decided on the session as this process committed it: the commit with its indexes alone
     assert await reads.of(join) == 1
     assert await reads.of(join) == 1  # the same commandId: the commit script finds the outcome
@@ -91,15 +97,7 @@ async def test_without_the_session_cache_a_command_is_a_read_and_a_commit(liveki
     async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
         session_id, endpoint, _ = await ready_and_joined(http)
         reads = Reads(store)
-        command_id = new_id()
-
-        async def join() -> None:
-            got = await call(
-                http, "JoinSession", sessionId=session_id, sessionEpoch=1, endpointId=endpoint,
-                commandId=command_id,
-            )  # fmt: skip
-            assert got["result"]["media"]["token"]
-
+        join = rejoin(http, session_id, endpoint)
         assert await reads.of(join) == 2  # the load, then the commit with its indexes
         assert await reads.of(join) == 1  # the same commandId: the load finds the outcome
 
