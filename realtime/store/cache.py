@@ -51,5 +51,14 @@ class SessionCache:
         while len(self._by_session) > self.entries:
             self._by_session.popitem(last=False)
 
+    def keep(
+        self, session_id: str, record: SessionRecord | None, version: int, task: TaskRecord | None
+    ) -> None:
+        """The session as a read or a commit found it (None: it is not there)."""
+        if record is None:
+            self.drop(session_id)
+        else:
+            self.put(session_id, Entry(record, version, task))
+
     def drop(self, session_id: str) -> None:
         self._by_session.pop(session_id, None)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, cast
 
 from realtime.store import keys
-from realtime.store.cache import Entry, SessionCache
+from realtime.store.cache import SessionCache
 from realtime.store.indexes import due_entries, listings
 from realtime.store.records import (
     EFFECT_DECODER,
@@ -139,16 +139,8 @@ class SessionStore:
             None if task is None else TASK_DECODER.decode(task),
             outbox,
         )
-        self._keep(session_id, loaded.record, loaded.version, loaded.task)
+        self.cache.keep(session_id, loaded.record, loaded.version, loaded.task)
         return loaded
-
-    def _keep(
-        self, session_id: str, record: SessionRecord | None, version: int, task: TaskRecord | None
-    ) -> None:
-        if record is None:
-            self.cache.drop(session_id)
-        else:
-            self.cache.put(session_id, Entry(record, version, task))
 
     async def outcome(self, session_id: str, command_id: str) -> CommandOutcome | None:
         async with translated_errors():
@@ -245,12 +237,12 @@ class SessionStore:
             reply = await self._send(armed, script_keys, args, [owned, *listed])
         committed = _committed(reply)
         if committed.status == "ok":
-            self._keep(c.session_id, c.record, committed.version, c.task)
+            self.cache.keep(c.session_id, c.record, committed.version, c.task)
         elif committed.status == "conflict":  # the session as it is now: decide again on it
-            snapshot, task = reply[2], reply[3]
-            self._keep(
+            record, task = reply[2], reply[3]
+            self.cache.keep(
                 c.session_id,
-                SESSION_DECODER.decode(snapshot) if snapshot else None,
+                SESSION_DECODER.decode(record) if record else None,
                 committed.version,
                 TASK_DECODER.decode(task) if task else None,
             )
