@@ -48,13 +48,20 @@ async def session(client: httpx.AsyncClient, session_id: str, subject: str = "al
 
 
 async def wait_for_state(
-    client: httpx.AsyncClient, session_id: str, state: str, within: float = 5.0
+    client: httpx.AsyncClient,
+    session_id: str,
+    state: str,
+    within: float = 5.0,
+    *,
+    settled: bool = False,
 ) -> Any:
+    """The session once it is in `state` (`settled`: and its outbox is empty; the effect whose
+    follow-up made the state is forgotten just after that commit)."""
     seen: list[str] = []
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         current = await session(client, session_id)
-        if current["state"] == state:
+        if current["state"] == state and not (settled and current["effects"]["pending"]):
             return current
         seen.append(current["state"])
         await asyncio.sleep(0.02)
@@ -244,7 +251,7 @@ async def test_ending_an_ended_session_returns_it_unchanged(rt_client, livekit):
                        reason="done")  # fmt: skip
     assert ended["result"]["session"]["state"] == "ending"
     await livekit.wait_for_call("DeleteRoom")
-    final = await wait_for_state(rt_client, session_id, "ended")
+    final = await wait_for_state(rt_client, session_id, "ended", settled=True)
 
     again = await call(rt_client, "EndSession", sessionId=session_id, commandId=new_id(),
                        reason="another reason")  # fmt: skip
