@@ -1,9 +1,10 @@
 """Commands for the methods: applied exactly once through the engine, answered with their stored
 result, and every outcome the engine does not apply turned into the error a caller acts on.
 
-A command's result is rendered by its method from the engine's `Decided` (the session, version,
-task and join media as they will be committed) and stored in the same commit; the reply is always
-the stored result, so the first answer and every replay are the same bytes.
+A command's result is rendered by its method from the engine's `Decided` (the session, version
+and task as they will be committed; a JoinSession's render issues its token, `Rendered`) and
+stored in the same commit; the reply is always the stored result, so the first answer, every
+replay and GetCommand are the same bytes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from realtime.a2a import params as p
 from realtime.a2a.sessions import JoinResult
 from realtime.engine.core import AnyEvent, Engine, until_committed
 from realtime.engine.entries import Command, Note, params_digest
@@ -28,6 +30,7 @@ from realtime.engine.outcomes import (
 )
 from realtime.errors import (
     CommandConflict,
+    CommandNotFound,
     ServiceError,
     SessionNotFound,
     Unavailable,
@@ -135,6 +138,30 @@ def stored_result(settings: Settings, outcome: CommandOutcome) -> bytes:
         result.media, token=sign_join_token(settings, outcome.token_claims)
     )
     return _ENCODER.encode(msgspec.structs.replace(result, media=media))
+
+
+async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any:
+    params = call.params
+    await load_own(services, params.session_id, call.principal.key)
+    outcome = await services.session_store.outcome(params.session_id, params.command_id)
+    if outcome is None:
+        raise CommandNotFound(
+            f"No applied command {params.command_id} in this session. Only applied commands "
+            "are stored; a rejected one can be sent again.",
+            details={"commandId": params.command_id},
+        )
+    result = msgspec.Raw(stored_result(services.settings, outcome))
+    return {
+        "command": {
+            "commandId": outcome.command_id,
+            "sessionId": params.session_id,
+            "method": outcome.method,
+            "status": "applied",
+            "sessionEpoch": outcome.session_epoch,
+            "createdAt": outcome.created_at,
+            "result": result,
+        }
+    }
 
 
 def join_media(settings: Settings, decided: Decided) -> JoinMedia:

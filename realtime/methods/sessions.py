@@ -1,5 +1,6 @@
 """Realtime sessions: session.create (via SendMessage), GetSession, RegisterEndpoint,
-JoinSession, EndSession, GetCommand, and CancelTask of a realtime task (profile §3, §4, §6)."""
+JoinSession, EndSession, and CancelTask of a realtime task (profile §3, §4, §6); GetCommand is
+with the commands (`methods/commands`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from realtime.engine.entries import Note
 from realtime.engine.outcomes import Decided, Denied, Missing
 from realtime.errors import (
     CommandConflict,
-    CommandNotFound,
     InternalError,
     InvalidState,
     LimitExceeded,
@@ -37,7 +37,6 @@ from realtime.methods.commands import (
     join_media,
     load_own,
     run_client_command,
-    stored_result,
 )
 from realtime.methods.context import Call, Services
 from realtime.store import keys
@@ -332,30 +331,6 @@ async def end_session(services: Services, call: Call[p.EndSessionParams]) -> Any
     return await run_client_command(
         services, call, params.session_id, params.command_id, machine.End(params.reason), render
     )
-
-
-async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any:
-    params = call.params
-    await load_own(services, params.session_id, call.principal.key)
-    outcome = await services.session_store.outcome(params.session_id, params.command_id)
-    if outcome is None:
-        raise CommandNotFound(
-            f"No applied command {params.command_id} in this session. Only applied commands "
-            "are stored; a rejected one can be sent again.",
-            details={"commandId": params.command_id},
-        )
-    result = msgspec.Raw(stored_result(services.settings, outcome))
-    return {
-        "command": {
-            "commandId": outcome.command_id,
-            "sessionId": params.session_id,
-            "method": outcome.method,
-            "status": "applied",
-            "sessionEpoch": outcome.session_epoch,
-            "createdAt": outcome.created_at,
-            "result": result,
-        }
-    }
 
 
 def _not_cancelable(record: TaskRecord) -> TaskNotCancelable:

@@ -12,7 +12,15 @@ from typing import Any, Final, NamedTuple
 
 from realtime.a2a.types import REALTIME_EXTENSION
 from realtime.auth import CANCEL_SCOPE, INVOKE_SCOPE, READ_SCOPE
-from realtime.methods import messages, operations, sessions, streaming, tasks, unoffered
+from realtime.methods import (
+    commands,
+    messages,
+    operations,
+    sessions,
+    streaming,
+    tasks,
+    unoffered,
+)
 from realtime.methods.context import Call, Services
 
 Handler = Callable[[Services, Call[Any]], Awaitable[Any]]
@@ -48,7 +56,7 @@ METHODS: Final[dict[str, MethodSpec]] = {
     "aim.realtime.JoinSession": MethodSpec(INVOKE, sessions.join_session, realtime=True),
     "aim.realtime.EndSession": MethodSpec(INVOKE, sessions.end_session, realtime=True),
     "aim.realtime.SendInteraction": MethodSpec(INVOKE, operations.send_interaction, realtime=True),
-    "aim.realtime.GetCommand": MethodSpec(READ, sessions.get_command, realtime=True),
+    "aim.realtime.GetCommand": MethodSpec(READ, commands.get_command, realtime=True),
     "aim.realtime.GetOperation": MethodSpec(READ, operations.get_operation, realtime=True),
     # defined by A2A, not offered here (Agent Card: pushNotifications, extendedAgentCard false)
     "CreateTaskPushNotificationConfig": MethodSpec(INVOKE, _NO_PUSH, reads_params=False),
