@@ -25,6 +25,10 @@ _PROXY = (
     "cuts the link to Redis with a TCP proxy in front of one server; a cluster client is "
     "redirected to the nodes' own addresses, around the proxy"
 )
+_ROUND_TRIPS = (
+    "counts one server's read events; on Cluster a commit is several round trips (redis-py's "
+    "cluster pipeline refuses scripts) spread over the masters"
+)
 _SUBPROCESS_WORKERS = (
     "its worker processes are given AIM_REDIS_URL without AIM_REDIS_CLUSTER; "
     "tests/cluster/test_workers.py runs it with workers on the Cluster"
@@ -36,9 +40,11 @@ _SUBPROCESS_SERVE = (
 
 # node id patterns (`*` matches anything) → why the test cannot run on a Redis Cluster
 SKIPPED_ON_CLUSTER: Final[dict[str, str]] = {
-    "tests/integration/test_round_trips.py::test_an_applied_command_is_two_round_trips*": (
-        "counts one server's read events; on Cluster a commit is several round trips (redis-py's "
-        "cluster pipeline refuses scripts) spread over the masters"
+    "tests/integration/test_round_trips.py::test_an_applied_command_is_one_round_trip*": (
+        _ROUND_TRIPS
+    ),
+    "tests/integration/test_round_trips.py::test_without_the_session_cache_a_command_is*": (
+        _ROUND_TRIPS
     ),
     "tests/integration/test_round_trips.py::test_reads_are_one_round_trip*": (
         "counts one server's read events (INFO answers for one master)"
