@@ -39,6 +39,7 @@ from realtime.settings import Settings
 from realtime.store import keys
 from realtime.store.cards import CardStore
 from realtime.store.census import CensusStore
+from realtime.store.compaction import Compactor
 from realtime.store.events import EventStore
 from realtime.store.leases import DutyLease
 from realtime.store.ops import OpsStore
@@ -107,7 +108,7 @@ async def running(
     # the operations timeline's entries that no commit carries, written off the request path
     recorder = Recorder(
         TimelineStore(redis),
-        ttl_s=settings.task_ttl_s,
+        ttl_s=settings.live_window_s,
         clock=clock,
         metrics=metrics,
         code_of=code_of,
@@ -135,7 +136,9 @@ async def running(
         [
             asyncio.create_task(runner.loop(stop)),
             asyncio.create_task(
-                Timers(engine, runner, metrics=metrics, recorder=recorder).loop(stop)
+                Timers(
+                    engine, runner, Compactor(redis, sessions), metrics=metrics, recorder=recorder
+                ).loop(stop)
             ),
         ]
         if run_worker

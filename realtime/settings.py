@@ -72,6 +72,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     reconcile_interval_s: int = 60  # 0: no reconciler
     reconcile_grace_s: int = 120
     task_ttl_s: int = 7 * 24 * 3600
+    # a command's stored outcome, a session's event stream and timeline: kept for the session's
+    # life plus this replay window (profile §20)
+    command_ttl_s: int = 24 * 3600
+    # an ended session is compacted to its task and final summary this long after it ended
+    compact_after_s: int = 3600
     session_cache_entries: int = 4096
     max_body_bytes: int = 1024 * 1024
 
@@ -95,6 +100,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # what from_env found acceptable but worth saying (a short LiveKit secret): one line each,
     # naming the variable and never its value; the CLI logs them at start-up
     warnings: tuple[str, ...] = ()
+
+    @property
+    def live_window_s(self) -> int:
+        """How long a live session's command outcomes, event stream and timeline are kept from
+        their last write: the longest it may still live, then the replay window (profile §20)."""
+        return self.max_session_s + self.command_ttl_s
 
     @property
     def livekit_configured(self) -> bool:
@@ -250,6 +261,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             task_ttl_s=reader.integer(
                 "AIM_TASK_TTL_S", defaults.task_ttl_s, low=60, high=365 * 86400
+            ),
+            command_ttl_s=reader.integer(
+                "AIM_COMMAND_TTL_S", defaults.command_ttl_s, low=1, high=365 * 86400
+            ),
+            compact_after_s=reader.integer(
+                "AIM_COMPACT_AFTER_S", defaults.compact_after_s, low=1, high=365 * 86400
             ),
             sse_heartbeat_s=reader.number(
                 "AIM_SSE_HEARTBEAT_S", defaults.sse_heartbeat_s, low=0.01, high=3600.0

@@ -45,7 +45,7 @@ from realtime.engine.outcomes import (
     Replayed,
     Reused,
 )
-from realtime.engine.schedule import armed_by
+from realtime.engine.schedule import armed_by, window_s
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, SessionRecord, TaskRecord
 from realtime.store.sessions import Commit, Loaded, SessionStore
@@ -264,6 +264,7 @@ class Engine:
                 task=task,
                 events=[event],
                 ttl_s=self.settings.task_ttl_s,
+                window_s=window_s(self.settings, session),
                 now_ms=now_ms,
                 effects=pending,
                 due_ms=now_ms + RETRY_GRACE_MS,
@@ -301,6 +302,7 @@ class Engine:
                     task=task,
                     events=[event],
                     ttl_s=self.settings.task_ttl_s,
+                    window_s=window_s(self.settings, session),
                     now_ms=now_ms,
                 )
             )
@@ -324,6 +326,7 @@ class Engine:
                 task=decided.task,
                 events=(),
                 ttl_s=self.settings.task_ttl_s,
+                window_s=window_s(self.settings, new),
                 now_ms=decided.now_ms,
                 command_id=command_id,
                 outcome=stored,
@@ -344,6 +347,7 @@ class Engine:
             task=decided.task,
             events=[event],
             ttl_s=self.settings.task_ttl_s,
+            window_s=window_s(self.settings, new),
             now_ms=decided.now_ms,
             command_id=command_id,
             outcome=stored,

@@ -1,4 +1,5 @@
-"""Which durable timers a commit arms (profile §5 defaults, §14 settings).
+"""Which durable timers a commit arms (profile §5 defaults, §14 settings), and how long it keeps
+what it writes (§20).
 
 A timer is a member `<sessionId>|<kind>|<version>|<epoch>|<endpointId>` of one sorted set scored
 by its due time. Timers are never cancelled: one that fires after the session moved on is refused
@@ -12,11 +13,12 @@ from typing import NamedTuple
 
 from realtime.settings import Settings
 from state_machines import Session
+from state_machines.session import TERMINAL_STATES
 
 
 class Timer(NamedTuple):
     session_id: str
-    kind: str  # provisioning | grace | idle | max | requirement
+    kind: str  # provisioning | grace | idle | max | requirement | compact
     version: int
     epoch: int
     endpoint_id: str
@@ -56,6 +58,10 @@ def armed_by(
     if old is None:
         timer = Timer(sid, "max", version, new.epoch, "")
         timers[timer.member] = now_ms + settings.max_session_s * 1000
+    if new.state in TERMINAL_STATES and (old is None or old.state not in TERMINAL_STATES):
+        # compacts the ended session (not a session event: the worker rewrites what is stored)
+        timer = Timer(sid, "compact", version, new.epoch, "")
+        timers[timer.member] = now_ms + settings.compact_after_s * 1000
     waiting_before = {op.operation_id for op in old.operations} if old is not None else set()
     for op in new.operations:
         if op.requirement is not None and op.operation_id not in waiting_before:
@@ -69,6 +75,15 @@ def armed_by(
             )
             timers[timer.member] = ms_of(requirement.expires_at)
     return timers
+
+
+def window_s(settings: Settings, session: Session) -> int:
+    """How long a commit of `session` keeps the command outcomes, the event stream and the
+    timeline: the replay window from the commit that ended it; while it is live, the longest it
+    may still live as well, so that every outcome outlives the session by the window."""
+    if session.state in TERMINAL_STATES:
+        return settings.command_ttl_s
+    return settings.live_window_s
 
 
 def ms_of(moment: str) -> int:

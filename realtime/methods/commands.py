@@ -147,7 +147,9 @@ async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any
     if outcome is None:
         raise CommandNotFound(
             f"No applied command {params.command_id} in this session. Only applied commands "
-            "are stored; a rejected one can be sent again.",
+            "are stored, and only for the session's life and "
+            f"{services.settings.command_ttl_s} s after it ended; a rejected one can be sent "
+            "again.",
             details={"commandId": params.command_id},
         )
     result = msgspec.Raw(stored_result(services.settings, outcome))

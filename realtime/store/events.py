@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 from realtime.store import keys
-from realtime.store.records import TASK_DECODER, TaskRecord
+from realtime.store.records import TaskRecord, decode_task
 from realtime.store.redis_client import RedisClient, slot_of, text, translated_errors
 
 Entry = tuple[str, bytes]  # (stream entry id, the entry's `e` field: the event JSON)
@@ -59,7 +59,7 @@ class EventStore:
                 keys=[keys.task_key(task_id), keys.events_key(tag)], args=[]
             )
         return Snapshot(
-            None if task is None else TASK_DECODER.decode(task),
+            None if task is None else decode_task(task),
             None if newest is None else text(newest),
             None if oldest is None else (text(oldest), bytes(event)),
         )

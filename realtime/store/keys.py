@@ -53,8 +53,9 @@ def owner_client_task_key(owner: str, client_task_id: str) -> str:
 
 
 # --- realtime sessions: every key below carries the session's tag {<sessionId>} ---------------
-# a session's keys live as long as its task (AIM_TASK_TTL_S after the last change), which keeps
-# command outcomes at least 24 h past the end of any session, as the profile requires
+# a session's snapshot, task and outbox live as long as its task (AIM_TASK_TTL_S after the last
+# change); its command outcomes, event stream and timeline for the replay window (profile §20,
+# `engine/schedule.window_s`)
 EVENTS_MAXLEN: Final = 1000  # approximate cap of a session's event stream (XADD MAXLEN ~)
 
 
@@ -126,8 +127,8 @@ def agent_card_key() -> str:
 
 # --- the operations API (profile §17) ---------------------------------------------------------
 # a session's timeline keeps what its commits do not carry (replays, rejections, duplicate
-# webhooks, LiveKit calls, refused timers); capped like the event stream, and expiring with the
-# session's other keys (the task TTL)
+# webhooks, LiveKit calls, refused timers); capped like the event stream, and expiring with its
+# command outcomes (the replay window)
 TIMELINE_MAXLEN: Final = 1000  # approximate cap of a session's timeline stream (XADD MAXLEN ~)
 
 

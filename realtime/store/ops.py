@@ -16,7 +16,7 @@ from typing import Any, Final, NamedTuple
 from realtime.errors import BadRequest
 from realtime.store import keys
 from realtime.store.events import Entry, next_id
-from realtime.store.records import EFFECT_DECODER, SESSION_DECODER, PendingEffect, SessionRecord
+from realtime.store.records import EFFECT_DECODER, PendingEffect, SessionRecord, decode_session
 from realtime.store.redis_client import REFUSED_ERRORS, RedisClient, text, translated_errors
 
 
@@ -155,7 +155,7 @@ class OpsStore:
 
 
 def _record(snapshot: bytes | None) -> SessionRecord | None:
-    return None if snapshot is None else SESSION_DECODER.decode(snapshot)
+    return None if snapshot is None else decode_session(snapshot)
 
 
 def _entries(replies: Any) -> list[Entry]:

@@ -3,13 +3,16 @@ them, and a process that meets a newer layout than it knows refuses to write it 
 
 from __future__ import annotations
 
+import zlib
 from enum import StrEnum
+from importlib import resources
 from typing import Any, Final
 
 import msgspec
 
 from realtime.a2a.types import Task as Task  # what a task record holds (engine/ names it from here)
 from state_machines import OutboxEffect, Session
+from state_machines import operation as operations
 
 TASK_SCHEMA: Final = 1
 
@@ -96,6 +99,56 @@ class PendingEffect(msgspec.Struct, kw_only=True, rename="camel"):
 
 SESSION_ENCODER: Final = msgspec.json.Encoder()
 SESSION_DECODER: Final = msgspec.json.Decoder(SessionRecord)
+
+
+# --- compacted records (profile §20): an ended session's final summary and its task are stored
+# zlib-compressed once compacted, against a preset dictionary of the records' own field names
+# (`records-1.zdict`; the stream names it by its Adler-32, so a later dictionary is added beside
+# it, never in its place: the records compressed with it must still read). A zlib stream starts
+# with 0x78, a JSON record with `{`, so a reader tells them apart by the first byte, and records
+# written before compaction existed read as they always did.
+_PACKED: Final = 0x78
+_FDICT: Final = 0x20  # the header flag of a stream compressed against a preset dictionary
+DICTIONARY: Final = resources.files("realtime.store").joinpath("records-1.zdict").read_bytes()
+DICTIONARY_ID: Final = 3340497852  # zlib.adler32(DICTIONARY), what its streams name
+_DICTIONARIES: Final = {DICTIONARY_ID: DICTIONARY}
+
+
+def pack(encoded: bytes) -> bytes:
+    """A record's JSON, compressed (what a compaction stores)."""
+    packer = zlib.compressobj(9, zdict=DICTIONARY)
+    return packer.compress(encoded) + packer.flush()
+
+
+def _unpacked(raw: bytes) -> bytes:
+    if not raw or raw[0] != _PACKED:
+        return raw
+    if raw[1] & _FDICT:
+        dictionary = _DICTIONARIES[int.from_bytes(raw[2:6], "big")]
+        unpacker = zlib.decompressobj(zdict=dictionary)
+        return unpacker.decompress(raw) + unpacker.flush()
+    return zlib.decompress(raw)
+
+
+def decode_session(raw: bytes) -> SessionRecord:
+    """A stored session snapshot, compacted or not."""
+    return SESSION_DECODER.decode(_unpacked(raw))
+
+
+def decode_task(raw: bytes) -> TaskRecord:
+    """A stored task record, compacted or not."""
+    return TASK_DECODER.decode(_unpacked(raw))
+
+
+def summary(record: SessionRecord) -> SessionRecord:
+    """What an ended session is compacted to: what GetSession, GetTask and the operations
+    listing show of it. Its finished operations and its epoch bumps go, with the span of its
+    last call; an operation still pending (GetSession lists its id) stays."""
+    pending = tuple(op for op in record.session.operations if not operations.is_terminal(op.state))
+    session = msgspec.structs.replace(record.session, operations=pending, bumps=())
+    return msgspec.structs.replace(record, session=session, caller=None)
+
+
 OUTCOME_DECODER: Final = msgspec.json.Decoder(CommandOutcome)
 EFFECT_DECODER: Final = msgspec.json.Decoder(PendingEffect)
 

@@ -37,6 +37,7 @@ class Scripts:
     claim_create: Script  # session.create: claims by messageId and clientSessionId, the limit
     commit: Script  # the one commit of a session
     remember: Script  # the outcome of a command that changed nothing
+    compact: Script  # an ended session down to its final summary
     renew_lease: Script
     release_lease: Script
     claim_timers: Script

@@ -16,14 +16,14 @@ from realtime.store.indexes import due_entries, listings
 from realtime.store.records import (
     EFFECT_DECODER,
     OUTCOME_DECODER,
-    SESSION_DECODER,
     SESSION_ENCODER,
-    TASK_DECODER,
     TASK_ENCODER,
     CommandOutcome,
     PendingEffect,
     SessionRecord,
     TaskRecord,
+    decode_session,
+    decode_task,
 )
 from realtime.store.redis_client import RedisClient, text, translated_errors
 from realtime.telemetry import Telemetry
@@ -61,7 +61,8 @@ class Commit:
     """Everything one commit writes (`engine/entries.py` computes it): the snapshot at
     `expected_version + 1`, the task, a command's id and stored outcome, the event entries, the
     outbox entries with the time their retry is due, the timers it arms, and `traceparent`,
-    the span of the committing call (the armed timers name it)."""
+    the span of the committing call (the armed timers name it). TTLs (profile §20): `ttl_s`
+    the snapshot, task and outbox; `window_s` the outcomes, event stream and timeline."""
 
     session_id: str
     expected_version: int
@@ -69,6 +70,7 @@ class Commit:
     task: TaskRecord
     events: Sequence[bytes]
     ttl_s: int
+    window_s: int
     now_ms: int
     command_id: str | None = None
     outcome: bytes = b""
@@ -97,8 +99,7 @@ class SessionStore:
     ) -> None:
         self._telemetry = telemetry or Telemetry(None)  # a client span per commit script
         self.cache = SessionCache(cache_entries)
-        self._store = redis
-        self._client = redis.client
+        self._store, self._client = redis, redis.client
         self._cluster = redis.cluster
         scripts = redis.scripts
         self._commit = scripts.commit
@@ -133,10 +134,10 @@ class SessionStore:
         outcome = replies[2] if command_id is not None else None
         outbox = [EFFECT_DECODER.decode(raw) for raw in replies[-1]] if with_outbox else None
         loaded = Loaded(
-            None if snapshot is None else SESSION_DECODER.decode(snapshot),
+            None if snapshot is None else decode_session(snapshot),
             int(version or 0),
             None if outcome is None else OUTCOME_DECODER.decode(outcome),
-            None if task is None else TASK_DECODER.decode(task),
+            None if task is None else decode_task(task),
             outbox,
         )
         self.cache.keep(session_id, loaded.record, loaded.version, loaded.task)
@@ -203,7 +204,7 @@ class SessionStore:
                 async with translated_errors():
                     reply = await self._remember(
                         keys=[keys.session_key(c.session_id), keys.commands_key(c.session_id)],
-                        args=[c.command_id, c.expected_version, c.outcome, c.ttl_s],
+                        args=[c.command_id, c.expected_version, c.outcome, c.window_s],
                     )
             remembered = _committed(reply)
             if remembered.status == "conflict":
@@ -218,6 +219,7 @@ class SessionStore:
             c.outcome,
             c.ttl_s,
             keys.EVENTS_MAXLEN,
+            c.window_s,
             len(c.events),
             *c.events,
         ]
@@ -229,6 +231,7 @@ class SessionStore:
             keys.commands_key(c.session_id),
             keys.events_key(c.session_id),
             keys.outbox_key(c.session_id),
+            keys.timeline_key(c.session_id),
         ]
         armed = due_entries(c.session_id, c.effects, c.due_ms, c.timers, c.ttl_s, c.traceparent)
         owned = ("ZADD", keys.owner_tasks_key(c.record.owner), c.task.status_ms, c.task.task.id)
@@ -242,9 +245,9 @@ class SessionStore:
             record, task = reply[2], reply[3]
             self.cache.keep(
                 c.session_id,
-                SESSION_DECODER.decode(record) if record else None,
+                decode_session(record) if record else None,
                 committed.version,
-                TASK_DECODER.decode(task) if task else None,
+                decode_task(task) if task else None,
             )
         return committed
 
@@ -313,7 +316,7 @@ class SessionStore:
             pipe.execute_command(*write)
             stream = keys.timeline_key(session_id)
             pipe.xadd(stream, {"e": noted}, maxlen=keys.TIMELINE_MAXLEN, approximate=True)
-            pipe.expire(stream, ttl_s)
+            pipe.expire(stream, ttl_s, nx=True)  # as `TimelineStore.append` does
             await pipe.execute()
 
     async def schedule(self, session_id: str, due_ms: int | None) -> None:

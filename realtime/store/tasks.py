@@ -18,7 +18,7 @@ from typing import Final
 import msgspec
 
 from realtime.store import keys
-from realtime.store.records import TASK_DECODER, TASK_ENCODER, TaskRecord
+from realtime.store.records import TASK_ENCODER, TaskRecord, decode_task
 from realtime.store.redis_client import RedisClient, text, translated_errors
 
 
@@ -47,7 +47,7 @@ class TaskStore:
         """The task (one round trip), whoever owns it; None when there is none."""
         async with translated_errors():
             raw = await self._client.get(keys.task_key(task_id))
-        return None if raw is None else TASK_DECODER.decode(raw)
+        return None if raw is None else decode_task(raw)
 
     async def claim_message(
         self, owner: str, message_id: str, task_id: str, *, score_ms: int, ttl_s: int
@@ -81,7 +81,7 @@ class TaskStore:
             for task_id in ids:
                 pipe.get(keys.task_key(text(task_id)))
             raws = await pipe.execute()
-        records = [TASK_DECODER.decode(raw) for raw in raws if raw is not None]
+        records = [decode_task(raw) for raw in raws if raw is not None]
         return [record for record in records if record.owner == owner]
 
     async def message_task(self, owner: str, message_id: str) -> str | None:

@@ -119,14 +119,16 @@ def effect_entry(
 
 
 class TimelineStore:
-    """Appends to the sessions' timeline streams (capped, expiring with the session)."""
+    """Appends to the sessions' timeline streams (capped; each expires when its session's replay
+    window ends: the commits set that, and an append only gives a new stream one)."""
 
     def __init__(self, redis: RedisClient) -> None:
         self._client = redis.client
 
     async def append(self, entries: Sequence[tuple[str, bytes]], *, ttl_s: int) -> None:
         """Every entry (session id, entry JSON) in one pipeline: XADD each (MAXLEN ~), then one
-        EXPIRE per session."""
+        EXPIRE NX per session (`ttl_s`, a live session's window: an append never lengthens the
+        window a commit set)."""
         pipe = self._client.pipeline(transaction=False)
         streams: dict[str, None] = {}
         for session_id, raw in entries:
@@ -134,7 +136,7 @@ class TimelineStore:
             pipe.xadd(stream, {"e": raw}, maxlen=keys.TIMELINE_MAXLEN, approximate=True)
             streams[stream] = None
         for stream in streams:
-            pipe.expire(stream, ttl_s)
+            pipe.expire(stream, ttl_s, nx=True)
         async with translated_errors():
             await pipe.execute()
 

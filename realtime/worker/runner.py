@@ -201,7 +201,7 @@ class Runner:
             # commit the follow-up before forgetting the effect: if the commit fails, the
             # effect (idempotent) is carried out again and its follow-up retried
             await self._feed(session_id, follow_up, call)
-        await self.sessions.done(session_id, effect_id, noted, self.engine.settings.task_ttl_s)
+        await self.sessions.done(session_id, effect_id, noted, self.engine.settings.live_window_s)
         return True
 
     async def _failed(
@@ -239,7 +239,7 @@ class Runner:
             error=entry.last_error,
         )
         await self.sessions.retry_later(
-            session_id, effect_id, entry, noted, self.engine.settings.task_ttl_s
+            session_id, effect_id, entry, noted, self.engine.settings.live_window_s
         )
         await self.sessions.schedule(session_id, self.engine.now_ms() + backoff_ms(entry.attempts))
 

@@ -1,7 +1,8 @@
 """Durable timers: claimed from Redis with a lease, fired through the commit path.
 
 Several workers may run this loop. A timer is claimed atomically (its score moves past a lease),
-fired as a server event through `Engine.execute`, then removed. A worker that dies holding a
+fired as a server event through `Engine.execute` (a `compact` timer through the store's
+`Compactor` instead: it changes no state), then removed. A worker that dies holding a
 claim loses it when the lease runs out and another worker fires the timer; the state machine
 (and the version an idle timer was armed at) makes a second firing a no-op, so each timer's
 transition happens exactly once.
@@ -20,6 +21,7 @@ from realtime.engine.outcomes import Applied, Contended, Missing
 from realtime.engine.schedule import Timer
 from realtime.errors import Unavailable
 from realtime.metrics import Metrics
+from realtime.store.compaction import Compactor
 from realtime.store.records import Cause
 from realtime.store.timeline import Recorder
 from realtime.telemetry import ATTR_SESSION_ID
@@ -68,6 +70,7 @@ class Timers:
         self,
         engine: Engine,
         runner: Runner,
+        compactor: Compactor,
         *,
         lease_ms: int | None = None,
         metrics: Metrics | None = None,
@@ -75,6 +78,7 @@ class Timers:
     ) -> None:
         self.engine = engine
         self.runner = runner  # starts the effects a fired timer stored
+        self.compactor = compactor  # ended sessions, once AIM_COMPACT_AFTER_S has passed
         self.metrics = metrics or Metrics(None)
         self.recorder = recorder  # timers that found the session moved on (the timeline)
         # AIM_WORKER_LEASE_S unless a test asks for another
@@ -91,6 +95,9 @@ class Timers:
     async def fire(self, member: str) -> None:
         try:
             timer = Timer.parse(member)
+            if timer.kind == "compact":
+                await self.compact(member, timer.session_id)
+                return
             event = event_of(timer)
         except ValueError:
             log.error("dropping malformed timer %r", member)
@@ -132,6 +139,23 @@ class Timers:
                     timer.session_id,
                     type(outcome).__name__.lower(),
                 )
+        await self.sessions.timer_done(member)
+
+    async def compact(self, member: str, session_id: str) -> None:
+        try:
+            with self.engine.telemetry.background_span(
+                "timer compact", None, {ATTR_SESSION_ID: session_id, "aim.timer": "compact"}
+            ):
+                compacted = await self.compactor.compact(session_id)
+        except Unavailable:
+            return  # keep the claim; the timer comes back when the lease runs out
+        if compacted in ("busy", "moved"):
+            # LiveKit work still to carry out, or commits that kept landing: after the lease
+            log.debug("compaction of session %s: %s, later", session_id, compacted)
+            return
+        if compacted == "done":
+            self.metrics.timer_fired("compact")
+            log.info("session %s compacted", session_id)
         await self.sessions.timer_done(member)
 
     async def loop(self, stop: asyncio.Event) -> None:

@@ -226,6 +226,7 @@ async def test_commit_writes_everything_at_once_and_a_replay_writes_nothing(stor
             events=[b'{"must":"not be written"}'],
             effects=[("999999999999-00", PendingEffect(effect=DeleteRoom("x", 1), epoch=1))],
             ttl_s=60,
+            window_s=60,
             due_ms=0,
             now_ms=0,
         )
@@ -246,6 +247,7 @@ async def test_commit_writes_everything_at_once_and_a_replay_writes_nothing(stor
             events=[b'{"must":"not be written"}'],
             effects=[],
             ttl_s=60,
+            window_s=60,
             due_ms=0,
             now_ms=0,
         )
@@ -427,6 +429,7 @@ async def test_the_event_stream_is_capped(store):
                 events=[msgspec.json.encode({"n": index})],
                 effects=[],
                 ttl_s=600,
+                window_s=600,
                 due_ms=0,
                 now_ms=0,
             )

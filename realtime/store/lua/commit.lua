@@ -1,12 +1,14 @@
 -- One commit of a session (profile §11): replay check, version check, then snapshot, task,
--- outcome, events and outbox with their TTLs.
+-- outcome, events and outbox with their TTLs (profile §20: the snapshot, the task and the outbox
+-- the task TTL; the outcomes, the event stream and the timeline the replay window).
 -- Atomic: one script on the session's slot (every key carries {<sessionId>}, so it runs
 -- unchanged on Redis Cluster); Redis runs it without interleaving, and it returns before any
 -- write unless both checks pass, so no partial commit is ever visible.
--- KEYS: 1 session hash, 2 task record, 3 command outcomes, 4 event stream, 5 outbox
+-- KEYS: 1 session hash, 2 task record, 3 command outcomes, 4 event stream, 5 outbox,
+--       6 timeline
 -- ARGV: 1 expected version, 2 snapshot, 3 task record, 4 commandId ('' = none),
---       5 outcome, 6 ttl seconds, 7 events maxlen, 8 event count, then the events,
---       then pairs (effectId, effect) for the outbox
+--       5 outcome, 6 ttl seconds, 7 events maxlen, 8 replay window seconds, 9 event count,
+--       then the events, then pairs (effectId, effect) for the outbox
 -- Returns {'replay', outcome} | {'conflict', current version, snapshot | false, task | false}
 --         | {'ok', new version}
 if ARGV[4] ~= '' then
@@ -26,14 +28,18 @@ redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('SET', KEYS[2], ARGV[3], 'EX', ttl)
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
-  redis.call('EXPIRE', KEYS[3], ttl)
 end
-local events = tonumber(ARGV[8])
+local events = tonumber(ARGV[9])
 for i = 1, events do
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'e', ARGV[8 + i])
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'e', ARGV[9 + i])
 end
-if events > 0 then redis.call('EXPIRE', KEYS[4], ttl) end
-local first = 9 + events
+-- every commit sets the window from now (an EXPIRE of a missing key does nothing): the live
+-- session's, or, from the commit that ended it, the replay window alone
+local window = ARGV[8]
+redis.call('EXPIRE', KEYS[3], window)
+redis.call('EXPIRE', KEYS[4], window)
+redis.call('EXPIRE', KEYS[6], window)
+local first = 10 + events
 if #ARGV >= first then
   for i = first, #ARGV, 2 do
     redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])

@@ -4,7 +4,7 @@
 -- Atomic: one script on the session's slot (both keys carry {<sessionId>}); the replay check,
 -- the version check and the write run without interleaving, like the commit.
 -- KEYS: 1 session hash, 2 command outcomes
--- ARGV: 1 commandId, 2 expected version, 3 outcome, 4 ttl seconds
+-- ARGV: 1 commandId, 2 expected version, 3 outcome, 4 replay window seconds
 -- Returns {'replay', outcome} | {'conflict', current version} | {'ok', version}
 local prior = redis.call('HGET', KEYS[2], ARGV[1])
 if prior then return {'replay', prior} end

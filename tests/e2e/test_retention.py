@@ -1,0 +1,189 @@
+"""Retention windows and compaction (profile §20) against a real Redis, with the windows at their
+smallest (1 s) and the worker firing timers every 0.25 s: a live session keeps its command
+outcomes, event stream and timeline for as long as it may still live plus the replay window;
+once it ended they go when the window ends (GetCommand then answers -31005), and
+`AIM_COMPACT_AFTER_S` after the end the session is compacted to what GetTask, GetSession and
+the operations listing show, which answer as before."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from realtime.settings import Settings, SettingsError
+from realtime.store import keys
+from realtime.store.compaction import Compactor
+from realtime.store.redis_client import RedisClient
+from realtime.store.sessions import SessionStore
+from tests.conftest import error_info, rpc
+from tests.e2e.operator_api_helpers import ops_json
+from tests.e2e.realtime_helpers import call, new_id
+from tests.e2e.webhook_helpers import active_session, get, service, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.redis]
+
+WINDOW_S = 1
+MAX_SESSION_S = 600
+REPLAYS = ("cmd", "events", "timeline")  # the keys the replay window keeps
+
+
+def replay_keys(session_id: str) -> dict[str, str]:
+    return {
+        "cmd": keys.commands_key(session_id),
+        "events": keys.events_key(session_id),
+        "timeline": keys.timeline_key(session_id),
+    }
+
+
+async def ttls(store: RedisClient, session_id: str) -> dict[str, int]:
+    return {name: await store.client.ttl(key) for name, key in replay_keys(session_id).items()}
+
+
+async def until(check: Any, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        assert time.monotonic() < deadline, "not within the deadline"
+        await asyncio.sleep(0.05)
+
+
+def seen_by_client(session: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in session.items() if name != "effects"}
+
+
+@pytest.fixture
+async def short_windows(livekit, store, tracer_provider):
+    if store.embedded:
+        pytest.skip("reads TTLs and encodings of a real Redis")
+    async with service(
+        livekit,
+        store,
+        tracer_provider,
+        command_ttl_s=WINDOW_S,
+        compact_after_s=WINDOW_S,
+        max_session_s=MAX_SESSION_S,
+    ) as http:
+        yield http
+
+
+async def end_after_a_command(http: httpx.AsyncClient) -> tuple[str, str, str]:
+    """(sessionId, taskId, commandId of an EndSession) of a session that went active and ended."""
+    session_id, _ = await active_session(http)
+    command_id = new_id()
+    ended = await call(http, "EndSession", sessionId=session_id, commandId=command_id, reason="x")
+    assert ended["result"]["session"]["state"] == "ending"
+    final = await wait_until(http, session_id, lambda s: s["state"] == "ended")
+    return session_id, final["taskId"], command_id
+
+
+async def test_a_live_sessions_outcomes_outlive_its_longest_life_and_the_window(
+    short_windows, store
+):
+    session_id, _ = await active_session(short_windows)
+
+    live = await ttls(store, session_id)
+
+    # kept as long as the session may still live, then the replay window
+    assert live["cmd"] > MAX_SESSION_S - 5
+    assert live["events"] > MAX_SESSION_S - 5
+    assert all(ttl <= MAX_SESSION_S + WINDOW_S for ttl in live.values() if ttl > 0)
+    # the task and the snapshot live the task TTL as before
+    assert await store.client.ttl(keys.session_key(session_id)) > MAX_SESSION_S + WINDOW_S
+
+
+async def test_an_ended_sessions_outcomes_go_when_the_window_ends(short_windows, store):
+    http = short_windows
+    session_id, _, command_id = await end_after_a_command(http)
+    within = await call(http, "GetCommand", sessionId=session_id, commandId=command_id)
+    assert within["result"]["command"]["status"] == "applied"
+    assert all(ttl <= WINDOW_S for ttl in (await ttls(store, session_id)).values())
+
+    async def gone() -> bool:
+        return not await store.client.exists(*replay_keys(session_id).values())
+
+    await until(gone)
+
+    after = await call(http, "GetCommand", sessionId=session_id, commandId=command_id)
+    assert after["error"]["code"] == -31005
+    assert error_info(after)["reason"] == "COMMAND_NOT_FOUND"
+    assert f"{WINDOW_S} s after it ended" in after["error"]["message"]
+    # the session and its task are still there
+    assert (await get(http, session_id))["state"] == "ended"
+
+
+async def test_an_ended_session_is_compacted_and_answers_as_before(short_windows, store):
+    http = short_windows
+    session_id, task_id, _ = await end_after_a_command(http)
+    session_key, task_key = keys.session_key(session_id), keys.session_task_key(session_id)
+
+    async def settled() -> bool:
+        return (await get(http, session_id))["effects"]["pending"] == 0
+
+    await until(settled)
+    session_before = seen_by_client(await get(http, session_id))
+    task_before = (await rpc(http, "GetTask", {"id": task_id}))["result"]
+    listed_before = await ops_json(http, "/ops/api/sessions")
+    stored_before = len(await store.client.hget(session_key, "s"))
+    task_bytes_before = len(await store.client.get(task_key))
+    ttl_before = await store.client.ttl(task_key)
+
+    async def compacted() -> bool:
+        stored = await store.client.hget(session_key, "s")
+        return stored is not None and stored[:1] != b"{"
+
+    await until(compacted)
+
+    # what a client and an operator read is unchanged
+    assert seen_by_client(await get(http, session_id)) == session_before
+    assert (await rpc(http, "GetTask", {"id": task_id}))["result"] == task_before
+    listed = await ops_json(http, "/ops/api/sessions")
+    assert listed["sessions"] == listed_before["sessions"]
+    # what Redis holds is smaller, its TTL kept, and no timer of the session is left armed
+    assert len(await store.client.hget(session_key, "s")) < stored_before / 1.5
+    assert len(await store.client.get(task_key)) < task_bytes_before / 1.3
+    assert 0 < await store.client.ttl(task_key) <= ttl_before
+    assert not await store.client.exists(keys.session_timers_key(session_id))
+    armed = await store.client.zrange(keys.timers_due_key(), 0, -1)
+    assert not [member for member in armed if member.decode().startswith(session_id)]
+
+
+async def test_compaction_waits_for_the_outbox_and_keeps_the_version(
+    livekit, store, tracer_provider
+):
+    if store.embedded:
+        pytest.skip("reads the encodings of a real Redis")
+    # the timer is not due during the test: the compactor is called here
+    async with service(livekit, store, tracer_provider, compact_after_s=3600) as http:
+        session_id, _, _ = await end_after_a_command(http)
+        sessions = SessionStore(store)
+        compactor = Compactor(store, sessions)
+        session_key = keys.session_key(session_id)
+        version = await store.client.hget(session_key, "v")
+        outbox = keys.outbox_key(session_id)
+        await store.client.hset(outbox, "9", b"{}")  # LiveKit work still to carry out
+
+        assert await compactor.compact(session_id) == "busy"
+        assert (await store.client.hget(session_key, "s"))[:1] == b"{"
+
+        await store.client.delete(outbox)
+        before = seen_by_client(await get(http, session_id))
+        assert await compactor.compact(session_id) == "done"
+        assert (await store.client.hget(session_key, "s"))[:1] != b"{"
+        assert await store.client.hget(session_key, "v") == version
+        assert seen_by_client(await get(http, session_id)) == before
+        # a second compaction (a timer fired twice) finds it compacted and changes nothing
+        assert await compactor.compact(session_id) == "done"
+        assert seen_by_client(await get(http, session_id)) == before
+        assert await Compactor(store, sessions).compact(new_id()) == "missing"
+
+
+def test_both_windows_accept_a_second_and_refuse_less():
+    env = {"AIM_COMMAND_TTL_S": "1", "AIM_COMPACT_AFTER_S": "1"}
+    settings = Settings.from_env(env)
+    assert (settings.command_ttl_s, settings.compact_after_s) == (1, 1)
+    for name in env:
+        with pytest.raises(SettingsError, match=name):
+            Settings.from_env({**env, name: "0"})
