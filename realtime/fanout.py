@@ -26,8 +26,8 @@ from realtime.store.redis_client import SOCKET_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
-# a blocking read returns at least this often (to notice shutdown), and always before the
-# client's socket timeout: a read still waiting then would be taken for a lost connection
+# a blocking read returns at least this often (to notice shutdown); its round trip's deadline is
+# this plus the store's (`EventStore.read`)
 BLOCK_MS: Final = int(SOCKET_TIMEOUT_S * 1000) - 1000
 POLL_S: Final = 0.05  # Cluster and the embedded store: how often the reader looks
 READ_COUNT: Final = 500  # entries per stream per read

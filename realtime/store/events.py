@@ -88,7 +88,8 @@ class EventStore:
         cluster client fails a command at once when a master's connections are all in use."""
         if not cursors:
             return []
-        async with translated_errors():
+        blocking_s = (block_ms or 0) / 1000 if not self._cluster else 0.0
+        async with translated_errors(blocking_s):
             if not self._cluster:
                 replies = await self._client.xread(dict(cursors), count=count, block=block_ms)
             else:

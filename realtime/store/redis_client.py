@@ -8,6 +8,7 @@ the client and scripts it was given. Connection failures become -31012 here.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -27,8 +28,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_POOL_SIZE: Final = 64
 POOL_TIMEOUT_S: Final = 5  # how long a request waits for a pooled connection
-# how long a reply may take before the connection counts as lost (redis-py's own default, said
-# here because a blocking XREAD must return before it: fanout.BLOCK_MS)
+# how long one round trip (a command, a pipeline, a script) may take before Redis counts as
+# lost: one deadline per round trip, set by `translated_errors` (redis-py's own socket timeout
+# is off: it wraps every command's write in a task of its own and every reply's read in a
+# timer); a blocking XREAD adds its block time to it
 SOCKET_TIMEOUT_S: Final = 5.0
 
 CONNECTION_ERRORS: Final = (
@@ -100,11 +103,16 @@ def describe_failure(exc: BaseException) -> str:
 
 
 @contextlib.asynccontextmanager
-async def translated_errors() -> AsyncIterator[None]:
-    """Connection failures become -31012 (retryable, nothing stored), reported by `OUTAGES`."""
+async def translated_errors(extra_s: float = 0.0) -> AsyncIterator[None]:
+    """One round trip to Redis, bounded by `SOCKET_TIMEOUT_S` (+ `extra_s`, a blocking read's
+    block time): connection failures and a Redis that does not answer in time become -31012
+    (retryable, nothing stored), reported by `OUTAGES`. A reply cut short by the deadline
+    closes its connection (redis-py disconnects a connection whose read was cancelled), so a
+    late reply is never read as the next command's."""
     try:
-        yield
-    except CONNECTION_ERRORS as exc:
+        async with asyncio.timeout(SOCKET_TIMEOUT_S + extra_s):
+            yield
+    except CONNECTION_ERRORS as exc:  # TimeoutError is an OSError
         OUTAGES.failed(exc)
         raise redis_unavailable() from exc
     if OUTAGES.down:
@@ -134,7 +142,10 @@ class RedisClient:
         if cluster:
             return cls(
                 RedisCluster.from_url(
-                    url, max_connections=pool_size, socket_timeout=SOCKET_TIMEOUT_S
+                    url,
+                    max_connections=pool_size,
+                    socket_timeout=None,  # the deadline is ours (`translated_errors`)
+                    socket_connect_timeout=SOCKET_TIMEOUT_S,
                 )
             )
         # maintenance notifications need RESP3, which we do not speak; left at redis-py's "auto",
@@ -144,7 +155,8 @@ class RedisClient:
             url,
             max_connections=pool_size,
             timeout=POOL_TIMEOUT_S,
-            socket_timeout=SOCKET_TIMEOUT_S,
+            socket_timeout=None,  # the deadline is ours (`translated_errors`)
+            socket_connect_timeout=SOCKET_TIMEOUT_S,
             maint_notifications_config=MaintNotificationsConfig(enabled=False),
         )
         return cls(aioredis.Redis.from_pool(pool))
@@ -186,7 +198,8 @@ class RedisClient:
     async def probe(self) -> str | None:
         """None when Redis answers PING, else why not (`describe_failure`)."""
         try:
-            await self.client.ping()
+            async with asyncio.timeout(SOCKET_TIMEOUT_S):
+                await self.client.ping()
         except CONNECTION_ERRORS as exc:
             return describe_failure(exc)
         return None
