@@ -26,7 +26,9 @@ from realtime.agent_card import build_agent_card
 from realtime.auth import Authenticator
 from realtime.engine.core import Engine
 from realtime.fanout import EventHub
+from realtime.front import RpcFront
 from realtime.livekit_adapter.api import LiveKitGateway
+from realtime.logs import ACCESS_LOG
 from realtime.methods.context import Services
 from realtime.metrics import Metrics, StoreReading
 from realtime.ops_routes import METRICS_ROUTE, OPS_ROUTES, OpsConsole
@@ -247,7 +249,7 @@ def create_app(
     meter_provider: MeterProvider | None = None,
     run_worker: bool = True,
     settle_heap: bool = False,
-) -> Litestar:
+) -> RpcFront:
     """Build the service. Without `store` (a Redis client), one is opened at start-up as
     profile §14 says; `run_worker=False` (`serve --no-worker`) leaves effects retries and
     timers to workers. `settle_heap` (what `serve` asks for: one app per process) freezes what
@@ -306,7 +308,9 @@ def create_app(
             await authenticator.aclose()
             telemetry.shutdown()
             metrics.shutdown()
+            ACCESS_LOG.flush()  # the last calls' lines
 
+    varies = bool(settings.cors_origins) and "*" not in settings.cors_origins
     app = Litestar(
         route_handlers=(
             [*ROUTES, *OPS_ROUTES, METRICS_ROUTE] if settings.metrics else [*ROUTES, *OPS_ROUTES]
@@ -318,11 +322,10 @@ def create_app(
         logging_config=None,  # the process's logging (JSON lines from the CLI) stays as it is
         cors_config=cors_config(settings.cors_origins),
         # with `*` every origin gets the same answer, so no Vary is needed
-        before_send=[vary_origin]
-        if settings.cors_origins and "*" not in settings.cors_origins
-        else [],
+        before_send=[vary_origin] if varies else [],
     )
     app.state.agent_card = AgentCardBody(build_agent_card(settings))
     app.state.agent_card_v01 = AgentCardBody(agent_card_v01(build_agent_card(settings), settings))
     app.state.ops_console = OpsConsole.load()
-    return app
+    # the JSON-RPC calls that carry the load skip Litestar's request machinery (`front`)
+    return RpcFront(app, vary_origin=varies)

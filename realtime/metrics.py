@@ -17,7 +17,7 @@ from typing import Final, NamedTuple
 from opentelemetry import metrics
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -51,10 +51,25 @@ def _push_readers(environ: Mapping[str, str]) -> list[MetricReader]:
 def meter_provider_from_env(environ: Mapping[str, str]) -> MeterProvider | None:
     """A meter provider exporting over OTLP when `OTEL_METRICS_EXPORTER=otlp` or an OTLP
     endpoint is set (and the exporter is not `none`); None means metrics are off."""
-    readers = _push_readers(environ)
-    return MeterProvider(metric_readers=readers, resource=Resource.create()) if readers else None
+    return _meter_provider(_push_readers(environ))
 
 
+def _meter_provider(readers: list[MetricReader]) -> MeterProvider | None:
+    """The service's meter provider for `readers` (None without any). No exemplars: the
+    Prometheus text format shows none, and offering each measurement to a reservoir costs every
+    call (traces link to calls by their trace id in the access log)."""
+    if not readers:
+        return None
+    return MeterProvider(
+        metric_readers=readers,
+        resource=Resource.create(),
+        exemplar_filter=AlwaysOffExemplarFilter(),
+    )
+
+
+# (method, error code) pairs whose attributes are kept: the registry's methods (and `_OTHER`)
+# times the error codes, well within this
+RPC_ATTRIBUTE_SETS: Final = 4096
 RPC_DURATION_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                0.5, 1.0, 2.5, 5.0, 10.0)  # fmt: skip
 # one read of the Redis gauges may take this long; a scrape waits for it at most this long
@@ -203,6 +218,8 @@ class Metrics:
         self._calls = meter.create_counter(
             "aim.rpc.calls", description="JSON-RPC calls by method and outcome"
         )
+        # the attributes of each (method, code) pair, made once (the instruments keep them)
+        self._rpc_attributes: dict[tuple[str, int], dict[str, str | int]] = {}
         self._latency = meter.create_histogram(
             "aim.rpc.duration",
             unit="s",
@@ -245,10 +262,7 @@ class Metrics:
         pushes = bool(readers)
         if prometheus is not None:
             readers.append(prometheus.reader)
-        provider = (
-            MeterProvider(metric_readers=readers, resource=Resource.create()) if readers else None
-        )
-        return cls(provider, scrape=prometheus, pushes=pushes)
+        return cls(_meter_provider(readers), scrape=prometheus, pushes=pushes)
 
     async def exposition(self) -> bytes:
         """`GET /metrics`: the Redis gauges refreshed (within their bound), then every
@@ -261,7 +275,11 @@ class Metrics:
     def rpc_call(self, method: str, code: int, seconds: float) -> None:
         if self.provider is None:
             return  # no meter provider: nothing would be recorded
-        attributes: dict[str, str | int] = {"rpc.method": method, "rpc.jsonrpc.error_code": code}
+        attributes = self._rpc_attributes.get((method, code))
+        if attributes is None:
+            attributes = {"rpc.method": method, "rpc.jsonrpc.error_code": code}
+            if len(self._rpc_attributes) < RPC_ATTRIBUTE_SETS:
+                self._rpc_attributes[method, code] = attributes
         self._calls.add(1, attributes)
         self._latency.record(seconds, attributes)
 

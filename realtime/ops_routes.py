@@ -26,10 +26,11 @@ from realtime.errors import (
     ServiceError,
     Unavailable,
 )
+from realtime.logs import ACCESS_LOG
 from realtime.methods import ops
 from realtime.methods.context import Services
 from realtime.metrics import PROMETHEUS_CONTENT_TYPE
-from realtime.rpc.dispatch import Dispatcher, access_log
+from realtime.rpc.dispatch import Dispatcher
 from realtime.rpc.errors import code_of
 from realtime.rpc.headers import combined
 
@@ -132,7 +133,7 @@ def _audit(
         fields["operator"] = {"tenant": operator.tenant, "sub": operator.subject}
     if session_id is not None:
         fields["session_id"] = session_id[:64]  # the path as sent: bounded in the log
-    access_log.info("GET %s %d", path, status, extra={"json_fields": fields})
+    ACCESS_LOG.write(f"GET {path} {status}", fields)
 
 
 def _query(request: Request[Any, Any, Any]) -> dict[str, str]:

@@ -8,53 +8,26 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
-from litestar.response import Stream
-from litestar.response.base import ASGIResponse
 
-from realtime.errors import (
-    Unavailable,
-)
+from realtime.errors import Unavailable
+from realtime.front import RpcExchange, read_body
 from realtime.methods import webhooks
 from realtime.methods.context import Services
-from realtime.rpc.dispatch import Dispatcher, SseEvent
+from realtime.rpc.dispatch import Dispatcher
 from realtime.rpc.envelope import body_error
 from realtime.rpc.errors import code_of
 from realtime.rpc.headers import combined
-from realtime.rpc.provider import ProviderDispatcher
-from realtime.rpc.v01 import V01Dispatcher
 from realtime.store.timeline import WebhookVerdict
 from realtime.timestamps import http_date, parse_http_date
 
 log = logging.getLogger(__name__)
 
 JSON: Final = "application/json"
-EVENT_STREAM: Final = "text/event-stream"
-KEEPALIVE: Final = b": keepalive\n\n"
-# no caching, and no buffering by proxies (nginx honours X-Accel-Buffering)
-SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-async def read_limited(
-    request: Request[Any, Any, Any], limit: int, declared: str | None
-) -> tuple[bytes, bool]:
-    """The body, or (b"", True) once it exceeds `limit` bytes (or its `declared` Content-Length
-    does); never buffers more than that."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return b"", True
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return b"", True
-        chunks.append(chunk)
-    return b"".join(chunks), False
 
 
 def header_fields(request: Request[Any, Any, Any]) -> dict[str, str]:
@@ -62,75 +35,20 @@ def header_fields(request: Request[Any, Any, Any]) -> dict[str, str]:
     return combined(request.scope["headers"])
 
 
-# characters JSON may carry raw inside strings that many line readers (Python's splitlines,
-# httpx's aiter_lines, JavaScript's U+2028 handling in older engines) take for a line break;
-# escaped, the JSON means the same and a `data:` line stays one line for every reader
-_LINE_BREAKERS: Final = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"),
-                         (b"\xc2\x85", b"\\u0085"))  # fmt: skip
-
-
-def one_line(data: bytes) -> bytes:
-    """`data` (compact JSON, so no raw newlines) with every other line breaker escaped."""
-    for raw, escaped in _LINE_BREAKERS:
-        data = data.replace(raw, escaped)
-    return data
-
-
-async def sse(events: AsyncIterator[SseEvent]) -> AsyncIterator[bytes]:
-    """SSE framing: `id:`, `event:` and one `data:` line (compact JSON has no newlines);
-    a heartbeat is a comment line."""
-    async for event in events:
-        if event.data is None:
-            yield KEEPALIVE
-            continue
-        frame = b""
-        if event.id is not None:
-            frame += b"id: " + event.id.encode() + b"\n"
-        if event.event is not None:
-            frame += b"event: " + event.event.encode() + b"\n"
-        yield frame + b"data: " + one_line(event.data) + b"\n\n"
-
-
-# The JSON-RPC routes answer with ASGI responses built here (Litestar sends them as they are):
-# the hot path skips Litestar's response conversion and dependency injection.
-
-
-async def answer(request: Request[Any, Any, Any], dispatcher: Dispatcher) -> ASGIResponse:
-    """One JSON-RPC call of `dispatcher` (the 1.0 and 0.1 endpoints): JSON, or SSE framing."""
-    fields = header_fields(request)
-    body, too_large = await read_limited(
-        request, dispatcher.services.settings.max_body_bytes, fields.get("content-length")
-    )
-    reply = await dispatcher.handle(body, fields, too_large=too_large)
-    if reply.stream is not None:
-        return Stream(
-            sse(reply.stream),
-            status_code=200,
-            media_type=EVENT_STREAM,
-            headers={**reply.headers, **SSE_HEADERS},
-        ).to_asgi_response(None, request)
-    return ASGIResponse(
-        body=reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers
-    )
+# The JSON-RPC routes: reached only by the calls `front.RpcFront` leaves to Litestar (those of
+# browsers, which its CORS answers); each hands the call to the same `RpcExchange` as the front
+# (an ASGI app: Litestar runs it as it is).
 
 
 @post(["/a2a", "/a2a/"], status_code=200)
-async def a2a(request: Request[Any, Any, Any]) -> ASGIResponse:
-    return await answer(request, request.app.state.dispatcher)
+async def a2a(request: Request[Any, Any, Any]) -> RpcExchange:
+    return RpcExchange(request.app.state.dispatcher)
 
 
 @post("/provider", status_code=200)
-async def provider(request: Request[Any, Any, Any]) -> ASGIResponse:
+async def provider(request: Request[Any, Any, Any]) -> RpcExchange:
     """The agent's JSON-RPC (profile §10), authorized by its session's provider token."""
-    dispatcher: ProviderDispatcher = request.app.state.provider
-    fields = header_fields(request)
-    body, too_large = await read_limited(
-        request, dispatcher.services.settings.max_body_bytes, fields.get("content-length")
-    )
-    reply = await dispatcher.handle(body, fields, too_large=too_large)
-    return ASGIResponse(
-        body=reply.body, status_code=reply.status, media_type=JSON, headers=reply.headers
-    )
+    return RpcExchange(request.app.state.provider)
 
 
 @post("/livekit/webhook", status_code=200)
@@ -141,8 +59,8 @@ async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Resp
     services = dispatcher.services
     with dispatcher.telemetry.webhook_span() as span:
         fields = header_fields(request)
-        body, too_large = await read_limited(
-            request, services.settings.max_body_bytes, fields.get("content-length")
+        body, too_large = await read_body(
+            request.receive, services.settings.max_body_bytes, fields.get("content-length")
         )
         answer = await _webhook(services, body, too_large, fields.get("authorization", ""))
         if answer.event is not None:
@@ -250,10 +168,9 @@ async def readyz(state: State) -> Response[bytes]:
 
 
 @post(["/a2a/v0.1", "/a2a/v0.1/"], status_code=200)
-async def a2a_v01(request: Request[Any, Any, Any]) -> ASGIResponse:
+async def a2a_v01(request: Request[Any, Any, Any]) -> RpcExchange:
     """Answered as /a2a is, by the A2A 0.1 endpoint."""
-    dispatcher: V01Dispatcher = request.app.state.v01
-    return await answer(request, dispatcher)
+    return RpcExchange(request.app.state.v01)
 
 
 @get("/.well-known/agent.json")

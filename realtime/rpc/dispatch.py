@@ -37,6 +37,7 @@ from realtime.errors import (
     ServiceError,
     VersionNotSupported,
 )
+from realtime.logs import ACCESS_LOG
 from realtime.methods.context import Call, Services
 from realtime.methods.streaming import TaskStream
 from realtime.rpc.codec import V03, V10, Codec
@@ -52,9 +53,6 @@ from realtime.rpc.registry import EXTENSIONS, METHODS, SUPPORTED_VERSIONS
 from realtime.telemetry import ATTR_PRINCIPAL, RpcSpan, Telemetry
 
 log = logging.getLogger(__name__)
-# one line per JSON-RPC call (AIM_ACCESS_LOG): what was called and how it ended, never the
-# token, the params or the request id (the caller chooses it)
-access_log = logging.getLogger("realtime.access")
 
 VERSION_HEADER: Final = "a2a-version"
 LAST_EVENT_ID_HEADER: Final = "last-event-id"
@@ -182,6 +180,7 @@ class Endpoint(abc.ABC):
         self.telemetry = telemetry
         self.limiter = limiter
         self.access_log = services.settings.access_log
+        self.max_body_bytes = services.settings.max_body_bytes  # a longer body is not read
 
     async def handle(
         self, body: bytes, headers: Mapping[str, str], *, too_large: bool = False
@@ -202,20 +201,18 @@ class Endpoint(abc.ABC):
                 span.set_error(code_of(failure), failure.message)
                 reply = error_reply(failure, served)
             elapsed = time.perf_counter() - started
-            if self.access_log:  # inside the span: the formatter adds its trace id
-                access_log.info(
-                    "POST %s %s %d",
-                    self.path,
-                    span.method,
-                    reply.status,
-                    extra={
-                        "json_fields": {
-                            "path": self.path,
-                            "method": span.method,
-                            "code": span.code,
-                            "status": reply.status,
-                            "duration_ms": round(elapsed * 1000, 3),
-                        }
+            if self.access_log:
+                # one line per call (AIM_ACCESS_LOG): what was called and how it ended, never
+                # the token, the params or the request id (the caller chooses it); inside the
+                # span, so the line names its trace
+                ACCESS_LOG.write(
+                    f"POST {self.path} {span.method} {reply.status}",
+                    {
+                        "path": self.path,
+                        "method": span.method,
+                        "code": span.code,
+                        "status": reply.status,
+                        "duration_ms": round(elapsed * 1000, 3),
                     },
                 )
         self.services.metrics.rpc_call(span.method, span.code, elapsed)

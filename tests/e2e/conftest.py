@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from realtime.logs import JsonLogFormatter
+from realtime.logs import ACCESS_LOG
 
 
 @pytest.fixture
 def access_lines() -> Iterator[Callable[[], list[dict[str, Any]]]]:
-    """The access log as the CLI writes it: formatted when emitted (inside the call's span)."""
+    """The access log as the service writes it (`logs.ACCESS_LOG`, to a stream of the test's)."""
     stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonLogFormatter())
-    logger = logging.getLogger("realtime.access")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    ACCESS_LOG.flush()
+    previous, ACCESS_LOG.stream = ACCESS_LOG.stream, stream
+
+    def lines() -> list[dict[str, Any]]:
+        ACCESS_LOG.flush()
+        return [json.loads(line) for line in stream.getvalue().splitlines()]
+
     try:
-        yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+        yield lines
     finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+        ACCESS_LOG.flush()
+        ACCESS_LOG.stream = previous
