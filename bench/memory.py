@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO))
 import httpx  # noqa: E402 - after the path is set
 
 from realtime.app import create_app  # noqa: E402
+from realtime.store import keys  # noqa: E402
 from realtime.store.redis_client import RedisClient  # noqa: E402
 from realtime.store.server import PrivateRedis  # noqa: E402
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings, serving  # noqa: E402
@@ -160,7 +161,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
                     async def compacted() -> bool:
                         for session_id in ids:
-                            raw = await client.hget(f"aim:{{{session_id}}}:session", "s")
+                            raw = await client.hget(keys.session_key(session_id), "s")
                             if raw is None or raw[:1] == b"{":
                                 return False
                         return True
@@ -172,9 +173,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         )
                     await measure("compacted")
 
-                    async def expired() -> bool:
-                        events = [f"aim:{{{sid}}}:events" for sid in ids]
-                        return not await client.exists(*events)
+                    async def expired() -> bool:  # what the replay window keeps is gone
+                        kept = [keys.commands_key(sid) for sid in ids]
+                        kept += [keys.archive_key(sid) for sid in ids]
+                        return not await client.exists(*kept)
 
                     await until(expired, args.window + 60)
                     await asyncio.sleep(0.5)

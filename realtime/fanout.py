@@ -21,7 +21,7 @@ from typing import Final
 
 from realtime.errors import SERVER_GOING_AWAY, Unavailable
 from realtime.store import keys
-from realtime.store.events import Entry, EventStore
+from realtime.store.events import Entry, EventStore, parse_id
 from realtime.store.redis_client import SOCKET_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -32,14 +32,6 @@ BLOCK_MS: Final = int(SOCKET_TIMEOUT_S * 1000) - 1000
 POLL_S: Final = 0.05  # Cluster and the embedded store: how often the reader looks
 READ_COUNT: Final = 500  # entries per stream per read
 RETRY_S: Final = 0.5  # after Redis failed a read
-
-
-def parse_id(entry_id: str) -> tuple[int, int]:
-    """A stream entry id `<ms>-<seq>` as a comparable pair; ValueError if it is not one."""
-    ms, sep, seq = entry_id.partition("-")
-    if not (ms.isdigit() and (not sep or seq.isdigit())):
-        raise ValueError(f"not a stream entry id: {entry_id!r}")
-    return int(ms), int(seq or 0)
 
 
 class Subscription:
@@ -149,7 +141,7 @@ class EventHub:
         watch.subscribers.add(subscription)
         if parse_id(after) < parse_id(cursor):
             try:
-                backlog = await self.events.after(stream, after, until=cursor)
+                backlog = await self.events.after(session_id, after, until=cursor)
             except BaseException:
                 self.unsubscribe(subscription)
                 raise

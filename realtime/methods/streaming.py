@@ -26,11 +26,11 @@ from realtime.errors import (
     task_ref,
     task_state,
 )
-from realtime.fanout import LaggedError, parse_id
+from realtime.fanout import LaggedError
 from realtime.methods import messages, tasks
 from realtime.methods.context import Call, Services
 from realtime.store import keys
-from realtime.store.events import Entry, Snapshot, is_entry_id
+from realtime.store.events import Entry, Snapshot, is_entry_id, parse_id
 from realtime.store.records import EVENT_DECODER, EventEntry, TaskRecord
 
 Frame = tuple[str | None, dict[str, Any]]
@@ -65,10 +65,10 @@ class TaskStream:
         if self.follow_after is None:
             return
         after = self.follow_after
-        stream = keys.events_key(keys.tag_for_task(self.task.id))
+        session_id = keys.tag_for_task(self.task.id)
         events = self.services.event_store
         while True:
-            page = await events.after(stream, after, count=CATCH_UP_PAGE)
+            page = await events.after(session_id, after, count=CATCH_UP_PAGE)
             for entry_id, raw in page:
                 event = EVENT_DECODER.decode(raw)
                 yield entry_id, status_update(self.task, event)
@@ -79,7 +79,7 @@ class TaskStream:
                 break
         hub = self.services.hub
         heartbeat = self.services.settings.sse_heartbeat_s
-        subscription = await hub.subscribe(keys.tag_for_task(self.task.id), after)
+        subscription = await hub.subscribe(session_id, after)
         try:
             while True:
                 entries = await subscription.next(heartbeat)
@@ -173,8 +173,7 @@ async def _resume(
     if terminal:
         if parse_id(newest) <= parse_id(last):
             return None
-        stream = keys.events_key(keys.tag_for_task(task.id))
-        seen = await services.event_store.entry(stream, last)
+        seen = await services.event_store.entry(keys.tag_for_task(task.id), last)
         state = EVENT_DECODER.decode(seen[1]).status.get("state") if seen is not None else None
         if state in wire.TERMINAL_STATES:
             return None  # e.g. the `ended` entry after `ending`: the task was over already

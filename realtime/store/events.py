@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 from realtime.store import keys
-from realtime.store.records import TaskRecord, decode_task
+from realtime.store.records import TaskRecord, decode_task, unpack_entries
 from realtime.store.redis_client import RedisClient, slot_of, text, translated_errors
 
 Entry = tuple[str, bytes]  # (stream entry id, the entry's `e` field: the event JSON)
@@ -23,6 +23,14 @@ def is_entry_id(value: str) -> bool:
     return _ENTRY_ID.fullmatch(value) is not None and all(
         int(part) <= MAX_ID_PART for part in value.split("-")
     )
+
+
+def parse_id(entry_id: str) -> tuple[int, int]:
+    """A stream entry id `<ms>-<seq>` as a comparable pair; ValueError if it is not one."""
+    ms, sep, seq = entry_id.partition("-")
+    if not (ms.isdigit() and (not sep or seq.isdigit())):
+        raise ValueError(f"not a stream entry id: {entry_id!r}")
+    return int(ms), int(seq or 0)
 
 
 def next_id(entry_id: str) -> str | None:
@@ -54,10 +62,9 @@ class EventStore:
     async def snapshot(self, task_id: str) -> Snapshot:
         """The task and its stream's newest and oldest entry ids, atomically (one slot)."""
         tag = keys.tag_for_task(task_id)
+        script_keys = [keys.task_key(task_id), keys.events_key(tag), keys.archive_key(tag)]
         async with translated_errors():
-            task, newest, oldest, event = await self._snapshot(
-                keys=[keys.task_key(task_id), keys.events_key(tag)], args=[]
-            )
+            task, newest, oldest, event = await self._snapshot(keys=script_keys, args=[])
         return Snapshot(
             None if task is None else decode_task(task),
             None if newest is None else text(newest),
@@ -65,17 +72,37 @@ class EventStore:
         )
 
     async def after(
-        self, stream: str, after_id: str, *, until: str = "+", count: int = 1000
+        self, session_id: str, after_id: str, *, until: str = "+", count: int = 1000
     ) -> list[Entry]:
-        """Entries of `stream` after `after_id` (exclusive) up to `until` (inclusive)."""
+        """Entries of the session's stream after `after_id` (exclusive) up to `until`
+        (inclusive): once compacted, those of its archive first (one round trip)."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hget(keys.archive_key(session_id), "events")
+        pipe.xrange(keys.events_key(session_id), _next_id(after_id), until, count=count)
         async with translated_errors():
-            entries = await self._client.xrange(stream, _next_id(after_id), until, count=count)
-        return [_entry(entry) for entry in entries]
+            archive, entries = await pipe.execute()
+        found = stream_entries(entries)
+        if archive:
+            low, high = parse_id(after_id), None if until == "+" else parse_id(until)
+            older = [
+                entry
+                for entry in unpack_entries(archive)
+                if parse_id(entry[0]) > low and (high is None or parse_id(entry[0]) <= high)
+            ]
+            found = (older + found)[:count]
+        return found
 
-    async def entry(self, stream: str, entry_id: str) -> Entry | None:
+    async def entry(self, session_id: str, entry_id: str) -> Entry | None:
+        """The entry `entry_id` of the session's stream (or of its archive)."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hget(keys.archive_key(session_id), "events")
+        pipe.xrange(keys.events_key(session_id), entry_id, entry_id, count=1)
         async with translated_errors():
-            entries = await self._client.xrange(stream, entry_id, entry_id, count=1)
-        return _entry(entries[0]) if entries else None
+            archive, entries = await pipe.execute()
+        if entries:
+            return _entry(entries[0])
+        archived = unpack_entries(archive) if archive else []
+        return next((entry for entry in archived if entry[0] == entry_id), None)
 
     async def read(
         self, cursors: Mapping[str, str], *, block_ms: int | None, count: int
@@ -118,6 +145,11 @@ def slot_groups(streams: Sequence[str]) -> list[list[str]]:
 def _entry(entry: Any) -> Entry:
     entry_id, fields = entry
     return text(entry_id), bytes(fields.get(b"e") or b"")
+
+
+def stream_entries(replies: Any) -> list[Entry]:
+    """An XRANGE reply as entries."""
+    return [_entry(entry) for entry in replies]
 
 
 def _next_id(entry_id: str) -> str:

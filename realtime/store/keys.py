@@ -137,6 +137,14 @@ def timeline_key(session_id: str) -> str:
     return f"{PREFIX}:{{{session_id}}}:timeline"
 
 
+def archive_key(session_id: str) -> str:
+    """Hash: a compacted session's event stream and timeline, each as one compressed list of
+    its entries (`events`, `timeline`: `records.pack_entries`), and the bounds of its event
+    stream (`newest` and `oldest` ids, `first`: the oldest entry) for SubscribeToTask; it lives
+    as long as the streams it replaced had left to live (profile §20)."""
+    return f"{PREFIX}:{{{session_id}}}:archive"
+
+
 def session_timers_key(session_id: str) -> str:
     """Hash: the session's armed timers (`aim:timers:due` members) → due time (ms); written
     with the due entries, removed with them, so an operator sees one session's timers without

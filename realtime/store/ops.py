@@ -1,5 +1,6 @@
 """Reads of the operations API (profile §17): the sessions index, one session with its outbox
-and armed timers, and a session's two timeline streams. Read-only; each read is one pipelined
+and armed timers, and a session's two timeline streams (the second, once the session is
+compacted, partly from its archive). Read-only; each read is one pipelined
 round trip (a listing page two: the index, then the snapshots).
 
 The index `aim:{ops}:sessions` (every session scored by its last commit) is written by the
@@ -11,12 +12,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from realtime.errors import BadRequest
 from realtime.store import keys
-from realtime.store.events import Entry, next_id
-from realtime.store.records import EFFECT_DECODER, PendingEffect, SessionRecord, decode_session
+from realtime.store.events import Entry, next_id, parse_id, stream_entries
+from realtime.store.records import (
+    EFFECT_DECODER,
+    PendingEffect,
+    SessionRecord,
+    decode_session,
+    unpack_entries,
+)
 from realtime.store.redis_client import REFUSED_ERRORS, RedisClient, text, translated_errors
 
 
@@ -141,6 +148,7 @@ class OpsStore:
         (exclusive), oldest first (one slot, one round trip)."""
         pipe = self._client.pipeline(transaction=False)
         pipe.hget(keys.session_key(session_id), "s")
+        pipe.hmget(keys.archive_key(session_id), "events", "timeline")
         reads = []
         for stream, after in ((keys.events_key, events_after), (keys.timeline_key, noted_after)):
             start = next_id(after)
@@ -149,8 +157,11 @@ class OpsStore:
             reads.append(start is not None)
         async with _read():
             replies = iter(await pipe.execute())
-        snapshot = next(replies)
-        events, noted = (_entries(next(replies)) if read else [] for read in reads)
+        snapshot, (archived_events, archived_noted) = next(replies), next(replies)
+        events, noted = (stream_entries(next(replies)) if read else [] for read in reads)
+        # a compacted session: each stream's entries up to the compaction, then the stream's
+        events = _with_archive(archived_events, events, events_after, count)
+        noted = _with_archive(archived_noted, noted, noted_after, count)
         return Timeline(_record(snapshot), events, noted)
 
 
@@ -158,5 +169,12 @@ def _record(snapshot: bytes | None) -> SessionRecord | None:
     return None if snapshot is None else decode_session(snapshot)
 
 
-def _entries(replies: Any) -> list[Entry]:
-    return [(text(entry_id), bytes(fields.get(b"e") or b"")) for entry_id, fields in replies]
+def _with_archive(
+    archive: bytes | None, entries: list[Entry], after: str, count: int
+) -> list[Entry]:
+    """The archived entries after `after`, then `entries` (all newer), `count` at most."""
+    if not archive:
+        return entries
+    position = parse_id(after)
+    older = [entry for entry in unpack_entries(archive) if parse_id(entry[0]) > position]
+    return (older + entries)[:count]

@@ -150,6 +150,26 @@ def summary(record: SessionRecord) -> SessionRecord:
 
 
 OUTCOME_DECODER: Final = msgspec.json.Decoder(CommandOutcome)
+
+
+def decode_outcome(raw: bytes) -> CommandOutcome:
+    """A stored command outcome, compacted (`pack`) or not."""
+    return OUTCOME_DECODER.decode(_unpacked(raw))
+
+
+# a compacted session's timeline: its entries (stream id, entry JSON) in one compressed string
+_ARCHIVE_DECODER: Final = msgspec.msgpack.Decoder(list[tuple[str, bytes]])
+
+
+def pack_entries(entries: list[tuple[str, bytes]]) -> bytes:
+    return zlib.compress(msgspec.msgpack.encode(entries), 6)
+
+
+def unpack_entries(raw: bytes) -> list[tuple[str, bytes]]:
+    """What `pack_entries` packed; none for an empty (or missing) archive."""
+    return _ARCHIVE_DECODER.decode(zlib.decompress(raw)) if raw else []
+
+
 EFFECT_DECODER: Final = msgspec.json.Decoder(PendingEffect)
 
 

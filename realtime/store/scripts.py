@@ -38,6 +38,7 @@ class Scripts:
     commit: Script  # the one commit of a session
     remember: Script  # the outcome of a command that changed nothing
     compact: Script  # an ended session down to its final summary
+    repack: Script  # its command outcomes, compressed in place
     renew_lease: Script
     release_lease: Script
     claim_timers: Script

@@ -15,13 +15,13 @@ from realtime.store.cache import SessionCache
 from realtime.store.indexes import due_entries, listings
 from realtime.store.records import (
     EFFECT_DECODER,
-    OUTCOME_DECODER,
     SESSION_ENCODER,
     TASK_ENCODER,
     CommandOutcome,
     PendingEffect,
     SessionRecord,
     TaskRecord,
+    decode_outcome,
     decode_session,
     decode_task,
 )
@@ -136,7 +136,7 @@ class SessionStore:
         loaded = Loaded(
             None if snapshot is None else decode_session(snapshot),
             int(version or 0),
-            None if outcome is None else OUTCOME_DECODER.decode(outcome),
+            None if outcome is None else decode_outcome(outcome),
             None if task is None else decode_task(task),
             outbox,
         )
@@ -146,7 +146,7 @@ class SessionStore:
     async def outcome(self, session_id: str, command_id: str) -> CommandOutcome | None:
         async with translated_errors():
             raw = await self._client.hget(keys.commands_key(session_id), command_id)
-        return None if raw is None else OUTCOME_DECODER.decode(raw)
+        return None if raw is None else decode_outcome(raw)
 
     async def claim_create(
         self,
@@ -396,5 +396,5 @@ class SessionStore:
 def _committed(reply: Any) -> Committed:
     status = cast(CommitStatus, text(reply[0]))
     if status == "replay":
-        return Committed(status, 0, OUTCOME_DECODER.decode(reply[1]))
+        return Committed(status, 0, decode_outcome(reply[1]))
     return Committed(status, int(reply[1]), None)

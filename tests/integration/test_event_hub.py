@@ -11,9 +11,9 @@ import uuid
 import pytest
 from redis.crc import key_slot
 
-from realtime.fanout import RETRY_S, EventHub, LaggedError, parse_id
+from realtime.fanout import RETRY_S, EventHub, LaggedError
 from realtime.store import keys
-from realtime.store.events import EventStore, slot_groups
+from realtime.store.events import EventStore, parse_id, slot_groups
 from realtime.store.redis_client import SOCKET_TIMEOUT_S, RedisClient
 from tests.integration.event_hub_helpers import commit, drain
 

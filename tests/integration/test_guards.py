@@ -220,7 +220,6 @@ async def test_a_subscriber_joining_while_events_are_committed_gets_each_event_o
     events = HeldReads(store)
     hub = EventHub(events, buffer=BUFFER, blocking=blocking)
     session_id = str(uuid.uuid4())
-    stream = keys.events_key(session_id)
     try:
         first = await hub.subscribe(session_id, "0-0")
         start = await commit(store, session_id, 3)
@@ -231,7 +230,7 @@ async def test_a_subscriber_joining_while_events_are_committed_gets_each_event_o
         paged: list[str] = []
         after = start[-1]
         for _ in range(100):  # bounded: each page is PAGE entries, one commit comes per page
-            page = await events.after(stream, after, count=PAGE)
+            page = await events.after(session_id, after, count=PAGE)
             paged += [entry_id for entry_id, _ in page]
             after = paged[-1] if paged else after
             if len(page) < PAGE:
