@@ -50,6 +50,7 @@ from realtime.store.selection import open_store
 from realtime.store.sessions import SessionStore
 from realtime.store.tasks import TaskStore
 from realtime.store.timeline import Recorder, TimelineStore
+from realtime.store.timers import TimerStore
 from realtime.telemetry import Telemetry, provider_from_env, startup_summary
 from realtime.worker.reconciler import Reconciler
 from realtime.worker.runner import Runner
@@ -98,6 +99,7 @@ async def running(
     if redis is None:
         redis, release = open_store(settings)
     sessions = SessionStore(redis, telemetry, cache_entries=settings.session_cache_entries)
+    timers = TimerStore(redis)
     events = EventStore(redis)
     gateway = LiveKitGateway(settings, telemetry=telemetry)
     engine = Engine(settings, sessions, project=projection.follow, clock=clock, telemetry=telemetry)
@@ -127,11 +129,12 @@ async def running(
         recorder=recorder,
         ops_store=OpsStore(redis),
         card_store=CardStore(redis),
+        timer_store=timers,
         metrics=metrics,
         clock=clock,
     )
     metrics.store.attach(
-        store_reading(CensusStore(redis, sessions), clock), max_age_s=settings.metrics_refresh_s
+        store_reading(CensusStore(redis, timers), clock), max_age_s=settings.metrics_refresh_s
     )
     stop = asyncio.Event()
     loops = (
@@ -139,7 +142,12 @@ async def running(
             asyncio.create_task(runner.loop(stop)),
             asyncio.create_task(
                 Timers(
-                    engine, runner, Compactor(redis, sessions), metrics=metrics, recorder=recorder
+                    engine,
+                    runner,
+                    Compactor(redis, sessions),
+                    timers,
+                    metrics=metrics,
+                    recorder=recorder,
                 ).loop(stop)
             ),
         ]
@@ -150,7 +158,7 @@ async def running(
         loops.append(asyncio.create_task(metrics.store.keep_fresh(stop)))
     if run_worker and settings.reconcile_interval_s and settings.livekit_configured:
         lease = DutyLease(redis, keys.reconciler_lease_key())
-        reconciler = Reconciler(engine, gateway, lease, runner, metrics=metrics)
+        reconciler = Reconciler(engine, gateway, lease, runner, timers, metrics=metrics)
         loops.append(asyncio.create_task(reconciler.loop(stop)))
         log.info(
             "reconciler on: every %d s while this worker holds the lease; grace %d s",

@@ -22,6 +22,7 @@ from realtime.store.ops import OpsStore
 from realtime.store.sessions import SessionStore
 from realtime.store.tasks import TaskStore
 from realtime.store.timeline import Recorder
+from realtime.store.timers import TimerStore
 from realtime.worker.runner import Runner
 
 P = TypeVar("P", bound=Params)
@@ -50,6 +51,7 @@ class Services:
     recorder: Recorder  # the operations timeline's entries that no commit carries
     ops_store: OpsStore  # the operations API's reads
     card_store: CardStore  # when the Agent Card last changed (its Last-Modified)
+    timer_store: TimerStore  # the durable timers (the worker's)
     metrics: Metrics = field(default_factory=lambda: Metrics(None))
     clock: Callable[[], float] = time.time
     new_id: Callable[[], str] = field(default=_new_id)

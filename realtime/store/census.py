@@ -9,7 +9,7 @@ import msgspec
 
 from realtime.store import keys
 from realtime.store.redis_client import RedisClient, text, translated_errors
-from realtime.store.sessions import SessionStore
+from realtime.store.timers import TimerStore
 from state_machines.session_model import ENDING, LIVE_STATES
 
 # a census considers at most this many sessions (one bound on its memory and round trips, as a
@@ -43,9 +43,9 @@ _STATE_DECODER: Final = msgspec.json.Decoder(_StateOf)
 class CensusStore:
     """Reads the deployment's live state from the due indexes and the snapshots."""
 
-    def __init__(self, redis: RedisClient, sessions: SessionStore) -> None:
+    def __init__(self, redis: RedisClient, timers: TimerStore) -> None:
         self._client = redis.client
-        self._sessions = sessions  # its timer_members: the ZSCAN of the timers' due index
+        self._timers = timers  # the ZSCAN of the timers' due index
 
     async def read(self, limit: int = CENSUS_LIMIT) -> Census:
         """Sessions by state, queued effects and the earliest timer, read from the indexes the
@@ -59,7 +59,7 @@ class CensusStore:
                 text(member)
                 for member in await self._client.zrange(keys.outbox_due_key(), 0, limit - 1)
             ]
-        timers = await self._sessions.timer_members(limit * 4)
+        timers = await self._timers.members(limit * 4)
         ids = dict.fromkeys(outboxes)
         for member in timers:
             ids.setdefault(member.partition("|")[0])

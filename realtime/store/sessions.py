@@ -1,7 +1,8 @@
-"""Sessions: snapshots, command outcomes, the outbox, runner leases and timers; every key of one
-session on its slot (`{<sessionId>}`), so each commit is one script that runs unchanged on Redis
-Cluster. The cross-slot indexes (due effects, due timers, an owner's tasks and live sessions) are
-written idempotently next to a commit, never inside it.
+"""Sessions: snapshots, command outcomes, the outbox and runner leases (their timers are
+`store/timers.py`'s); every key of one session on its slot (`{<sessionId>}`), so each commit
+is one script that runs unchanged on Redis Cluster. The cross-slot indexes (due effects, due
+timers, an owner's tasks and live sessions) are written idempotently next to a commit, never
+inside it.
 """
 
 from __future__ import annotations
@@ -107,7 +108,6 @@ class SessionStore:
         self._remember = scripts.remember
         self._claim_create = scripts.claim_create
         self._release = scripts.release_lease
-        self._claim_timers = scripts.claim_timers
 
     def recent(self, session_id: str) -> Loaded | None:
         """The session as this process last read or committed it, if it kept it (no round
@@ -344,46 +344,6 @@ class SessionStore:
     async def release(self, session_id: str, token: str) -> None:
         async with translated_errors():
             await self._release(keys=[keys.runner_lease_key(session_id)], args=[token])
-
-    async def claim_timers(self, now_ms: int, lease_ms: int, limit: int = 50) -> list[str]:
-        """Due timers, each now leased to the caller until `now_ms + lease_ms`."""
-        async with translated_errors():
-            members = await self._claim_timers(
-                keys=[keys.timers_due_key()], args=[now_ms, now_ms + lease_ms, limit]
-            )
-        return [text(member) for member in members]
-
-    async def timer_members(self, limit: int) -> list[str]:
-        """Up to `limit` armed timers, in no order (ZSCAN: a timer armed for the whole scan is
-        seen, whatever the others do meanwhile)."""
-        found: list[str] = []
-        async with translated_errors():
-            async for member, _ in self._client.zscan_iter(keys.timers_due_key(), count=500):
-                found.append(text(member))
-                if len(found) >= limit:
-                    break
-        return found
-
-    async def timer_done(self, member: str) -> None:
-        """A timer fired (or was refused): out of the due index and its session's list."""
-        session_id = member.partition("|")[0]
-        async with translated_errors():
-            if self._cluster:  # two slots: two commands
-                await self._client.zrem(keys.timers_due_key(), member)
-                await self._client.hdel(keys.session_timers_key(session_id), member)
-                await self._client.hdel(keys.timer_causes_key(session_id), member)
-                return
-            pipe = self._client.pipeline(transaction=False)
-            pipe.zrem(keys.timers_due_key(), member)
-            pipe.hdel(keys.session_timers_key(session_id), member)
-            pipe.hdel(keys.timer_causes_key(session_id), member)
-            await pipe.execute()
-
-    async def timer_cause(self, member: str) -> str | None:
-        """The span that armed a timer (a traceparent), when its commit was traced."""
-        async with translated_errors():
-            cause = await self._client.hget(keys.timer_causes_key(member.partition("|")[0]), member)
-        return text(cause) if cause is not None else None
 
     async def due(self, now_ms: int, limit: int = 50) -> list[str]:
         async with translated_errors():

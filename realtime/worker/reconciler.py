@@ -48,6 +48,7 @@ from realtime.livekit_adapter.api import (
 from realtime.metrics import Metrics
 from realtime.store.leases import DutyLease
 from realtime.store.records import Cause
+from realtime.store.timers import TimerStore
 from realtime.worker.runner import Runner
 from state_machines import RoomLost, Session
 from state_machines import endpoint as endpoints
@@ -157,6 +158,7 @@ class Reconciler:
         gateway: LiveKitGateway,
         lease: DutyLease,
         runner: Runner,
+        timers: TimerStore,
         *,
         metrics: Metrics | None = None,
         token: str | None = None,
@@ -164,6 +166,7 @@ class Reconciler:
         self.engine = engine
         self.runner = runner  # starts the effects a correction stored
         self.sessions = engine.sessions
+        self.timers = timers  # the armed ones: which sessions are live
         self.gateway = gateway
         self.metrics = metrics or Metrics(None)
         settings = engine.settings
@@ -236,7 +239,7 @@ class Reconciler:
     async def _live_sessions(self) -> list[Session]:
         """The sessions that should have a room in LiveKit now, found through the timers index
         (every live session has its max-duration timer armed there)."""
-        members = await self.sessions.timer_members(MAX_SESSIONS * 4)
+        members = await self.timers.members(MAX_SESSIONS * 4)
         ids: dict[str, None] = {}
         for member in members:
             with contextlib.suppress(ValueError):  # a malformed timer is the timer loop's

@@ -24,6 +24,7 @@ from realtime.metrics import Metrics
 from realtime.store.compaction import Compactor
 from realtime.store.records import Cause
 from realtime.store.timeline import Recorder
+from realtime.store.timers import TimerStore
 from realtime.telemetry import ATTR_SESSION_ID
 from realtime.worker.runner import Runner
 from state_machines import (
@@ -71,6 +72,7 @@ class Timers:
         engine: Engine,
         runner: Runner,
         compactor: Compactor,
+        timers: TimerStore,
         *,
         lease_ms: int | None = None,
         metrics: Metrics | None = None,
@@ -83,11 +85,11 @@ class Timers:
         self.recorder = recorder  # timers that found the session moved on (the timeline)
         # AIM_WORKER_LEASE_S unless a test asks for another
         self.lease_ms = lease_ms or engine.settings.worker_lease_s * 1000
-        self.sessions = engine.sessions
+        self.timers = timers
 
     async def fire_due(self) -> int:
         """Claim and fire every timer that is due now; the number fired."""
-        members = await self.sessions.claim_timers(self.engine.now_ms(), self.lease_ms, BATCH)
+        members = await self.timers.claim(self.engine.now_ms(), self.lease_ms, BATCH)
         for member in members:
             await self.fire(member)
         return len(members)
@@ -101,12 +103,12 @@ class Timers:
             event = event_of(timer)
         except ValueError:
             log.error("dropping malformed timer %r", member)
-            await self.sessions.timer_done(member)
+            await self.timers.done(member)
             return
         telemetry = self.engine.telemetry
         try:
             # the span links to the one that armed the timer (read only when tracing)
-            cause = await self.sessions.timer_cause(member) if telemetry.provider else None
+            cause = await self.timers.cause(member) if telemetry.provider else None
             attributes = {ATTR_SESSION_ID: timer.session_id, "aim.timer": timer.kind}
             with telemetry.background_span(f"timer {timer.kind}", cause, attributes):
                 outcome = await self.engine.execute(
@@ -139,7 +141,7 @@ class Timers:
                     timer.session_id,
                     type(outcome).__name__.lower(),
                 )
-        await self.sessions.timer_done(member)
+        await self.timers.done(member)
 
     async def compact(self, member: str, session_id: str) -> None:
         try:
@@ -156,7 +158,7 @@ class Timers:
         if compacted == "done":
             self.metrics.timer_fired("compact")
             log.info("session %s compacted", session_id)
-        await self.sessions.timer_done(member)
+        await self.timers.done(member)
 
     async def loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -11,7 +11,7 @@ from realtime.store import census as census_module
 from realtime.store import keys
 from realtime.store.census import CensusStore
 from realtime.store.redis_client import RedisClient
-from realtime.store.sessions import SessionStore
+from realtime.store.timers import TimerStore
 
 pytestmark = pytest.mark.redis
 
@@ -31,7 +31,7 @@ async def seed(store: RedisClient, state: str | None, *, timer_ms: int | None, e
 
 
 async def test_an_empty_store_counts_every_live_state_as_zero(store):
-    census = await CensusStore(store, SessionStore(store)).read()
+    census = await CensusStore(store, TimerStore(store)).read()
     assert census.states == dict.fromkeys(
         ("provisioning", "ready", "joining", "active", "reconnecting", "ending"), 0
     )
@@ -46,7 +46,7 @@ async def test_sessions_are_found_through_both_due_indexes(store, monkeypatch):
     await seed(store, "ending", timer_ms=None, effects=2)  # its max timer fired: the outbox
     await seed(store, "ended", timer_ms=8_000)  # its max timer has not come due
     await seed(store, None, timer_ms=6_000)  # expired keys
-    census = await CensusStore(store, SessionStore(store)).read()
+    census = await CensusStore(store, TimerStore(store)).read()
     assert {state: n for state, n in census.states.items() if n} == {
         "active": 2,
         "ready": 1,
@@ -60,7 +60,7 @@ async def test_sessions_are_found_through_both_due_indexes(store, monkeypatch):
 async def test_a_census_stops_at_its_limit_and_says_so(store):
     for _ in range(3):
         await seed(store, "ready", timer_ms=None, effects=1)
-    census = await CensusStore(store, SessionStore(store)).read(limit=2)
+    census = await CensusStore(store, TimerStore(store)).read(limit=2)
     assert census.truncated
     assert census.states["ready"] == 2
     assert census.outbox_pending == 2

@@ -78,6 +78,7 @@ class World:
             self.worker.runner.gateway,
             self.lease,
             self.worker.runner,
+            self.worker.timer_store,
             metrics=self.metrics,
             token=token,
         )

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from realtime.app import create_app, running
-from realtime.store.sessions import SessionStore
+from realtime.store.timers import TimerStore
 from tests.conftest import serving
 from tests.e2e.realtime_helpers import call
 from tests.tcp_proxy import redis_proxy
@@ -58,7 +58,6 @@ async def test_a_worker_takes_over_timers_a_killed_worker_claimed(
     polling long before A's lease ends, however long a process takes to start. B must leave
     the claimed timers alone until the lease (2 s) runs out, then fire each exactly once."""
     url = need_redis(redis_url)
-    sessions = SessionStore(store)
     app = create_app(settings_for(livekit), store=store, run_worker=False)
     async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
         session_ids = await create_ready(http, 20)
@@ -66,7 +65,7 @@ async def test_a_worker_takes_over_timers_a_killed_worker_claimed(
         assert sorted(m.split("|")[0] for m in armed) == sorted(session_ids)
         # load the claim script into Redis's cache (claiming nothing), so A's first EVALSHA
         # runs it instead of failing with NOSCRIPT
-        assert await sessions.claim_timers(0, 0) == []
+        assert await TimerStore(store).claim(0, 0) == []
         # A's first claim must find the timers due: on a quick machine a worker starts in less
         # than the 2 s idle timeout, and a claim of nothing would leave nothing to take over
         wait_s = max(armed.values()) / 1000 - time.time() + 0.2
