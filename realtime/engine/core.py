@@ -129,9 +129,12 @@ class Engine:
         The session as this process last saw it is decided on first (no round trip): a
         decision to commit is safe on it, since the commit checks the version and the
         commandId. Any other answer (refused, missing, nothing to write) is decided again on
-        the session read from Redis."""
+        the session read from Redis, and so is a command this process committed before (a
+        retry: the read finds its outcome)."""
         recent = self.sessions.recent(session_id)
-        if recent is not None:
+        if recent is not None and not (
+            command is not None and self.sessions.cache.seen(session_id, command.command_id)
+        ):
             found = self._decide(recent, session_id, event, owner, command, only_at_version)
             if isinstance(found, Decided):
                 _link(linked, recent)

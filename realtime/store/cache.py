@@ -7,6 +7,10 @@ commandId) before it writes; when another writer moved the session on, it answer
 snapshot and task, which replace the entry, and the engine decides again. A decision that would
 write nothing (a refusal, a missing session, a no-op) is never answered from an entry: the
 engine reads the session again first (`Loaded.cached`).
+
+It also keeps the commandIds this process committed or replayed lately: a command sent again
+(a client's retry) is then answered from its stored outcome by a read, without deciding it
+again first only for the commit script to find the outcome.
 """
 
 from __future__ import annotations
@@ -29,6 +33,19 @@ class SessionCache:
     def __init__(self, entries: int) -> None:
         self.entries = entries
         self._by_session: OrderedDict[str, Entry] = OrderedDict()
+        self._commands: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    def saw(self, session_id: str, command_id: str) -> None:
+        """`command_id` was committed (or replayed) on the session by this process."""
+        if self.entries <= 0:
+            return
+        self._commands[session_id, command_id] = None
+        self._commands.move_to_end((session_id, command_id))
+        while len(self._commands) > self.entries:
+            self._commands.popitem(last=False)
+
+    def seen(self, session_id: str, command_id: str) -> bool:
+        return (session_id, command_id) in self._commands
 
     def __len__(self) -> int:
         return len(self._by_session)

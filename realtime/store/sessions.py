@@ -209,6 +209,8 @@ class SessionStore:
             remembered = _committed(reply)
             if remembered.status == "conflict":
                 self.cache.drop(c.session_id)  # its answer has no snapshot: read it again
+            elif c.command_id is not None:
+                self.cache.saw(c.session_id, c.command_id)
             return remembered
         c.record.check_writable()
         args: list[Any] = [
@@ -239,6 +241,8 @@ class SessionStore:
         with self._telemetry.redis_span("commit", c.session_id):
             reply = await self._send(armed, script_keys, args, [owned, *listed])
         committed = _committed(reply)
+        if c.command_id is not None and committed.status != "conflict":
+            self.cache.saw(c.session_id, c.command_id)
         if committed.status == "ok":
             self.cache.keep(c.session_id, c.record, committed.version, c.task)
         elif committed.status == "conflict":  # the session as it is now: decide again on it

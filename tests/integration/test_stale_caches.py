@@ -15,7 +15,7 @@ import pytest
 from realtime.a2a.projection import follow
 from realtime.engine.core import Engine
 from realtime.engine.entries import Command, params_digest
-from realtime.engine.outcomes import Applied, Decided
+from realtime.engine.outcomes import Applied, Decided, Replayed
 from realtime.errors import ServiceError
 from realtime.methods.commands import apply_command
 from realtime.rpc.errors import code_of
@@ -179,3 +179,33 @@ async def test_a_stale_copy_of_a_session_that_expired_answers_not_found(store):
         await _register_at(first, session_id, 1, "phone")
     assert code_of(missing.value) == -31001
     assert first.sessions.recent(session_id) is None
+
+
+async def test_a_retry_of_a_command_this_process_committed_is_answered_from_its_outcome(store):
+    engine = _engine(store)
+    session_id = await new_session(engine)
+    command_id = new_id()
+    params = {"sessionId": session_id, "sessionEpoch": 1, "commandId": command_id,
+              "clientEndpointKey": "phone"}  # fmt: skip
+    event = machine.RegisterEndpoint(
+        epoch=1,
+        endpoint_id=new_id(),
+        client_endpoint_key="phone",
+        capabilities=Capabilities(True, True, False, False, ("text",)),
+        max_endpoints=8,
+    )
+    command = Command(REGISTER, command_id, params_digest(REGISTER, params))
+    applied = await apply_command(
+        engine, session_id, event, owner=OWNER, command=command, render=_render
+    )
+    assert isinstance(applied, Applied)
+    # the retry is not decided on the kept copy (it would commit, only for the script to find
+    # the outcome): the read finds the outcome, which is the answer
+    retried = await engine.decide(session_id, event, owner=OWNER, command=command)
+    assert isinstance(retried, Replayed)
+    assert retried.outcome.command_id == command_id
+    # another process, which never saw the command, decides it on its copy and its commit
+    # replays it (one round trip either way)
+    other = _engine(store)
+    await other.sessions.load(session_id)
+    assert isinstance(await other.decide(session_id, event, owner=OWNER, command=command), Decided)
