@@ -77,7 +77,8 @@ class Subscriber:
     ) -> None:
         body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}
         async with http.post(url, json=body, headers=headers) as response:
-            assert response.headers["content-type"].startswith("text/event-stream")
+            if not response.headers["content-type"].startswith("text/event-stream"):
+                raise RuntimeError(f"not a stream: {response.status} {await response.text()}")
             event_id = None
             async for raw in response.content:
                 line = raw.decode().rstrip("\r\n")
@@ -105,6 +106,9 @@ async def main_async(args: argparse.Namespace) -> None:
             "AIM_LIVEKIT_API_KEY": LK_KEY,
             "AIM_LIVEKIT_API_SECRET": LK_SECRET,
             "AIM_MAX_SESSIONS_PER_PRINCIPAL": "10000",
+            # every subscriber comes from 127.0.0.1: no per-address bound, room for them all
+            "AIM_HTTP_MAX_CONNECTIONS_PER_PEER": "0",
+            "AIM_HTTP_MAX_CONNECTIONS": str(max(2048, args.subscribers + 256)),
         }
         service = subprocess.Popen(
             [sys.executable, "-m", "realtime.cli", "serve", "--port", str(port)],

@@ -114,12 +114,8 @@ class RpcExchange:
         self.extra = extra
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        fields = combined(scope["headers"])
-        body, too_large = await read_body(
-            receive, self.endpoint.max_body_bytes, fields.get("content-length")
-        )
-        reply = await self.endpoint.handle(body, fields, too_large=too_large)
-        if reply.stream is not None:
+        reply = await self._reply(scope, receive)
+        if reply.stream is not None:  # the request's body and fields are let go of by now
             await _stream(reply, reply.stream, self.extra, receive, send)
             return
         headers = _headers(reply)
@@ -127,6 +123,13 @@ class RpcExchange:
         headers += self.extra
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
         await send({"type": "http.response.body", "body": reply.body})
+
+    async def _reply(self, scope: Scope, receive: Receive) -> Reply:
+        fields = combined(scope["headers"])
+        body, too_large = await read_body(
+            receive, self.endpoint.max_body_bytes, fields.get("content-length")
+        )
+        return await self.endpoint.handle(body, fields, too_large=too_large)
 
 
 async def _stream(
@@ -137,30 +140,45 @@ async def _stream(
     send: Send,
 ) -> None:
     """The SSE response: written until the stream ends or the client goes away, whichever
-    comes first; the stream is closed either way (its subscription is released)."""
+    comes first; the stream is closed either way (its subscription is released). The writing
+    is this task's; one more task waits for the client to leave and then cancels it."""
     headers = [*_headers(reply), *SSE_HEADERS, (b"content-type", EVENT_STREAM), *extra]
-
-    async def write() -> None:
-        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-        async for event in events:
-            await send({"type": "http.response.body", "body": sse_frame(event), "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
+    writer = asyncio.current_task()
+    left = streaming = False
 
     async def gone() -> None:
+        nonlocal left
         while (await receive())["type"] != "http.disconnect":
             pass
+        left = True
+        # only while the writer is in the loop below: it is then suspended inside the `try`,
+        # where the cancellation is delivered and taken back
+        if streaming and writer is not None:
+            writer.cancel()
 
-    writing = asyncio.ensure_future(write())
     watching = asyncio.ensure_future(gone())
     try:
-        await asyncio.wait((writing, watching), return_when=asyncio.FIRST_COMPLETED)
+        streaming = True
+        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        async for event in events:
+            frame = sse_frame(event)
+            del event  # not held while the next one is awaited
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+            del frame
+        streaming = False
+        await send({"type": "http.response.body", "body": b""})
+    except asyncio.CancelledError:
+        if not left:
+            raise  # the server's own cancellation (shutdown)
+        if writer is not None:
+            writer.uncancel()  # the client left: the stream is over, nothing failed
+    except OSError:  # a send to a client that left
+        pass
     finally:
-        for task in (writing, watching):
-            task.cancel()
-        for task in (writing, watching):
-            # the writer's failure to send to a client that left is the client leaving
-            with contextlib.suppress(asyncio.CancelledError, OSError, RuntimeError):
-                await task
+        streaming = False
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()

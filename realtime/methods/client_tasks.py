@@ -26,6 +26,7 @@ from realtime.errors import (
     task_state,
 )
 from realtime.methods.context import Call, Services
+from realtime.methods.streaming import TaskStream
 from realtime.store import keys
 
 Handler = Callable[[Services, Call[Any]], Awaitable[Any]]
@@ -87,7 +88,7 @@ async def send(
         elif record is None or record.t is None:
             await store.release_client_task(owner, request.id, request_digest)
         raise
-    task_id: str = result.task.id  # a SendMessageResult or a TaskStream
+    task_id: str = result.task_id if isinstance(result, TaskStream) else result.task.id
     ids.server = task_id
     if record is None or record.t != task_id:
         await store.bind_client_task(owner, request.id, request_digest, task_id, ttl_s=ttl)

@@ -55,23 +55,26 @@ class TaskStream:
         follow_after: str | None,
     ) -> None:
         self.services = services
-        self.task = task
+        # what each statusUpdate names (the task itself is not held: a stream may be open for
+        # hours, a thousand of them at once)
+        self.task_id, self.context_id = task.id, task.context_id
         self.first = first
         self.follow_after = follow_after  # None: the stream ends after `first`
 
     async def frames(self) -> AsyncIterator[Frame | None]:
-        for frame in self.first:
-            yield frame
+        first, self.first = self.first, []  # each frame let go of once it is sent
+        while first:
+            yield first.pop(0)
         if self.follow_after is None:
             return
         after = self.follow_after
-        session_id = keys.tag_for_task(self.task.id)
+        session_id = keys.tag_for_task(self.task_id)
         events = self.services.event_store
         while True:
             page = await events.after(session_id, after, count=CATCH_UP_PAGE)
             for entry_id, raw in page:
                 event = EVENT_DECODER.decode(raw)
-                yield entry_id, status_update(self.task, event)
+                yield entry_id, status_update(self.task_id, self.context_id, event)
                 if event.status.get("state") in wire.TERMINAL_STATES:
                     return
                 after = entry_id
@@ -88,7 +91,7 @@ class TaskStream:
                     continue
                 for entry_id, raw in entries:
                     event = EVENT_DECODER.decode(raw)
-                    yield entry_id, status_update(self.task, event)
+                    yield entry_id, status_update(self.task_id, self.context_id, event)
                     if event.status.get("state") in wire.TERMINAL_STATES:
                         return
         except LaggedError:
@@ -102,13 +105,13 @@ def event_metadata(session_id: str, event: EventEntry) -> dict[str, Any]:
     return realtime_metadata(session_id, event.epoch, event.to, event.task_version)
 
 
-def status_update(task: wire.Task, event: EventEntry) -> dict[str, Any]:
+def status_update(task_id: str, context_id: str, event: EventEntry) -> dict[str, Any]:
     return {
         "statusUpdate": {
-            "taskId": task.id,
-            "contextId": task.context_id,
+            "taskId": task_id,
+            "contextId": context_id,
             "status": event.status,
-            "metadata": event_metadata(keys.tag_for_task(task.id), event),
+            "metadata": event_metadata(keys.tag_for_task(task_id), event),
         }
     }
 

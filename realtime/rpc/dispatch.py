@@ -110,10 +110,12 @@ async def events(
                 yield SseEvent(None)
                 continue
             event_id, value = frame
-            mapped = codec.events(value)
-            for number, event in enumerate(mapped, 1):
-                last = number == len(mapped)
-                yield SseEvent(result_response(request_id, event), event_id if last else None)
+            encoded = [result_response(request_id, event) for event in codec.events(value)]
+            # nothing of the frame is held while the stream waits for the next one (a stream
+            # may wait for hours, a thousand of them at once)
+            del frame, value
+            while encoded:
+                yield SseEvent(encoded.pop(0), None if encoded else event_id)
     except ServiceError as exc:
         yield SseEvent(error_body(exc, request_id, codec), event=codec.error_event)
     except Exception:
