@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -92,7 +93,7 @@ class Subscriber:
                     event_id = None
 
 
-async def main_async(args: argparse.Namespace) -> None:
+async def main_async(args: argparse.Namespace) -> dict[str, float]:
     workdir = Path(tempfile.mkdtemp(prefix="aim-bench-"))
     redis_server = PrivateRedis(workdir / "redis", appendonly=False)
     port = free_port()
@@ -124,7 +125,7 @@ async def main_async(args: argparse.Namespace) -> None:
                         break
                 except OSError:
                     await asyncio.sleep(0.05)
-            await measure(args, service.pid, port, redis_server.socket)
+            return await measure(args, service.pid, port, redis_server.socket)
         except BaseException:
             print((workdir / "service.log").read_text()[-3000:], file=sys.stderr)
             raise
@@ -135,7 +136,9 @@ async def main_async(args: argparse.Namespace) -> None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def measure(args: argparse.Namespace, pid: int, port: int, redis_socket: Path) -> None:
+async def measure(
+    args: argparse.Namespace, pid: int, port: int, redis_socket: Path
+) -> dict[str, float]:
     token = mint_dev_token(
         SECRET,
         subject="bench",
@@ -255,15 +258,38 @@ async def measure(args: argparse.Namespace, pid: int, port: int, redis_socket: P
     print(f"  commit → delivery p50      {pct(delays, 0.50):8.1f} ms")
     print(f"  commit → delivery p99      {pct(delays, 0.99):8.1f} ms")
     print(f"  commit → delivery max      {max(delays):8.1f} ms")
+    return {
+        "subscribers": args.subscribers,
+        "sessions": len(sessions),
+        "open_s": open_s,
+        "kib_per_stream": (rss_open - rss_idle) * 1024 / args.subscribers,
+        "state_changes_per_s": sent / elapsed,
+        "cpu_pct": 100 * cpu_used / elapsed,
+        "delivered": len(delays),
+        "expected": expected,
+        "p50_ms": pct(delays, 0.50),
+        "p99_ms": pct(delays, 0.99),
+        "max_ms": max(delays),
+    }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--subscribers", type=int, default=1000)
-    parser.add_argument("--sessions", type=int, default=100)
-    parser.add_argument("--rate", type=float, default=100.0, help="state changes per second")
-    parser.add_argument("--seconds", type=float, default=10.0)
-    asyncio.run(main_async(parser.parse_args()))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--subscribers", type=int, default=1000, help="SubscribeToTask streams to open (1000)"
+    )
+    parser.add_argument(
+        "--sessions", type=int, default=100, help="sessions the streams follow (100)"
+    )
+    parser.add_argument("--rate", type=float, default=100.0, help="state changes per second (100)")
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="how long state changes are sent (10)"
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
+    args = parser.parse_args()
+    figures = asyncio.run(main_async(args))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0
 
 
