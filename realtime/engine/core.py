@@ -131,10 +131,8 @@ class Engine:
         commandId. Any other answer (refused, missing, nothing to write) is decided again on
         the session read from Redis, and so is a command this process committed before (a
         retry: the read finds its outcome)."""
-        recent = self.sessions.recent(session_id)
-        if recent is not None and not (
-            command is not None and self.sessions.cache.seen(session_id, command.command_id)
-        ):
+        recent = self.sessions.recent(session_id, command.command_id if command else None)
+        if recent is not None:
             found = self._decide(recent, session_id, event, owner, command, only_at_version)
             if isinstance(found, Decided):
                 _link(linked, recent)

@@ -109,9 +109,13 @@ class SessionStore:
         self._claim_create = scripts.claim_create
         self._release = scripts.release_lease
 
-    def recent(self, session_id: str) -> Loaded | None:
+    def recent(self, session_id: str, command_id: str | None = None) -> Loaded | None:
         """The session as this process last read or committed it, if it kept it (no round
-        trip; possibly stale: decide on it only what a version-checked commit writes)."""
+        trip; possibly stale: decide on it only what a version-checked commit writes). None
+        too for a command this process committed or replayed lately: a retry, which a read
+        answers with its outcome."""
+        if command_id is not None and self.cache.seen(session_id, command_id):
+            return None
         found = self.cache.get(session_id)
         if found is None:
             return None
