@@ -75,34 +75,32 @@ class EventStore:
         self, session_id: str, after_id: str, *, until: str = "+", count: int = 1000
     ) -> list[Entry]:
         """Entries of the session's stream after `after_id` (exclusive) up to `until`
-        (inclusive): once compacted, those of its archive first (one round trip)."""
+        (inclusive)."""
+        return await self._range(session_id, _next_id(after_id), until, count)
+
+    async def entry(self, session_id: str, entry_id: str) -> Entry | None:
+        """The entry `entry_id` of the session's stream."""
+        found = await self._range(session_id, entry_id, entry_id, 1)
+        return found[0] if found else None
+
+    async def _range(self, session_id: str, start: str, until: str, count: int) -> list[Entry]:
+        """Up to `count` entries from `start` to `until` (both inclusive; `+`: the newest);
+        once the session is compacted, its archive's first (one round trip either way)."""
         pipe = self._client.pipeline(transaction=False)
         pipe.hget(keys.archive_key(session_id), "events")
-        pipe.xrange(keys.events_key(session_id), _next_id(after_id), until, count=count)
+        pipe.xrange(keys.events_key(session_id), start, until, count=count)
         async with translated_errors():
             archive, entries = await pipe.execute()
         found = stream_entries(entries)
         if archive:
-            low, high = parse_id(after_id), None if until == "+" else parse_id(until)
+            low, high = parse_id(start), None if until == "+" else parse_id(until)
             older = [
                 entry
                 for entry in unpack_entries(archive)
-                if parse_id(entry[0]) > low and (high is None or parse_id(entry[0]) <= high)
+                if parse_id(entry[0]) >= low and (high is None or parse_id(entry[0]) <= high)
             ]
             found = (older + found)[:count]
         return found
-
-    async def entry(self, session_id: str, entry_id: str) -> Entry | None:
-        """The entry `entry_id` of the session's stream (or of its archive)."""
-        pipe = self._client.pipeline(transaction=False)
-        pipe.hget(keys.archive_key(session_id), "events")
-        pipe.xrange(keys.events_key(session_id), entry_id, entry_id, count=1)
-        async with translated_errors():
-            archive, entries = await pipe.execute()
-        if entries:
-            return _entry(entries[0])
-        archived = unpack_entries(archive) if archive else []
-        return next((entry for entry in archived if entry[0] == entry_id), None)
 
     async def read(
         self, cursors: Mapping[str, str], *, block_ms: int | None, count: int
