@@ -76,6 +76,15 @@ def _timestamp(value: object) -> Timestamp:
     )
 
 
+def check_file_content(uri: str | None, data: str | None) -> None:
+    """The rule A2A 0.3 and 0.1 share for a file part's content: a `uri` or padded base64
+    `bytes`, never both (a ValueError says which, in the field's own name)."""
+    if (uri is None) == (data is None):
+        raise ValueError("a file carries exactly one of `uri` or `bytes`")
+    if data is not None and not is_padded_base64(data):
+        raise ValueError("`bytes` must be standard padded base64 (RFC 4648)")
+
+
 def dec_hook(cls: type, value: Any) -> Any:
     if cls is Timestamp:
         return _timestamp(value)

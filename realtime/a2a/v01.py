@@ -18,7 +18,7 @@ from msgspec import Meta
 from realtime.a2a import v03
 from realtime.a2a.modes import file_part
 from realtime.a2a.params import validation_error
-from realtime.a2a.scalars import is_padded_base64
+from realtime.a2a.scalars import check_file_content
 from realtime.a2a.types import TERMINAL_STATES
 from realtime.errors import invalid_params
 
@@ -85,10 +85,7 @@ class FileContent(_In, frozen=True):
     name: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.uri is None) == (self.bytes_ is None):
-            raise ValueError("a file carries exactly one of `bytes` or `uri`")
-        if self.bytes_ is not None and not is_padded_base64(self.bytes_):
-            raise ValueError("`bytes` must be standard padded base64 (RFC 4648)")
+        check_file_content(self.uri, self.bytes_)
 
 
 class TextPart(_In, frozen=True, tag_field="type", tag="text"):

@@ -20,7 +20,7 @@ from msgspec import UNSET, Meta, UnsetType
 from realtime import errors
 from realtime.a2a.modes import file_part
 from realtime.a2a.params import validation_error
-from realtime.a2a.scalars import is_padded_base64
+from realtime.a2a.scalars import check_file_content
 
 VERSION: Final = "0.3"
 METHODS: Final[Mapping[str, str]] = {
@@ -59,10 +59,10 @@ class FileContent(_In, frozen=True):
     name: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.uri is UNSET) == (self.bytes_ is UNSET):
-            raise ValueError("a file carries exactly one of `uri` or `bytes`")
-        if isinstance(self.bytes_, str) and not is_padded_base64(self.bytes_):
-            raise ValueError("`bytes` must be standard padded base64 (RFC 4648)")
+        check_file_content(
+            None if self.uri is UNSET else self.uri,
+            None if self.bytes_ is UNSET else self.bytes_,
+        )
 
 
 class TextPart(_In, frozen=True, tag_field="kind", tag="text"):
