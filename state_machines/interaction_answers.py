@@ -2,12 +2,14 @@
 media.decide, ContinueTask and the requirement's expiry timer all arrive as `Resolve`.
 
 An operation is resolved once: whichever answer commits first wins and the others meet a
-resolved operation. The agent hears of every resolution (one `operation.update` data message).
+resolved operation. The agent hears of every resolution (one `operation.update` data message)
+while it is in the room, and of the current state of each answered operation when it joins
+(`updates_on_join`), so an answer given before it joined reaches it too.
 """
 
 from __future__ import annotations
 
-from typing import assert_never
+from typing import Final, assert_never
 
 import msgspec
 
@@ -19,6 +21,11 @@ from state_machines.interaction_model import Resolve, agent_in_room, find_operat
 from state_machines.operation import Operation
 from state_machines.session_model import Session, replace
 from state_machines.task import INPUT_REQUIRED
+
+# the states an operation starts in: nothing has happened to it the agent does not know
+_UNANSWERED: Final[frozenset[operations.OperationState]] = frozenset(
+    {operations.PENDING, operations.AWAITING_CONFIRMATION}
+)
 
 
 def resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | Rejected:
@@ -56,11 +63,35 @@ def resolve(session: Session, event: Resolve, now: str) -> Accepted[Session] | R
     outbox: tuple[OutboxEffect, ...] = ()
     agent = agent_in_room(session)
     if agent is not None:
-        payload: dict[str, object] = {"operationId": done.operation_id, "state": done.state}
-        body = to_agent(changed, "operation.update", event.command_id, payload)
-        outbox = (SendData(session.room, (agent,), body),)
+        outbox = (operation_update(changed, agent, event.command_id, done),)
     step = with_media(changed, sources)
     return Accepted(step.state, (*outbox, *step.outbox), history=history)
+
+
+def operation_update(session: Session, agent: str, command_id: str, op: Operation) -> SendData:
+    """The `operation.update` data message telling `agent` the state `op` is in now."""
+    payload: dict[str, object] = {"operationId": op.operation_id, "state": op.state}
+    return SendData(
+        session.room, (agent,), to_agent(session, "operation.update", command_id, payload)
+    )
+
+
+def sync_command_id(op: Operation) -> str:
+    """The commandId of the on-join update of `op`: `sync:<operationId>:<state>`. An operation
+    enters each state at most once, so the id names one fact: a redelivered webhook or a rejoin
+    sends the same ids again, and the agent de-duplicates them like any other."""
+    return f"sync:{op.operation_id}:{op.state}"
+
+
+def updates_on_join(session: Session, agent: str) -> tuple[SendData, ...]:
+    """What the agent joining the room as `agent` is told: one `operation.update` per operation
+    past its question (running or over; not one still pending or awaiting confirmation),
+    oldest first. An answer given while the agent was not in the room reached no one."""
+    return tuple(
+        operation_update(session, agent, sync_command_id(op), op)
+        for op in session.operations
+        if op.state not in _UNANSWERED
+    )
 
 
 def _target(session: Session, event: Resolve) -> Operation | Rejected:

@@ -16,7 +16,8 @@ Invariants:
   source that changes `publish_sources` carries an UpdatePermissions with the full set;
 - an operation is resolved once: SendInteraction, ContinueTask and the expiry timer all go
   through `Resolve`, so whichever commits first wins and the others meet a resolved operation;
-- the agent hears of every resolution of an operation (one `operation.update` data message).
+- the agent hears of every resolution of an operation (one `operation.update` data message);
+  one made while it was not in the room reaches it when it joins (`updates_on_join`).
 """
 
 from __future__ import annotations

@@ -152,7 +152,8 @@ GUARDS: Final[dict[SessionEventName, str]] = {
     "participant_joined": "the active endpoint at the current epoch → active; a superseded "
     "endpoint → RemoveParticipant, state unchanged; else rejected",
     "participant_left": "the active endpoint at the current epoch; the shell arms the grace timer",
-    "agent_joined": "epoch = the room's epoch; agent joined",
+    "agent_joined": "epoch = the room's epoch; agent joined; SendData `operation.update` "
+    "(commandId `sync:<operationId>:<state>`) for each operation running or over",
     "agent_left": "epoch = the room's epoch; agent left",
     "grace_expired": "epoch current, endpoint still the active one; it stays disconnected",
     "idle_timeout": "no active endpoint, idle ever since the timer was armed; endReason "

@@ -13,6 +13,7 @@ from state_machines import endpoint as endpoints
 from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import OutboxEffect, RemoveParticipant, UpdatePermissions
 from state_machines.endpoint import Endpoint
+from state_machines.interaction_answers import updates_on_join
 from state_machines.session import (
     FALLBACK,
     IDEMPOTENT,
@@ -180,7 +181,9 @@ def _participant_joined(
     session: Session, event: ParticipantJoined, target: SessionState
 ) -> Accepted[Session] | Rejected:
     if event.is_agent:
-        return Accepted(replace(session, agent_state="joined", agent_identity=event.identity))
+        # whatever happened to its operations while it was away (or before it first joined)
+        joined = replace(session, agent_state="joined", agent_identity=event.identity)
+        return Accepted(joined, updates_on_join(joined, event.identity))
     if awaits_active(session) and is_active(session, event.identity, event.epoch):
         connected = moved(session.endpoints, "connected", (event.identity,))
         # the token it joined with may predate a grant or a revoke made while it was away:

@@ -84,11 +84,21 @@ class AppendTranscriptParams(ProviderParams, frozen=True):
     text: Annotated[str, Meta(min_length=1, max_length=16000)]
 
 
+class ListOperationsParams(ProviderParams, frozen=True):
+    """A read: every operation of the session."""
+
+
+class GetOperationParams(ProviderParams, frozen=True):
+    operation_id: Uuid
+
+
 PROVIDER_PARAMS: Final[Mapping[str, type[ProviderParams]]] = {
     "aim.provider.ReportAgentState": ReportAgentStateParams,
     "aim.provider.RequestOperation": RequestOperationParams,
     "aim.provider.UpdateOperation": UpdateOperationParams,
     "aim.provider.AppendTranscript": AppendTranscriptParams,
+    "aim.provider.ListOperations": ListOperationsParams,
+    "aim.provider.GetOperation": GetOperationParams,
 }
 
 

@@ -22,6 +22,7 @@ from realtime.methods.sessions import session_result
 from state_machines import Session, interactions
 from state_machines.effects import AppendHistory
 from state_machines.interactions import find_operation
+from state_machines.operation import Operation
 
 _DELIVERED: Final[dict[str, interactions.DeliveredKind]] = {
     "input.text": "input.text",
@@ -46,7 +47,17 @@ def operation_result(session_id: str, session: Session, operation_id: str) -> di
             "the session's pendingOperationIds.",
             details={"operationId": operation_id},
         )
-    result: dict[str, Any] = msgspec.to_builtins(views.operation_view(session_id, found))
+    return _operation_object(session_id, found)
+
+
+def operations_result(session_id: str, session: Session) -> list[dict[str, Any]]:
+    """Every operation of the session, oldest first, each as `operation_result` shows it."""
+    return [_operation_object(session_id, op) for op in session.operations]
+
+
+def _operation_object(session_id: str, op: Operation) -> dict[str, Any]:
+    """The Operation object (profile §4) every method answers."""
+    result: dict[str, Any] = msgspec.to_builtins(views.operation_view(session_id, op))
     return result
 
 

@@ -3,7 +3,8 @@
 Every call names its session and is authorized by that session's provider token (checked by the
 dispatcher). RequestOperation and UpdateOperation are exactly-once by `requestId` (stored like a
 client's commandId); AppendTranscript is idempotent by `itemId`; ReportAgentState is
-last-writer-wins.
+last-writer-wins. ListOperations and GetOperation are reads: they commit nothing, and answer in
+any state of the session.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from realtime.auth import ProviderGrant
 from realtime.engine.core import AnyEvent
 from realtime.engine.entries import Command, Note, params_digest
 from realtime.engine.outcomes import Decided
-from realtime.errors import CommandConflict, invalid_params
+from realtime.errors import CommandConflict, SessionNotFound, invalid_params
 from realtime.methods.commands import applied, execute, run_command
 from realtime.methods.context import Services
-from realtime.methods.operations import operation_result
+from realtime.methods.operations import operation_result, operations_result
 from realtime.store.records import Cause
-from state_machines import Requirement, provider
+from state_machines import Requirement, Session, provider
 
 _TITLES: Final = {
     ("user", "camera"): "Allow the agent to see your camera",
@@ -176,6 +177,28 @@ async def append_transcript(
     return {"itemId": params.item_id}
 
 
+async def _stored(services: Services, session_id: str) -> Session:
+    """The session as stored (-31001 once it is gone); nothing is committed."""
+    record = (await services.session_store.load(session_id)).record
+    if record is None:
+        raise SessionNotFound(session_id)
+    return record.session
+
+
+async def list_operations(
+    services: Services, grant: ProviderGrant, params: p.ListOperationsParams
+) -> Any:
+    session = await _stored(services, params.session_id)
+    return {"operations": operations_result(params.session_id, session)}
+
+
+async def get_operation(
+    services: Services, grant: ProviderGrant, params: p.GetOperationParams
+) -> Any:
+    session = await _stored(services, params.session_id)
+    return {"operation": operation_result(params.session_id, session, params.operation_id)}
+
+
 Handler = Callable[[Services, ProviderGrant, Any], Awaitable[Any]]
 
 PROVIDER_METHODS: Final[dict[str, Handler]] = {
@@ -183,4 +206,6 @@ PROVIDER_METHODS: Final[dict[str, Handler]] = {
     "aim.provider.RequestOperation": request_operation,
     "aim.provider.UpdateOperation": update_operation,
     "aim.provider.AppendTranscript": append_transcript,
+    "aim.provider.ListOperations": list_operations,
+    "aim.provider.GetOperation": get_operation,
 }

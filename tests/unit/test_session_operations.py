@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from state_machines import Accepted, Rejected, RejectReason, SendData, UpdatePermissions, decide
+from state_machines import Accepted, Rejected, RejectReason, SendData, UpdatePermissions
 from state_machines import provider as agent
 from state_machines.effects import AppendHistory
 from state_machines.endpoint import Capabilities
@@ -24,89 +24,22 @@ from state_machines.interactions import (
 from state_machines.operation import Requirement
 from state_machines.session import (
     End,
-    Join,
-    ParticipantJoined,
-    Provisioned,
-    RegisterEndpoint,
     Requested,
     RoomLost,
     Session,
     new_session,
 )
 from state_machines.task import INPUT_REQUIRED, WORKING
-
-T0 = "2026-01-01T00:00:00.000Z"
-T1 = "2026-01-01T00:00:01.000Z"
-DIGEST = "sha256:" + "a" * 64
-OTHER = "sha256:" + "b" * 64
-CAPS = Capabilities(True, True, True, False, ("text", "confirmation"))
-
-
-def run(session: Session, *events: object) -> Session:
-    for event in events:
-        outcome = step(session, event)
-        assert isinstance(outcome, Accepted), outcome
-        session = outcome.state
-    return session
-
-
-def step(session: Session, event: object) -> Accepted[Session] | Rejected:
-    return decide(session, event, now=T1)  # type: ignore[arg-type]
-
-
-def live(
-    *,
-    interactions: tuple[str, ...] = ("text", "confirmation"),
-    transcript: str = "off",
-    caps: Capabilities = CAPS,
-    agent_joined: bool = True,
-) -> Session:
-    session = new_session(
-        session_id="s1",
-        task_id="t1",
-        context_id="c1",
-        client_session_id="cs1",
-        requested=Requested(("camera", "screen"), ("screen",), interactions),
-        required_capabilities=(),
-        transcript=transcript,  # type: ignore[arg-type]
-        now=T0,
-    ).state
-    session = run(
-        session,
-        Provisioned(1),
-        RegisterEndpoint(1, "ep-a", "phone", caps, 8),
-        Join(1, "ep-a"),
-        ParticipantJoined(1, "ep-a", False),
-    )
-    return run(session, ParticipantJoined(1, "agent-1", True)) if agent_joined else session
-
-
-def ask(op: str = "op-1", req: str = "req-1", **overrides: object) -> agent.RequestOperation:
-    fields: dict[str, object] = {
-        "epoch": 1,
-        "room_epoch": 1,
-        "operation_id": op,
-        "kind": "action",
-        "action_json": json.dumps({"title": "Book"}),
-        "requirement": Requirement(
-            requirement_id=req, action_digest=DIGEST, expires_at="2026-01-01T00:02:00.000Z"
-        ),
-    }
-    fields.update(overrides)
-    return agent.RequestOperation(**fields)  # type: ignore[arg-type]
-
-
-def confirm(op: str = "op-1", req: str = "req-1", digest: str = DIGEST, **kw: object) -> Resolve:
-    return Resolve(
-        command_id="c-1",
-        decision="confirm",
-        via="interaction",
-        epoch=1,
-        operation_id=op,
-        requirement_id=req,
-        action_digest=digest,
-        **kw,  # type: ignore[arg-type]
-    )
+from tests.unit.session_operation_helpers import (
+    DIGEST,
+    OTHER,
+    T0,
+    ask,
+    confirm,
+    live,
+    run,
+    step,
+)
 
 
 def cont(decision: str = "confirm", req: str = "req-1", version: int = 3, **kw: object) -> Resolve:
