@@ -14,6 +14,7 @@ from /proc, and the service's Redis round trips per request (read events at Redi
     uv run python bench/compare.py                       # ≈ 3 minutes
     uv run python bench/compare.py --warmup 1 --runs 1 --seconds 1      # a smoke run
     uv run python bench/compare.py --anchors ''          # the service's figures only
+    uv run python bench/compare.py --events              # and SendMessage with session events on
 
 Every process it starts is stopped by its PID at exit, also on Ctrl-C or SIGTERM.
 """
@@ -705,6 +706,8 @@ def run(args: argparse.Namespace) -> int:
             if other in yard:
                 targets[-1].yardstick = other
                 targets.append(yard[other])
+        if args.events:
+            targets += start_with_events(args, workdir, env, rows, pinned, meter)
         measure_idle(meters, IDLE_S)
         for m in meters:
             say(f"Redis :{m.port} idle: {m.idle_per_s:.1f} read events/s (subtracted)")
@@ -747,6 +750,39 @@ MODES = (
     ("get", "service GetTask", "peer.get"),
     ("send", "service SendMessage", "peer.send"),
 )
+
+
+EVENTS_SECRET = "whsec_YmVuY2gtc2Vzc2lvbi1ldmVudHMtc2VjcmV0LTMyYnk="
+
+
+def start_with_events(
+    args: argparse.Namespace,
+    workdir: Path,
+    env: dict[str, str],
+    rows: dict[str, list[Any]],
+    pinned: bool,
+    meter: RedisMeter,
+) -> list[Target]:
+    """A second service, the same but with session events on (profile §21), for what an
+    event costs the commit path: its SendMessage writes `session.created` and `session.ready`
+    in the commits it makes anyway. It runs without a worker (as the first does), so the events
+    are stored, not sent: the figure is the commit path's alone."""
+    events_env = {
+        **env,
+        "AIM_EVENTS_URL": f"http://{HOST}:{free_port()}/events",
+        "AIM_EVENTS_SECRET": EVENTS_SECRET,
+    }
+    (workdir / "events").mkdir()
+    proc, port = start_service(args, workdir / "events", events_env)
+    if pinned:
+        A.pin_tree(proc.pid, A.SERVER_CPU)
+    datafile = A.write_datafile(workdir / "events-send.tsv", "/a2a", HEADERS, rows["send"])
+    label = "service+events SendMessage"
+    return [
+        Target(
+            "events.send", label, port, proc.pid, "send", datafile, LOAD_LUA, meter, "service.send"
+        )
+    ]
 
 
 def start_yardsticks(
@@ -839,6 +875,12 @@ def main() -> int:
     )
     ap.add_argument("--no-pin", action="store_true", help="do not pin (figures then share cores)")
     ap.add_argument("--json", metavar="FILE", help="also write every figure and run as JSON")
+    ap.add_argument(
+        "--events",
+        action="store_true",
+        help="also run SendMessage on a second service with session events on, beside the"
+        " first's (what an event costs the commit path)",
+    )
     ap.add_argument(
         "--service-env",
         action="append",

@@ -1,7 +1,7 @@
 """Every figure of the cost goals side by side, in one command: the request rows beside their
-yardsticks (`compare.py`, `--repeat` times), the Redis memory per session at each stage
-(`memory.py`) and the server memory per open SSE stream (`sse.py`), then one table, each row with
-its goal.
+yardsticks (`compare.py --events`, `--repeat` times, with what a session event costs the commit
+path), the Redis memory per session at each stage (`memory.py`) and the server memory per open
+SSE stream (`sse.py`), then one table, each row with its goal.
 
     uv run python bench/report.py                 # ≈ 4 minutes
     uv run python bench/report.py --repeat 3      # three runs of compare.py, ≈ 9 minutes
@@ -69,6 +69,14 @@ def table(compare: list[dict[str, Any]], memory: dict[str, Any], sse: dict[str, 
         trips = [r["targets"][target]["redis_rt"] for r in compare]
         rows.append((f"Redis round trips, {label} command", cell(trips), "1",
                      "yes" if statistics.median(trips) < 1.1 else "no"))  # fmt: skip
+    events = ratios(compare, "events.send", "service.send", "rps")
+    event_trips = [
+        r["targets"]["events.send"]["redis_rt"] - r["targets"]["service.send"]["redis_rt"]
+        for r in compare
+    ]
+    rows.append(("SendMessage with session events on ÷ off", cell(events) + "×", "—", "—"))
+    rows.append(("Redis round trips an event adds", cell(event_trips), "0",
+                 "yes" if abs(statistics.median(event_trips)) < 0.1 else "no"))  # fmt: skip
     active = memory["active"]["bytes_per_session"]
     kept = memory["expired"]["bytes_per_session"]
     rows.append(("Redis memory per active session", f"{active:,.0f} B", "≤ 10 KiB",
@@ -99,7 +107,7 @@ def main() -> int:
         out = Path(scratch)
         compare = []
         for index in range(args.repeat):
-            run("compare.py", "--json", str(out / f"compare-{index}.json"))
+            run("compare.py", "--events", "--json", str(out / f"compare-{index}.json"))
             compare.append(json.loads((out / f"compare-{index}.json").read_text("utf-8")))
         run("memory.py", "--sessions", "1000", "--compact-after", "30", "--window", "60",
             "--json", str(out / "memory.json"))  # fmt: skip

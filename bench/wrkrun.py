@@ -1,7 +1,8 @@
 """The part of the shared yardsticks' driver (`anchors.py`) that `bench/compare.py` needs when
 the yardsticks are not at hand: pinning, one wrk run with the server's CPU from /proc, a median,
-and the data-file writer. Same names, arguments, method and data-file format as there, so that
-compare.py has one code path either way. Standard library only.
+the ratio of two targets' figures and the data-file writer. Same names, arguments, method and
+data-file format as there, so that compare.py has one code path either way. Standard library
+only.
 """
 
 from __future__ import annotations
@@ -150,3 +151,17 @@ def wrk(
         out["cpu_us"] = 1e6 * (c1 - c0) / max(1, out["requests"])
     out["steal_pct"] = 100 * (s1[0] - s0[0]) / max(1, s1[1] - s0[1])
     return out
+
+
+def ratio(a: Any, b: Any, k: str = "rps") -> float | None:
+    """The median of `a`'s figure `k` over `b`'s, when both targets measured validly."""
+    if not (a.valid and b.valid):
+        return None
+    top, bottom = a.med(k), b.med(k)
+    return top / bottom if top and bottom else None
+
+
+def pair_ratios(a: Any, b: Any, k: str = "rps") -> str:
+    """The ratio of each round's figures (a target and the one it is compared with ran back to
+    back in each round)."""
+    return " ".join(f"{x[k] / y[k]:.2f}" for x, y in zip(a.runs, b.runs, strict=False) if y.get(k))

@@ -25,6 +25,7 @@ from realtime.a2a import projection
 from realtime.agent_card import build_agent_card
 from realtime.auth import Authenticator
 from realtime.engine.core import Engine
+from realtime.environment import without_credentials
 from realtime.fanout import EventHub
 from realtime.front import RpcFront
 from realtime.livekit_adapter.api import LiveKitGateway
@@ -42,6 +43,7 @@ from realtime.store import keys
 from realtime.store.cards import CardStore
 from realtime.store.census import CensusStore
 from realtime.store.compaction import Compactor
+from realtime.store.deliveries import DeliveryStore
 from realtime.store.events import EventStore
 from realtime.store.leases import DutyLease
 from realtime.store.ops import OpsStore
@@ -52,6 +54,7 @@ from realtime.store.tasks import TaskStore
 from realtime.store.timeline import Recorder, TimelineStore
 from realtime.store.timers import TimerStore
 from realtime.telemetry import Telemetry, provider_from_env, startup_summary
+from realtime.worker.deliverer import Deliverer
 from realtime.worker.reconciler import Reconciler
 from realtime.worker.runner import Runner
 from realtime.worker.timers import Timers
@@ -130,6 +133,7 @@ async def running(
         ops_store=OpsStore(redis),
         card_store=CardStore(redis),
         timer_store=timers,
+        delivery_store=DeliveryStore(redis),
         metrics=metrics,
         clock=clock,
     )
@@ -154,6 +158,10 @@ async def running(
         if run_worker
         else []
     )
+    if run_worker and settings.events_enabled:
+        deliverer = Deliverer(settings, services.delivery_store, metrics=metrics, clock=clock)
+        loops.append(asyncio.create_task(deliverer.loop(stop)))
+        log.info("session events on: sent to %s", without_credentials(settings.events_url or ""))
     if metrics.pushes:  # an OTLP export cannot await a read: keep the Redis gauges current
         loops.append(asyncio.create_task(metrics.store.keep_fresh(stop)))
     if run_worker and settings.reconcile_interval_s and settings.livekit_configured:

@@ -284,6 +284,10 @@ async def _check_async(settings: Settings) -> int:
             ok = False
         finally:
             await gateway.aclose()
+    if settings.events_url is None:
+        print("events: not configured (AIM_EVENTS_URL unset); no session events are written")
+    else:
+        print(f"events: sent to {without_credentials(settings.events_url)} (AIM_EVENTS_URL)")
     return 0 if ok else 1
 
 

@@ -3,6 +3,10 @@ for what is acceptable but worth saying (`Settings.from_env` is the one user).""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import ipaddress
+import json
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -10,6 +14,9 @@ MIN_HS256_SECRET_BYTES = 32
 # LiveKit's secrets are LiveKit's to choose (its dev mode uses `secret`): shorter than this is a
 # warning, never an error
 MIN_LIVEKIT_SECRET_BYTES = 32
+# a Standard Webhooks secret: `whsec_` and the base64 of 24 to 64 random bytes
+WEBHOOK_SECRET_PREFIX = "whsec_"  # noqa: S105 - the format's prefix, not a secret
+WEBHOOK_SECRET_BYTES = (24, 64)
 
 
 def without_credentials(url: str) -> str:
@@ -159,16 +166,89 @@ class EnvironmentReader:
             pairs.append((key, secret))
         return tuple(pairs)
 
-    def capabilities(self, name: str, known: tuple[str, ...]) -> frozenset[str]:
+    def capabilities(
+        self, name: str, known: tuple[str, ...], *, what: str = "capabilities"
+    ) -> frozenset[str]:
         raw = self.text(name)
         if raw is None:
             return frozenset(known)
         names = {item.strip() for item in raw.split(",") if item.strip()}
         if not names:
-            self.problems.append(f"{name} must list at least one capability")
+            self.problems.append(f"{name} must list at least one of the {what}")
         unknown = sorted(names - set(known))
         if unknown:
             self.problems.append(
-                f"{name} has unknown capabilities {', '.join(unknown)}; known: {', '.join(known)}"
+                f"{name} has unknown {what} {', '.join(unknown)}; known: {', '.join(known)}"
             )
         return frozenset(names & set(known))
+
+    def webhook_secret(self, name: str) -> str | None:
+        """A Standard Webhooks secret, `whsec_` + base64 of 24..64 bytes (never echoed)."""
+        value = self.text(name)
+        if value is None:
+            return None
+        low, high = WEBHOOK_SECRET_BYTES
+        try:
+            body = value.removeprefix(WEBHOOK_SECRET_PREFIX)
+            size = len(base64.b64decode(body, validate=True))
+        except (binascii.Error, ValueError):
+            size = 0
+        if not value.startswith(WEBHOOK_SECRET_PREFIX) or not low <= size <= high:
+            self.problems.append(
+                f"{name} must be a Standard Webhooks secret: {WEBHOOK_SECRET_PREFIX} followed by "
+                f"the base64 of {low} to {high} random bytes"
+            )
+            return None
+        return value
+
+    def tenant_urls(self, name: str, *, allow_http: bool) -> tuple[tuple[str, str], ...]:
+        """A JSON object, tenant → URL, each URL as `https_url` allows it."""
+        raw = self.text(name)
+        if raw is None:
+            return ()
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
+        ):
+            self.problems.append(
+                f'{name} must be a JSON object of tenant → URL, e.g. {{"acme": "https://…"}}'
+            )
+            return ()
+        found = []
+        for tenant, url in value.items():
+            checked = self._https(name, url, allow_http=allow_http)
+            if checked is None:
+                return ()
+            found.append((tenant, checked))
+        return tuple(found)
+
+    def https_url(self, name: str, *, allow_http: bool) -> str | None:
+        """An https:// URL; http:// only to a loopback host, or anywhere with `allow_http`."""
+        raw = self.text(name)
+        return None if raw is None else self._https(name, raw, allow_http=allow_http)
+
+    def _https(self, name: str, raw: str, *, allow_http: bool) -> str | None:
+        url = EnvironmentReader({name: raw}).url(name, ("http", "https"))
+        if url is None:
+            self.problems.append(
+                f"{name} must be an http or https URL with a host and, if it names a port, a "
+                "port from 1 to 65535"
+            )
+            return None
+        if allow_http or urlsplit(url).scheme == "https":
+            return url
+        host = urlsplit(url).hostname or ""
+        try:
+            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            self.problems.append(
+                f"{name} is an http:// URL to a host other than this machine: use https://, or "
+                "set AIM_EVENTS_ALLOW_HTTP=1 to send unencrypted on a network you trust"
+            )
+            return None
+        return url

@@ -245,6 +245,30 @@ class Metrics:
             "that Redis refused)",
         )
         self.store = StoreGauges(meter)
+        # session events for the app's backend (profile §21)
+        self._events_delivered = meter.create_counter(
+            "aim.events.delivered", description="session events a receiver answered with a 2xx"
+        )
+        self._events_failed = meter.create_counter(
+            "aim.events.attempts.failed",
+            description="attempts to send a session event that got no 2xx (status or transport)",
+        )
+        self._events_given_up = meter.create_counter(
+            "aim.events.given_up", description="session events given up after AIM_EVENTS_RETRY_S"
+        )
+        self._events_waiting = 0
+        self._oldest_event: Callable[[], float] = float
+        meter.create_observable_gauge(
+            "aim.events.backlog",
+            callbacks=[lambda _: [Observation(self._events_waiting)]],
+            description="sessions with session events not yet delivered",
+        )
+        meter.create_observable_gauge(
+            "aim.events.oldest_undelivered",
+            unit="s",
+            callbacks=[lambda _: [Observation(self._oldest_event())]],
+            description="age of the oldest undelivered session event this worker has tried",
+        )
         # Prometheus: aim_auth_jwks_fetches_total{outcome="ok|failed"}
         self._jwks_fetches: Callable[[], Mapping[str, int]] = dict
         meter.create_observable_counter(
@@ -297,6 +321,22 @@ class Metrics:
 
     def correction(self, kind: str) -> None:
         self._corrections.add(1, {"kind": kind})
+
+    def event_delivered(self, kind: str) -> None:
+        self._events_delivered.add(1, {"type": kind})
+
+    def event_attempt_failed(self, reason: str) -> None:
+        self._events_failed.add(1, {"reason": reason})
+
+    def event_given_up(self, kind: str) -> None:
+        self._events_given_up.add(1, {"type": kind})
+
+    def deliveries_waiting(self, sessions: int) -> None:
+        self._events_waiting = sessions
+
+    def watch_deliveries(self, oldest_s: Callable[[], float]) -> None:
+        """Report `oldest_s()` as the age of the oldest undelivered session event."""
+        self._oldest_event = oldest_s
 
     def count_jwks_fetches(self, fetches: Callable[[], Mapping[str, int]]) -> None:
         """Report `fetches()` (JWKS fetches so far by outcome) as `aim.auth.jwks.fetches`."""

@@ -12,7 +12,7 @@ from importlib import resources
 from typing import Any, Final
 
 import msgspec
-from litestar import Request, Response, get
+from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.response.base import ASGIResponse
 
@@ -27,7 +27,7 @@ from realtime.errors import (
     Unavailable,
 )
 from realtime.logs import ACCESS_LOG
-from realtime.methods import ops
+from realtime.methods import ops, ops_events
 from realtime.methods.context import Services
 from realtime.metrics import PROMETHEUS_CONTENT_TYPE
 from realtime.rpc.dispatch import Dispatcher
@@ -115,16 +115,22 @@ async def ops_call(
     except Exception:  # a bug: logged, never leaked
         log.exception("internal error serving %s", request.url.path)
         response = ops_error(InternalError())
-    _audit(request.url.path, operator, session_id, response.status_code, started)
+    _audit(request, operator, session_id, response.status_code, started)
     return response
 
 
 def _audit(
-    path: str, operator: Principal | None, session_id: str | None, status: int, started: float
+    request: Request[Any, Any, Any],
+    operator: Principal | None,
+    session_id: str | None,
+    status: int,
+    started: float,
 ) -> None:
     """One access line per operator call, whatever `AIM_ACCESS_LOG` says: operators read other
     people's sessions, so who read what is kept (never the token)."""
+    path = request.url.path
     fields: dict[str, Any] = {
+        "method": request.method,
         "path": path,
         "status": status,
         "duration_ms": round((time.perf_counter() - started) * 1000, 3),
@@ -133,7 +139,7 @@ def _audit(
         fields["operator"] = {"tenant": operator.tenant, "sub": operator.subject}
     if session_id is not None:
         fields["session_id"] = session_id[:64]  # the path as sent: bounded in the log
-    ACCESS_LOG.write(f"GET {path} {status}", fields)
+    ACCESS_LOG.write(f"{request.method} {path} {status}", fields)
 
 
 def _query(request: Request[Any, Any, Any]) -> dict[str, str]:
@@ -165,6 +171,26 @@ async def ops_timeline(request: Request[Any, Any, Any]) -> ASGIResponse:
     return await ops_call(
         request,
         lambda services, operator: ops.timeline(services, operator, session_id, query),
+        session_id=session_id,
+    )
+
+
+@get("/ops/api/sessions/{session_id:str}/deliveries")
+async def ops_deliveries(request: Request[Any, Any, Any]) -> ASGIResponse:
+    session_id = str(request.path_params["session_id"])
+    return await ops_call(
+        request,
+        lambda services, operator: ops_events.deliveries(services, operator, session_id),
+        session_id=session_id,
+    )
+
+
+@post("/ops/api/sessions/{session_id:str}/events/redeliver", status_code=200)
+async def ops_redeliver(request: Request[Any, Any, Any]) -> ASGIResponse:
+    session_id, body = str(request.path_params["session_id"]), await request.body()
+    return await ops_call(
+        request,
+        lambda services, operator: ops_events.redeliver(services, operator, session_id, body),
         session_id=session_id,
     )
 
@@ -209,4 +235,11 @@ async def ops_page(state: State) -> Response[bytes]:
     return Response(page, media_type="text/html; charset=utf-8", headers=headers)
 
 
-OPS_ROUTES: Final = [ops_sessions, ops_session, ops_timeline, ops_page]
+OPS_ROUTES: Final = [
+    ops_sessions,
+    ops_session,
+    ops_timeline,
+    ops_deliveries,
+    ops_redeliver,
+    ops_page,
+]

@@ -17,6 +17,20 @@ import msgspec
 from realtime.environment import MIN_HS256_SECRET_BYTES, EnvironmentReader
 
 PROVIDER_CAPABILITIES = ("audio_input", "audio_output", "vision_input", "transcript_history")
+# the session events an app backend may receive (profile §21; AIM_EVENTS_TYPES picks among them)
+SESSION_EVENT_TYPES = (
+    "session.created",
+    "session.ready",
+    "session.active",
+    "session.handoff",
+    "session.rebound",
+    "session.ended",
+    "session.failed",
+    "operation.requested",
+    "operation.confirmed",
+    "operation.canceled",
+    "operation.expired",
+)
 # signs provider tokens when neither AIM_PROVIDER_TOKEN_SECRET nor a LiveKit secret is set
 # (one process, development only: other processes could not verify them)
 _PROCESS_PROVIDER_SECRET = secrets.token_urlsafe(48)
@@ -97,6 +111,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     access_log: bool = True  # one JSON line per JSON-RPC call
     # browser origins other than the service's own allowed to call it (CORS); () = none
     cors_origins: tuple[str, ...] = ()
+
+    # session events for the app's backend (profile §21): none unless both are set
+    events_url: str | None = None
+    events_secret: str | None = None  # a Standard Webhooks secret, whsec_…
+    # a tenant's own receiver instead of events_url (the principal's tenant claim)
+    events_tenant_urls: tuple[tuple[str, str], ...] = ()
+    events_types: frozenset[str] = frozenset(SESSION_EVENT_TYPES)
+    events_retry_s: int = 24 * 3600  # an event is retried this long, then given up
+    events_timeout_s: float = 10.0  # one delivery attempt
+    events_max_per_session: int = 1000  # kept per session; past it new events are dropped
     # what from_env found acceptable but worth saying (a short LiveKit secret): one line each,
     # naming the variable and never its value; the CLI logs them at start-up
     warnings: tuple[str, ...] = ()
@@ -106,6 +130,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         """How long a live session's command outcomes, event stream and timeline are kept from
         their last write: the longest it may still live, then the replay window (profile §20)."""
         return self.max_session_s + self.command_ttl_s
+
+    @property
+    def events_enabled(self) -> bool:
+        """Whether session events are written and sent (AIM_EVENTS_URL and its secret set)."""
+        return self.events_url is not None and self.events_secret is not None
+
+    def events_url_for(self, tenant: str | None) -> str | None:
+        """Where a session of `tenant` sends its events: the tenant's own URL, or AIM_EVENTS_URL."""
+        return dict(self.events_tenant_urls).get(tenant or "", self.events_url)
 
     @property
     def livekit_configured(self) -> bool:
@@ -184,6 +217,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                     break
         if not webhook_keys and api_key is not None and api_secret is not None:
             webhook_keys = ((api_key, api_secret),)
+        allow_http = reader.flag("AIM_EVENTS_ALLOW_HTTP")
+        events_url = reader.https_url("AIM_EVENTS_URL", allow_http=allow_http)
+        tenant_urls = reader.tenant_urls("AIM_EVENTS_TENANT_URLS", allow_http=allow_http)
+        if tenant_urls and reader.text("AIM_EVENTS_URL") is None:
+            reader.problems.append(
+                "AIM_EVENTS_TENANT_URLS needs AIM_EVENTS_URL (and AIM_EVENTS_SECRET): the events "
+                "of every other tenant go there"
+            )
+        events_secret = reader.webhook_secret("AIM_EVENTS_SECRET")
+        if (reader.text("AIM_EVENTS_URL") is None) != (reader.text("AIM_EVENTS_SECRET") is None):
+            reader.problems.append(
+                "AIM_EVENTS_URL and AIM_EVENTS_SECRET must be set together: events are sent "
+                "only signed, and only where they are asked for"
+            )
         settings = cls(
             redis_url=reader.url("AIM_REDIS_URL", ("redis", "rediss", "unix")),
             redis_cluster=reader.flag("AIM_REDIS_CLUSTER"),
@@ -303,6 +350,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             access_log=reader.flag("AIM_ACCESS_LOG", default=defaults.access_log),
             cors_origins=reader.origins("AIM_CORS_ORIGINS"),
+            events_url=events_url,
+            events_secret=events_secret,
+            events_tenant_urls=tenant_urls,
+            events_types=reader.capabilities(
+                "AIM_EVENTS_TYPES", SESSION_EVENT_TYPES, what="event types"
+            ),
+            events_retry_s=reader.integer(
+                "AIM_EVENTS_RETRY_S", defaults.events_retry_s, low=1, high=30 * 86400
+            ),
+            events_timeout_s=reader.number(
+                "AIM_EVENTS_TIMEOUT_S", defaults.events_timeout_s, low=0.1, high=300.0
+            ),
+            events_max_per_session=reader.integer(
+                "AIM_EVENTS_MAX_PER_SESSION", defaults.events_max_per_session, low=1, high=100_000
+            ),
             warnings=tuple(reader.warnings),
         )
         if reader.problems:

@@ -113,13 +113,16 @@ StartWorker = Callable[..., Awaitable[Worker]]
 async def workers(
     redis_url: str | None, store: RedisClient, livekit: Any, tmp_path: Path
 ) -> AsyncIterator[StartWorker]:
-    """`await workers(name, redis=url)` starts a worker on the test Redis (after `store` has
-    flushed it) and the LiveKit stand-in; every worker is stopped when the test ends."""
+    """`await workers(name, redis=url, env={...})` starts a worker on the test Redis (after
+    `store` has flushed it) and the LiveKit stand-in, with `env` added to its environment; every
+    worker is stopped when the test ends."""
     url = need_redis(redis_url)
     started: list[Worker] = []
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AIM_", "OTEL_"))}
 
-    async def start(name: str, *, redis: str | None = None) -> Worker:
+    async def start(
+        name: str, *, redis: str | None = None, env: dict[str, str] | None = None
+    ) -> Worker:
         environ = {
             **base,
             "AIM_REDIS_URL": redis or url,
@@ -133,6 +136,7 @@ async def workers(
             "AIM_WORKER_LEASE_S": str(LEASE_S),
             "AIM_DATA_DIR": str(tmp_path / f"data-{name}"),
             "PYTHONUNBUFFERED": "1",
+            **(env or {}),
         }
         log = tmp_path / f"worker-{name}.log"
         with _log_file(log) as out:

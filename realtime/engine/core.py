@@ -46,6 +46,7 @@ from realtime.engine.outcomes import (
     Reused,
 )
 from realtime.engine.schedule import armed_by, window_s
+from realtime.engine.session_events import notices
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, SessionRecord, TaskRecord
 from realtime.store.sessions import Commit, Loaded, SessionStore
@@ -257,16 +258,20 @@ class Engine:
         traceparent = current_cause()
         pending = outbox_entries(1, session.epoch, decision.outbox, traceparent)
         event = event_entry(None, session, 1, now_ms, None, task.task, note, traceparent)
+        window = window_s(self.settings, session)
+        record = msgspec.structs.replace(record, caller=traceparent)
+        record, told = notices(self.settings, None, session, record, now_ms=now_ms, window_s=window)
         committed = await self.sessions.commit(
             Commit(
                 session.session_id,
                 expected_version=0,
-                record=msgspec.structs.replace(record, caller=traceparent),
+                record=record,
                 task=task,
                 events=[event],
                 ttl_s=self.settings.task_ttl_s,
-                window_s=window_s(self.settings, session),
+                window_s=window,
                 now_ms=now_ms,
+                deliveries=told,
                 effects=pending,
                 due_ms=now_ms + RETRY_GRACE_MS,
                 timers=armed_by(self.settings, None, session, 1, now_ms),
@@ -341,17 +346,23 @@ class Engine:
             old, new, version, decided.now_ms, decided.command, decided.task.task, note, traceparent
         )
         caller = traceparent if cause_of(decided.command, note) in CALLS else loaded.record.caller
+        window = window_s(self.settings, new)
+        record = msgspec.structs.replace(loaded.record, session=new, caller=caller)
+        record, told = notices(
+            self.settings, old, new, record, now_ms=decided.now_ms, window_s=window
+        )
         commit = Commit(
             decided.session_id,
             expected_version=loaded.version,
-            record=msgspec.structs.replace(loaded.record, session=new, caller=caller),
+            record=record,
             task=decided.task,
             events=[event],
             ttl_s=self.settings.task_ttl_s,
-            window_s=window_s(self.settings, new),
+            window_s=window,
             now_ms=decided.now_ms,
             command_id=command_id,
             outcome=stored,
+            deliveries=told,
             effects=pending,
             due_ms=decided.now_ms + RETRY_GRACE_MS,
             timers=armed_by(self.settings, old, new, version, decided.now_ms),

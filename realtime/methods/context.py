@@ -17,6 +17,7 @@ from realtime.fanout import EventHub
 from realtime.metrics import Metrics
 from realtime.settings import Settings
 from realtime.store.cards import CardStore
+from realtime.store.deliveries import DeliveryStore
 from realtime.store.events import EventStore
 from realtime.store.ops import OpsStore
 from realtime.store.sessions import SessionStore
@@ -52,6 +53,7 @@ class Services:
     ops_store: OpsStore  # the operations API's reads
     card_store: CardStore  # when the Agent Card last changed (its Last-Modified)
     timer_store: TimerStore  # the durable timers (the worker's)
+    delivery_store: DeliveryStore  # the session events for the app's backend
     metrics: Metrics = field(default_factory=lambda: Metrics(None))
     clock: Callable[[], float] = time.time
     new_id: Callable[[], str] = field(default=_new_id)

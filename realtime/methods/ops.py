@@ -142,7 +142,7 @@ async def session_detail(
     services: Services, operator: Principal, session_id: str
 ) -> dict[str, Any]:
     """The Session object of §4 plus `principal`, `outbox`, `timers`, `pendingOperations`."""
-    _check_id(session_id)
+    check_id(session_id)
     detail = await services.ops_store.detail(session_id)
     record = detail.record
     if record is None or not visible(services, operator, record):
@@ -226,7 +226,7 @@ async def timeline(
     services: Services, operator: Principal, session_id: str, query: Mapping[str, str]
 ) -> dict[str, Any]:
     """`{entries, nextCursor}`: oldest first; each source entry appears once across pages."""
-    _check_id(session_id)
+    check_id(session_id)
     limit = _limit(query, TIMELINE_LIMIT, TIMELINE_LIMIT_MAX)
     events_after, noted_after = _timeline_cursor(query.get("cursor"))
     read = await services.ops_store.timeline(
@@ -342,7 +342,7 @@ def _at(entry: dict[str, Any]) -> str:
 # --- params ---------------------------------------------------------------------------------------
 
 
-def _check_id(session_id: str) -> None:
+def check_id(session_id: str) -> None:
     """A session id is a lower-case UUID; anything else is not found (like an unknown one)."""
     if not _UUID.fullmatch(session_id):
         raise SessionNotFound(session_id)

@@ -31,13 +31,18 @@ def due_entries(
     timers: Mapping[str, int] | None,
     ttl_s: int,
     cause: str | None = None,
+    *,
+    deliveries_due_ms: int | None = None,
 ) -> list[tuple[Any, ...]]:
     """The due entries of a commit: the session in the outbox index when it stores effects;
     its timers in the timers index and in the session's own list (what an operator reads),
-    and the span that armed them."""
+    and the span that armed them; the session in the deliveries index when it stores session
+    events (NX: a session that already waits keeps its retry time)."""
     commands: list[tuple[Any, ...]] = []
     if effects:
         commands.append(("ZADD", keys.outbox_due_key(), due_ms, session_id))
+    if deliveries_due_ms is not None:
+        commands.append(("ZADD", keys.deliveries_due_key(), "NX", deliveries_due_ms, session_id))
     if timers:
         commands.append(("ZADD", keys.timers_due_key(), *score_pairs(timers)))
         armed = keys.session_timers_key(session_id)

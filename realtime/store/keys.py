@@ -100,6 +100,29 @@ def owner_live_sessions_key(owner: str) -> str:
     return f"{PREFIX}:{{o:{owner}}}:live"
 
 
+def deliveries_key(session_id: str) -> str:
+    """Hash: the session's events for the app's backend, seq → the body sent (profile §21);
+    written by the commit, kept for the replay window or the retry bound, the longer."""
+    return f"{PREFIX}:{{{session_id}}}:deliveries"
+
+
+def delivery_state_key(session_id: str) -> str:
+    """Hash: how each of those events fared (seq → attempts, status, error, next try) and
+    `next`, the seq to send next."""
+    return f"{PREFIX}:{{{session_id}}}:deliveries:state"
+
+
+def deliveries_due_key() -> str:
+    """Sorted set: session ids with events to send, scored by when to look again (ms).
+    Cross-slot by nature; written idempotently next to each commit."""
+    return f"{PREFIX}:deliveries:due"
+
+
+def delivery_lease_key(session_id: str) -> str:
+    """String: the token of the worker sending the session's events (PX lease)."""
+    return f"{PREFIX}:{{{session_id}}}:deliverer"
+
+
 def runner_lease_key(session_id: str) -> str:
     """String: the token of the runner currently carrying out the session's outbox (PX lease)."""
     return f"{PREFIX}:{{{session_id}}}:runner"

@@ -60,6 +60,9 @@ class SessionRecord(msgspec.Struct, kw_only=True, rename="camel"):
     # the principal's tenant when a tenant claim is configured: the session is then listed in
     # its tenant's own operations index too (None for sessions stored before it was kept)
     tenant: str | None = None
+    # the seq of the last session event for the app's backend (profile §21); never written
+    # while session events are not configured
+    events_seq: int | msgspec.UnsetType = msgspec.UNSET
 
     def check_writable(self) -> None:
         if self.schema > SESSION_SCHEMA:

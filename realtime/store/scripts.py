@@ -44,6 +44,9 @@ class Scripts:
     claim_timers: Script
     task_snapshot: Script  # a task and its event stream's bounds, at one instant
     card_modified: Script  # when the Agent Card's content last changed (Last-Modified)
+    delivery_head: Script  # the next session event to send and how it fared so far
+    delivery_note: Script  # how an attempt to send it fared
+    redeliver: Script  # an operator's redelivery from a seq
 
     @classmethod
     def register(cls, client: Any) -> Scripts:

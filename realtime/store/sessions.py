@@ -8,7 +8,7 @@ inside it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, cast
 
 from realtime.store import keys
@@ -58,6 +58,16 @@ class Committed(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Deliveries:
+    """A commit's session events for the app's backend (profile §21): (seq, body) pairs, at
+    most `kept` of them held per session, for `ttl_s`; none unless they are configured."""
+
+    items: Sequence[tuple[int, bytes]] = ()
+    kept: int = 0
+    ttl_s: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Commit:
     """Everything one commit writes (`engine/entries.py` computes it): the snapshot at
     `expected_version + 1`, the task, a command's id and stored outcome, the event entries, the
@@ -82,6 +92,7 @@ class Commit:
     # False: a command that applied without a change; only its outcome is stored (no version
     # bump, no event), so a retry replays it
     changes: bool = True
+    deliveries: Deliveries = field(default_factory=Deliveries)
 
 
 class Claimed(NamedTuple):
@@ -227,8 +238,13 @@ class SessionStore:
             keys.EVENTS_MAXLEN,
             c.window_s,
             len(c.events),
+            len(c.deliveries.items),
+            c.deliveries.kept,
+            c.deliveries.ttl_s,
             *c.events,
         ]
+        for seq, body in c.deliveries.items:
+            args.extend((seq, body))
         for effect_id, effect in c.effects:
             args.extend((effect_id, SESSION_ENCODER.encode(effect)))
         script_keys = [
@@ -238,8 +254,17 @@ class SessionStore:
             keys.events_key(c.session_id),
             keys.outbox_key(c.session_id),
             keys.timeline_key(c.session_id),
+            keys.deliveries_key(c.session_id),
         ]
-        armed = due_entries(c.session_id, c.effects, c.due_ms, c.timers, c.ttl_s, c.traceparent)
+        armed = due_entries(
+            c.session_id,
+            c.effects,
+            c.due_ms,
+            c.timers,
+            c.ttl_s,
+            c.traceparent,
+            deliveries_due_ms=c.now_ms if c.deliveries.items else None,
+        )
         owned = ("ZADD", keys.owner_tasks_key(c.record.owner), c.task.status_ms, c.task.task.id)
         listed = listings(c.record, c.session_id, c.now_ms, c.ttl_s)
         with self._telemetry.redis_span("commit", c.session_id):

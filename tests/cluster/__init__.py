@@ -46,6 +46,9 @@ SKIPPED_ON_CLUSTER: Final[dict[str, str]] = {
     "tests/integration/test_round_trips.py::test_without_the_session_cache_a_command_is*": (
         _ROUND_TRIPS
     ),
+    "tests/integration/test_round_trips.py::test_a_command_that_writes_a_session_event*": (
+        _ROUND_TRIPS
+    ),
     "tests/integration/test_round_trips.py::test_reads_are_one_round_trip*": (
         "counts one server's read events (INFO answers for one master)"
     ),

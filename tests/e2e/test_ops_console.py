@@ -30,6 +30,7 @@ from tests.e2e.browser_helpers import binaries, chromium
 from tests.e2e.operator_api_helpers import bearer, rpc_as
 from tests.e2e.realtime_helpers import CAPS, create_part, new_id, session_of
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
+from tests.event_receivers import events_settings, receiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.slow]
 
@@ -97,8 +98,16 @@ async def handed_over_session(http: httpx.AsyncClient, livekit: Any) -> str:
     return sid
 
 
-def look(driver: Any, base_url: str, token: str, sid: str, screenshot: str | None) -> str:
-    """What an operator sees after logging in and opening the session (blocking: selenium)."""
+def look(
+    driver: Any,
+    base_url: str,
+    token: str,
+    sid: str,
+    screenshot: str | None,
+    until: tuple[str, str] = ("epoch 1 → 2", "live, refreshing"),
+) -> str:
+    """What an operator sees after logging in and opening the session, once its timeline and
+    live note show `until` (blocking: selenium)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as seen
     from selenium.webdriver.support.ui import WebDriverWait
@@ -115,8 +124,8 @@ def look(driver: Any, base_url: str, token: str, sid: str, screenshot: str | Non
     )
     assert field.get_attribute("value") == ""  # the token is not left in the page
     row.click()
-    wait.until(seen.text_to_be_present_in_element((By.ID, "timeline"), "epoch 1 → 2"))
-    wait.until(seen.text_to_be_present_in_element((By.ID, "live-note"), "live, refreshing"))
+    wait.until(seen.text_to_be_present_in_element((By.ID, "timeline"), until[0]))
+    wait.until(seen.text_to_be_present_in_element((By.ID, "live-note"), until[1]))
     stored = driver.execute_script(
         "return JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie"
     )
@@ -184,3 +193,32 @@ async def test_an_operator_sees_a_sessions_states_commands_webhooks_and_handoff(
         "epoch 1 → 2",
     ):
         assert seen_text in text, (seen_text, text)
+
+
+async def test_an_operator_sees_the_events_sent_to_the_apps_backend(livekit, store, tmp_path):
+    browser, driver_path = binaries()
+    async with receiver(tmp_path) as got:
+        settings = livekit_settings(livekit, **events_settings(got.url, events_timeout_s=2.0))
+        app = create_app(settings, store=store, tracer_provider=None)
+        async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as http:
+            sid = await new_session(http, "alice")
+            await got.wait_for(lambda: len(got.delivered(sid)) == 2)
+            got.answer(503)
+            ended = await rpc_as(
+                http, "aim.realtime.EndSession", {"sessionId": sid, "commandId": new_id(),
+                                                  "reason": "user hung up"},
+            )  # fmt: skip
+            assert "result" in ended
+            await got.wait_for(lambda: any(r["answered"] == 503 for r in got.requests()))
+
+            def browse() -> str:
+                with chromium(browser, driver_path) as driver:
+                    until = ("session.ended retrying", "ended")
+                    return look(driver, base_url, bearer("operator"), sid, None, until)
+
+            text = await asyncio.to_thread(browse)
+    assert "app backend" in text
+    assert "event 1 session.created delivered" in text
+    assert "event 2 session.ready delivered" in text
+    assert "event 3 session.ended retrying" in text
+    assert "HTTP 503" in text

@@ -9,6 +9,7 @@ loop, so nothing else talks to Redis while a request is measured."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,9 +17,12 @@ import httpx
 import pytest
 
 from realtime.app import create_app
+from realtime.store import keys
 from realtime.store.redis_client import RedisClient
 from tests.conftest import livekit_settings, rpc, serving
+from tests.e2e.agent_operation_helpers import provider_call
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
+from tests.event_receivers import SECRET as EVENTS_SECRET
 
 pytestmark = pytest.mark.redis
 
@@ -129,3 +133,30 @@ async def test_a_commit_after_a_script_flush_loads_the_scripts_and_applies_once(
     after = joined["result"]["session"]
     assert after["version"] == before["result"]["session"]["version"] + 1
     assert await store.client.script_exists(store.scripts.commit.sha) == [True]
+
+
+async def test_a_command_that_writes_a_session_event_is_still_one_round_trip(livekit, store):
+    """The session event is part of the commit script (profile §21): the agent's request for a
+    confirmation, which writes `operation.requested`, costs the one round trip of any command."""
+    if store.embedded:
+        pytest.skip("counts the read events of a real Redis")
+    settings = livekit_settings(
+        livekit, events_url="http://127.0.0.1:9/events", events_secret=EVENTS_SECRET
+    )
+    app = create_app(settings, store=store, run_worker=False)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        session_id, _, _ = await ready_and_joined(http)
+        room = f"aim-{session_id}-e1"
+        agent_token = json.loads(livekit.dispatches_in(room)[-1].metadata)["providerToken"]
+        kept = await store.client.hlen(keys.deliveries_key(session_id))
+
+        async def ask() -> None:
+            status, body, _ = await provider_call(
+                http, agent_token, "RequestOperation", sessionId=session_id, sessionEpoch=1,
+                requestId=new_id(), kind="action", action={"title": "Book a table"},
+                confirmation="required",
+            )  # fmt: skip
+            assert status == 200, body
+
+        assert await Reads(store).of(ask) == 1
+        assert await store.client.hlen(keys.deliveries_key(session_id)) == kept + 1

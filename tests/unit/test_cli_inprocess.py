@@ -58,6 +58,22 @@ def test_check_reaches_the_configured_redis(monkeypatch, redis_url, capsys):
     assert "configuration: valid" in out
     assert "(AIM_REDIS_URL): reachable" in out
     assert "livekit: not configured" in out
+    assert "events: not configured (AIM_EVENTS_URL unset)" in out
+
+
+def test_check_names_where_session_events_go_without_the_secret(monkeypatch, redis_url, capsys):
+    if redis_url is None:
+        pytest.skip("no real Redis on this machine")
+    secret = "whsec_" + "c2Vzc2lvbi1ldmVudHMtY2hlY2stc2VjcmV0"
+    monkeypatch.setenv("AIM_REDIS_URL", redis_url)
+    monkeypatch.setenv("AIM_EVENTS_URL", "https://user:pw@backend.example/aim?key=k")
+    monkeypatch.setenv("AIM_EVENTS_SECRET", secret)
+    assert main(["check"]) == 0
+    out = capsys.readouterr().out
+    assert "events: sent to https://backend.example/aim (AIM_EVENTS_URL)" in out
+    assert secret not in out
+    assert "pw" not in out
+    assert "key=k" not in out
 
 
 async def test_check_reaches_livekit_when_configured(monkeypatch, redis_url, livekit, capsys):

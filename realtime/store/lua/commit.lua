@@ -1,14 +1,17 @@
 -- One commit of a session (profile §11): replay check, version check, then snapshot, task,
--- outcome, events and outbox with their TTLs (profile §20: the snapshot, the task and the outbox
--- the task TTL; the outcomes, the event stream and the timeline the replay window).
+-- outcome, events, session events and outbox with their TTLs (profile §20: the snapshot, the
+-- task and the outbox the task TTL; the outcomes, the event stream and the timeline the replay
+-- window; the session events their own).
 -- Atomic: one script on the session's slot (every key carries {<sessionId>}, so it runs
 -- unchanged on Redis Cluster); Redis runs it without interleaving, and it returns before any
 -- write unless both checks pass, so no partial commit is ever visible.
 -- KEYS: 1 session hash, 2 task record, 3 command outcomes, 4 event stream, 5 outbox,
---       6 timeline
+--       6 timeline, 7 session events for the app's backend
 -- ARGV: 1 expected version, 2 snapshot, 3 task record, 4 commandId ('' = none),
 --       5 outcome, 6 ttl seconds, 7 events maxlen, 8 replay window seconds, 9 event count,
---       then the events, then pairs (effectId, effect) for the outbox
+--       10 session event count, 11 session events kept at most, 12 their ttl seconds,
+--       then the events, then pairs (seq, body) of session events, then pairs
+--       (effectId, effect) for the outbox
 -- Returns {'replay', outcome} | {'conflict', current version, snapshot | false, task | false}
 --         | {'ok', new version}
 if ARGV[4] ~= '' then
@@ -31,7 +34,7 @@ if ARGV[4] ~= '' then
 end
 local events = tonumber(ARGV[9])
 for i = 1, events do
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'e', ARGV[9 + i])
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'e', ARGV[12 + i])
 end
 -- every commit sets the window from now (an EXPIRE of a missing key does nothing): the live
 -- session's, or, from the commit that ended it, the replay window alone
@@ -39,7 +42,20 @@ local window = ARGV[8]
 redis.call('EXPIRE', KEYS[3], window)
 redis.call('EXPIRE', KEYS[4], window)
 redis.call('EXPIRE', KEYS[6], window)
-local first = 10 + events
+local first = 13 + events
+local notices = tonumber(ARGV[10])
+if notices > 0 then
+  -- past the bound nothing more is kept: the receiver sees the seq stop (a bounded backlog)
+  local room = tonumber(ARGV[11]) - redis.call('HLEN', KEYS[7])
+  for i = first, first + 2 * notices - 1, 2 do
+    if room > 0 then
+      redis.call('HSET', KEYS[7], ARGV[i], ARGV[i + 1])
+      room = room - 1
+    end
+  end
+  redis.call('EXPIRE', KEYS[7], ARGV[12])
+end
+first = first + 2 * notices
 if #ARGV >= first then
   for i = first, #ARGV, 2 do
     redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
