@@ -33,7 +33,7 @@ from realtime.logs import ACCESS_LOG
 from realtime.methods.context import Services
 from realtime.metrics import Metrics, StoreReading
 from realtime.ops_routes import METRICS_ROUTE, OPS_ROUTES, OpsConsole
-from realtime.routes import ROUTES, AgentCardBody
+from realtime.routes import ROUTES, AgentCardBody, load_sdk
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
 from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
@@ -343,5 +343,6 @@ def create_app(
     app.state.agent_card = AgentCardBody(build_agent_card(settings))
     app.state.agent_card_v01 = AgentCardBody(agent_card_v01(build_agent_card(settings), settings))
     app.state.ops_console = OpsConsole.load()
+    app.state.sdk = load_sdk()  # the browser client library, served at /sdk/
     # the JSON-RPC calls that carry the load skip Litestar's request machinery (`front`)
     return RpcFront(app, vary_origin=varies)

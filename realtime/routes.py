@@ -1,6 +1,6 @@
 """HTTP routes of clients, agents and LiveKit: the JSON-RPC endpoints (/a2a, /a2a/v0.1,
-/provider), the LiveKit webhook, the Agent Cards and the probes (the operator's routes are in
-`ops_routes.py`)."""
+/provider), the LiveKit webhook, the Agent Cards, the browser client library (/sdk/) and the
+probes (the operator's routes are in `ops_routes.py`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import asyncio
 import hashlib
 import logging
 import time
+from importlib import resources
 from typing import Any, Final
 
 import msgspec
-from litestar import Request, Response, get, post
+from litestar import Request, Response, get, post, route
 from litestar.datastructures import State
+from litestar.enums import HttpMethod
+from litestar.response.base import ASGIResponse
 
 from realtime.errors import Unavailable
 from realtime.front import RpcExchange, read_body
@@ -179,5 +182,58 @@ async def agent_card_v01(request: Request[Any, Any, Any], state: State) -> Respo
     return await serve_card(request, state.agent_card_v01)
 
 
+# --- the browser client library (realtime/static/): public, cacheable, CORS as for /a2a ---------
+
+
+class SdkFile:
+    """One file of the browser client library, read once at start from the package: its bytes,
+    media type and strong ETag (a hash of the bytes: a new release is a new tag)."""
+
+    # short: a page gets the library of the service it talks to within minutes of a release;
+    # revalidating after that is a 304 of a few bytes
+    CACHE_CONTROL: Final = "public, max-age=300"
+
+    def __init__(self, body: bytes, media_type: str) -> None:
+        self.body = body
+        self.media_type = media_type
+        self.etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+    @classmethod
+    def load(cls, name: str, media_type: str) -> SdkFile:
+        return cls(resources.files("realtime").joinpath("static", name).read_bytes(), media_type)
+
+    def response(self, request: Request[Any, Any, Any]) -> ASGIResponse:
+        """200 (HEAD: its header fields only), or 304 when the client's copy is this one."""
+        headers = {
+            "ETag": self.etag,
+            "Cache-Control": self.CACHE_CONTROL,
+            "X-Content-Type-Options": "nosniff",
+        }
+        if not_modified(header_fields(request), self.etag, None):
+            return ASGIResponse(body=b"", status_code=304, headers=headers)
+        headers["Content-Type"] = self.media_type
+        if request.method == HttpMethod.HEAD:
+            headers["Content-Length"] = str(len(self.body))
+            return ASGIResponse(body=b"", headers=headers, is_head_response=True)
+        return ASGIResponse(body=self.body, headers=headers)
+
+
+SDK_FILES: Final = {  # path → (file in realtime/static/, media type)
+    "/sdk/aim-realtime.js": ("aim-realtime.js", "text/javascript; charset=utf-8"),
+    "/sdk/aim-realtime.d.ts": ("aim-realtime.d.ts", "application/typescript; charset=utf-8"),
+}
+
+
+def load_sdk() -> dict[str, SdkFile]:
+    return {path: SdkFile.load(name, media_type) for path, (name, media_type) in SDK_FILES.items()}
+
+
+@route(list(SDK_FILES), http_method=[HttpMethod.GET, HttpMethod.HEAD])
+async def sdk(request: Request[Any, Any, Any], state: State) -> ASGIResponse:
+    """The library (an ES module, no build step) and its TypeScript declarations."""
+    found: SdkFile = state.sdk[request.url.path]
+    return found.response(request)
+
+
 ROUTES: Final = [a2a, a2a_v01, provider, livekit_webhook, agent_card, agent_card_v01, healthz,
-                 readyz]  # fmt: skip
+                 readyz, sdk]  # fmt: skip

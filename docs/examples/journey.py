@@ -6,6 +6,8 @@
 Steps, one line each with the state the service answered: create the session (SendMessage with
 a session.create part), wait until it is ready, register this script as a device
 (RegisterEndpoint), join (JoinSession: the LiveKit URL and a join token), end (EndSession).
+It is written with the project's Python client (`realtime.client`, docs/python-client.md),
+which retries what can be retried with the same ids and raises typed errors.
 
 The service must be configured with a LiveKit server (AIM_LIVEKIT_URL and keys): without one,
 creating a session fails with -31012. What needs more than this script:
@@ -16,84 +18,32 @@ creating a session fails with -31012. What needs more than this script:
 - interactions need the agent in the room: with an agent worker registered under the
   service's AIM_AGENT_NAME, `--say "hello"` waits for it to join and sends the text.
 
-Needs httpx (in the project's environment) and the standard library. A JSON-RPC error stops the
-script with a one-line message on stderr and exit status 1; a bad command line or an
-unreachable service exits with 2.
+Needs the client (`pip install 'aim-realtime[client]'`, or the project's environment). A
+JSON-RPC error stops the script with a one-line message on stderr and exit status 1; a bad
+command line or an unreachable service exits with 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 import time
-import uuid
-from typing import Any
 
-import httpx
+from realtime.client import AimClient, AimError, Capabilities, Session, UnavailableError
 
-REALTIME = "urn:aim:a2a:realtime:v1"
-TRANSIENT = -31012  # UPSTREAM_UNAVAILABLE: retry the same request (same ids)
-ATTEMPTS = 3
+REQUESTED = {
+    "mediaBinding": "livekit-webrtc-v1",
+    "audio": "bidirectional",
+    "userVideoSources": [],
+    "agentVideoSources": [],
+    "interactions": ["text"],
+}
 
 
 class JourneyError(Exception):
-    """A JSON-RPC error (or a session that failed): the one line to print."""
-
-
-class UnreachableError(Exception):
-    """The service could not be reached."""
-
-
-class Client:
-    """JSON-RPC 2.0 over POST /a2a with the A2A 1.0 and realtime extension headers."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self.http = httpx.Client(
-            base_url=url.rstrip("/"),
-            timeout=30.0,  # a blocking create waits up to 5 s for `ready`
-            headers={
-                "Content-Type": "application/json",
-                "Authorization": f"Bearer {token}",
-                "A2A-Version": "1.0",
-                "A2A-Extensions": REALTIME,
-            },
-        )
-        self.ids = 0
-
-    def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        """The call's result. An unanswered call or -31012 is sent again unchanged: with the
-        same commandId (or messageId) it applies at most once."""
-        for attempt in range(1, ATTEMPTS + 1):
-            self.ids += 1
-            body = {"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params}
-            try:
-                reply = self.http.post("/a2a", json=body)
-            except httpx.TransportError as lost:  # no answer: it may or may not have applied
-                if attempt == ATTEMPTS:
-                    raise UnreachableError(f"{self.http.base_url}: {lost}") from lost
-                time.sleep(attempt)
-                continue
-            try:
-                answer = reply.json()
-            except ValueError:
-                status = reply.status_code
-                raise JourneyError(f"{method}: HTTP {status}, not a JSON-RPC answer") from None
-            if "error" not in answer:
-                result: dict[str, Any] = answer["result"]
-                return result
-            error: dict[str, Any] = answer["error"]
-            if error["code"] == TRANSIENT and attempt < ATTEMPTS:
-                time.sleep(attempt)
-                continue
-            infos = [d for d in error.get("data", []) if "ErrorInfo" in d.get("@type", "")]
-            reason = infos[0].get("reason", "") if infos else ""
-            raise JourneyError(f"{method}: {error['code']} {reason}: {error['message']}")
-        raise AssertionError("unreachable")
-
-    def command(self, method: str, **params: Any) -> dict[str, Any]:
-        """A realtime command with a fresh commandId (kept for its retries)."""
-        return self.call(f"aim.realtime.{method}", {**params, "commandId": str(uuid.uuid4())})
+    """A session that failed, or an agent that never came: the one line to print."""
 
 
 def step(name: str, text: str) -> None:
@@ -102,144 +52,62 @@ def step(name: str, text: str) -> None:
     sys.stdout.flush()
 
 
-def create(client: Client) -> dict[str, Any]:
-    """SendMessage with a session.create part; blocks until `ready` (at most 5 s)."""
-    result = client.call(
-        "SendMessage",
-        {
-            "message": {
-                "messageId": str(uuid.uuid4()),
-                "role": "ROLE_USER",
-                "parts": [
-                    {"text": "Start a voice session"},
-                    {
-                        "mediaType": "application/json",
-                        "data": {
-                            "operation": "session.create",
-                            "clientSessionId": str(uuid.uuid4()),
-                            "requested": {
-                                "mediaBinding": "livekit-webrtc-v1",
-                                "audio": "bidirectional",
-                                "userVideoSources": [],
-                                "agentVideoSources": [],
-                                "interactions": ["text"],
-                            },
-                            "requiredCapabilities": ["audio_input", "audio_output"],
-                            "recording": "off",
-                            "retention": {"transcript": "off", "summary": "off"},
-                        },
-                    },
-                ],
-            },
-            "configuration": {"historyLength": 0},
-        },
-    )
-    task: dict[str, Any] = result["task"]
-    meta = task.get("metadata", {}).get(REALTIME)
-    if meta is None:  # REJECTED: the status message says why
-        said = " ".join(p["text"] for p in task["status"]["message"]["parts"] if "text" in p)
-        raise JourneyError(f"SendMessage: task {task['status']['state']}: {said}")
-    step(
-        "create",
-        f"session {meta['sessionId']} task {task['id']}: {meta['sessionState']}, "
-        f"epoch {meta['sessionEpoch']}",
-    )
-    return task
-
-
-def session_of(client: Client, session_id: str) -> dict[str, Any]:
-    got = client.call("aim.realtime.GetSession", {"sessionId": session_id})
-    session: dict[str, Any] = got["session"]
-    return session
-
-
-def wait_ready(client: Client, session_id: str, within: float) -> dict[str, Any]:
-    deadline = time.monotonic() + within
-    while (session := session_of(client, session_id))["state"] == "provisioning":
-        if time.monotonic() > deadline:
-            raise JourneyError(f"session still provisioning after {within:g} s")
-        time.sleep(0.5)
-    if session["state"] == "failed":
-        raise JourneyError(f"session failed: {session.get('endReason', 'no reason given')}")
-    step(
-        "ready",
-        f"session {session['state']}: room {session['media']['room']}, "
-        f"agent {session['agent']['state']}",
-    )
-    return session
-
-
-def wait_agent(client: Client, session_id: str, within: float) -> dict[str, Any]:
+async def wait_agent(session: Session, within: float) -> None:
     step("agent", f"waiting up to {within:g} s for the agent to join the room")
     deadline = time.monotonic() + within
-    while (session := session_of(client, session_id))["agent"]["state"] != "joined":
+    while (info := await session.refresh())["agent"]["state"] != "joined":
         if time.monotonic() > deadline:
             raise JourneyError(
-                f"the agent did not join within {within:g} s (agent {session['agent']['state']})"
+                f"the agent did not join within {within:g} s (agent {info['agent']['state']})"
             )
-        time.sleep(0.5)
-    step("agent", f"agent joined as {session['agent'].get('identity', '?')}")
-    return session
+        await asyncio.sleep(0.5)
+    step("agent", f"agent joined as {info['agent'].get('identity', '?')}")
 
 
-def journey(client: Client, options: argparse.Namespace) -> None:
-    task = create(client)
-    session_id = task["metadata"][REALTIME]["sessionId"]
-    session = wait_ready(client, session_id, options.ready_timeout)
-    epoch = session["sessionEpoch"]
-
-    registered = client.command(
-        "RegisterEndpoint",
-        sessionId=session_id,
-        sessionEpoch=epoch,
-        clientEndpointKey=options.device,
-        capabilities={
-            "audioInput": True,
-            "audioOutput": True,
-            "camera": False,
-            "screen": False,
-            "interactions": ["text"],
-        },
+async def journey(client: AimClient, options: argparse.Namespace) -> None:
+    session = await client.create_session(
+        options.device,
+        capabilities=Capabilities(interactions=("text",)),
+        requested=REQUESTED,
     )
-    endpoint = registered["endpoint"]
     step(
-        "register",
-        f"endpoint {endpoint['endpointId']} ({endpoint['state']}), "
-        f"session {registered['session']['state']}",
+        "create",
+        f"session {session.session_id} task {session.task_id}: {session.state}, "
+        f"epoch {session.epoch}",
+    )
+    await session.wait_ready(int(options.ready_timeout * 1000))
+    if session.state == "failed":
+        raise JourneyError(f"session failed: {session.info.get('endReason', 'no reason given')}")
+    step(
+        "ready",
+        f"session {session.state}: room {session.info['media']['room']}, "
+        f"agent {session.info['agent']['state']}",
     )
 
-    joined = client.command(
-        "JoinSession", sessionId=session_id, sessionEpoch=epoch, endpointId=endpoint["endpointId"]
-    )
-    media = joined["media"]
-    epoch = joined["session"]["sessionEpoch"]
+    endpoint = await session.register()
+    step("register", f"endpoint {endpoint['endpointId']} ({endpoint['state']}), "
+                     f"session {session.state}")  # fmt: skip
+
+    joined = await session.join()
     step(
         "join",
-        f"session {joined['session']['state']}, epoch {epoch}: LiveKit {media['url']} "
-        f"room {media['room']}, join token issued (expires {media['expiresAt']})",
+        f"session {session.state}, epoch {joined.epoch}: LiveKit {joined.url} "
+        f"room {joined.room}, join token issued (expires {joined.expires_at})",
     )
 
     if options.say:
-        wait_agent(client, session_id, options.agent_timeout)
-        said = client.command(
-            "SendInteraction",
-            sessionId=session_id,
-            sessionEpoch=epoch,
-            type="input.text",
-            payload={"text": options.say},
-        )
-        step(
-            "say",
-            f"text delivered to the agent (accepted {said['interaction']['acceptedAt']}), "
-            f"session {said['session']['state']}",
-        )
+        await wait_agent(session, options.agent_timeout)
+        said = await session.send_text(options.say)
+        step("say", f"text delivered to the agent (accepted {said.accepted_at}), "
+                    f"session {session.state}")  # fmt: skip
 
     if options.keep:
-        step("keep", f"session {session_id} left live; it ends when idle or with EndSession")
+        step("keep", f"session {session.session_id} left live; it ends when idle or with "
+                     "EndSession")  # fmt: skip
         return
-    ended = client.command("EndSession", sessionId=session_id, reason="journey finished")
-    final = client.call("GetTask", {"id": task["id"], "historyLength": 0})
-    step("end", f"session {ended['session']['state']}, task {final['status']['state']}")
+    ended = await session.end("journey finished")
+    final = await client.call("GetTask", {"id": session.task_id, "historyLength": 0})
+    step("end", f"session {ended['state']}, task {final['status']['state']}")
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -293,15 +161,23 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     options = arguments(argv)
-    client = Client(options.url, options.token)
-    try:
-        journey(client, options)
-    except JourneyError as error:
-        sys.stderr.write(f"journey: {error}\n")
-        return 1
-    except UnreachableError as error:
-        sys.stderr.write(f"journey: service unreachable: {error}\n")
-        return 2
+    return asyncio.run(run(options))
+
+
+async def run(options: argparse.Namespace) -> int:
+    async with AimClient(options.url, token=options.token) as client:
+        try:
+            await journey(client, options)
+        except AimError as error:
+            if isinstance(error, UnavailableError) and error.reason == "TRANSPORT":  # no answer
+                sys.stderr.write(f"journey: service unreachable: {error}\n")
+                return 2
+            said = f"{error.code} {error.reason}" if error.code is not None else error.reason
+            sys.stderr.write(f"journey: {error.method}: {said}: {error}\n")
+            return 1
+        except JourneyError as error:
+            sys.stderr.write(f"journey: {error}\n")
+            return 1
     return 0
 
 

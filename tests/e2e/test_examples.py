@@ -8,9 +8,10 @@ and the agent's participant_joined webhooks, signed as LiveKit signs them, and t
 confirmation request over the provider API.
 
 The page is served from the service's origin, the way a deployment puts both behind one reverse
-proxy: a small front server here serves the page at `/` and passes `/a2a` through to the service,
-streaming (SSE) included. From another origin it works once AIM_CORS_ORIGINS lists that origin,
-and a service that lists none is refused by the browser.
+proxy: a small front server here serves the page at `/` and passes `/a2a` (streaming (SSE)
+included) and `/sdk/` (the client library the page loads) through to the service. From
+another origin it works once AIM_CORS_ORIGINS lists that origin, and a service that lists none
+is refused by the browser.
 """
 
 from __future__ import annotations
@@ -207,15 +208,18 @@ HOP_BY_HOP = {b"host", b"connection", b"keep-alive", b"content-length", b"transf
 
 def front(upstream: str | None) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     """An ASGI app standing in for the reverse proxy of a deployment: `GET /` is the example
-    page, `/a2a` goes to the service and its answer comes back as it is sent (SSE too); with
-    no `upstream`, a plain static server of the page (another origin than the service's)."""
+    page, `/a2a` and `/sdk/` go to the service and its answer comes back as it is sent (SSE
+    too); with no `upstream`, a plain static server of the page (another origin than the
+    service's)."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
-        elif upstream is not None and scope["path"] in ("/a2a", "/a2a/"):
+        elif upstream is not None and (
+            scope["path"] in ("/a2a", "/a2a/") or scope["path"].startswith("/sdk/")
+        ):
             await forward(upstream, scope, receive, send)
         elif scope["method"] == "GET" and scope["path"] == "/":
             await answer(send, 200, PAGE.read_bytes(), b"text/html; charset=utf-8")

@@ -133,6 +133,12 @@ async def test_a_receiver_that_fails_then_recovers_gets_every_event_with_one_id(
     assert by_seq == {1: {f"{sid}:1"}, 2: {f"{sid}:2"}}
     assert [r["answered"] for r in got.requests()][-2:] == [200, 200]
 
+    metrics = (await http.get("/metrics")).text
+    assert 'aim_events_delivered_total{type="session.created"} 1.0' in metrics
+    assert 'aim_events_attempts_failed_total{reason="status"}' in metrics
+    assert "aim_events_backlog" in metrics
+    assert "aim_events_oldest_undelivered_seconds" in metrics
+
     ops = await http.get(f"/ops/api/sessions/{sid}/deliveries", headers=operator())
     assert ops.status_code == 200, ops.text
     first, second = ops.json()["deliveries"]

@@ -691,6 +691,7 @@ PUBLIC_PATHS = {
     "/a2a",
     "/.well-known/agent-card.json",
     "/.well-known/agent.json",
+    "/sdk",
     "/livekit/webhook",
 }
 PRIVATE_PREFIXES = ("/ops", "/metrics", "/provider")

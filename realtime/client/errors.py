@@ -1,0 +1,233 @@
+"""Typed errors of the client: one class per kind of failure a caller handles differently.
+
+An error comes from a JSON-RPC error object (`{code, message, data}`, data[0] a
+`google.rpc.ErrorInfo`, maybe a `google.rpc.BadRequest`), from the HTTP answer around it
+(status, `Retry-After`), or from the transport (no answer at all). `error_from_rpc` builds the
+right class for a code; `code` is None for failures that carry no JSON-RPC code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+# codes of the AIM realtime profile and of A2A (docs/protocol.md, Errors)
+STALE_EPOCH: Final = -31002
+INVALID_STATE: Final = -31003
+COMMAND_CONFLICT: Final = -31004
+LIMIT_EXCEEDED: Final = -31011
+UPSTREAM_UNAVAILABLE: Final = -31012
+UNAUTHENTICATED: Final = -31401
+PERMISSION_DENIED: Final = -31403
+INVALID_PARAMS: Final = -32602
+UNSUPPORTED_OPERATION: Final = -32004
+NOT_FOUND_CODES: Final = frozenset({-32001, -31001, -31006, -31010, -31005})
+
+ERROR_INFO: Final = "type.googleapis.com/google.rpc.ErrorInfo"
+BAD_REQUEST: Final = "type.googleapis.com/google.rpc.BadRequest"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One `google.rpc.BadRequest` field violation: the JSON path and what is wrong there."""
+
+    field: str
+    description: str
+
+
+class AimError(Exception):
+    """A call that failed. `code` is the JSON-RPC code (None when there is none: no answer, an
+    HTTP answer that is not JSON-RPC, a session that could not be started), `reason` the
+    ErrorInfo reason ("" if none), `metadata` its string map, `data` the error's whole `data`
+    list, `retry_after_ms` the advice of `Retry-After` / `retryAfterSeconds` (None without),
+    `http_status` the HTTP status (None without an answer) and `method` the JSON-RPC method
+    that failed ("" for none)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        reason: str = "",
+        metadata: Mapping[str, str] | None = None,
+        data: list[Any] | None = None,
+        retry_after_ms: int | None = None,
+        http_status: int | None = None,
+        method: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.reason = reason
+        self.metadata: dict[str, str] = dict(metadata or {})
+        self.data: list[Any] = list(data or [])
+        self.retry_after_ms = retry_after_ms
+        self.http_status = http_status
+        self.method = method
+
+    @property
+    def retryable(self) -> bool:
+        """True when sending the very same request again may succeed."""
+        return self.code == UPSTREAM_UNAVAILABLE or (
+            self.code == LIMIT_EXCEEDED and self.retry_after_ms is not None
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code}, reason={self.reason!r}, {self.message!r})"
+
+
+class StaleEpochError(AimError):
+    """-31002: the command carried an epoch that is not the session's current one."""
+
+    @property
+    def current_epoch(self) -> int | None:
+        value = self.metadata.get("currentEpoch", "")
+        return int(value) if value.isdigit() else None
+
+    @property
+    def stale_reason(self) -> str:
+        """superseded | rebound | ended | ahead."""
+        return self.metadata.get("reason", "")
+
+
+class SupersededError(StaleEpochError):
+    """Another device took the session over; join() again to take it back."""
+
+
+class InvalidStateError(AimError):
+    """-31003: the state machine does not allow it now (`metadata.state`, `allowed`)."""
+
+
+class NotFoundError(AimError):
+    """-32001, -31001, -31005, -31006, -31010: nothing by that id for this caller."""
+
+
+class CommandConflictError(AimError):
+    """-31004: an id reused with other params."""
+
+
+class LimitExceededError(AimError):
+    """-31011: a limit was reached (`metadata.limit`); `retry_after_ms` when waiting helps."""
+
+
+class UnavailableError(AimError):
+    """-31012 (an upstream of the service is unreachable), or no usable answer after the last
+    attempt (`code` None: the transport failed, or an HTTP 502/503/504 without JSON-RPC)."""
+
+    @property
+    def retryable(self) -> bool:
+        return True
+
+
+class AuthError(AimError):
+    """-31401 / -31403 (HTTP 401 / 403): get a token that is valid and has the scope."""
+
+
+class InvalidParamsError(AimError):
+    """-32602: `violations` say which fields are wrong."""
+
+    def __init__(self, message: str, *, violations: tuple[Violation, ...] = (), **kw: Any):
+        super().__init__(message, **kw)
+        self.violations = violations
+
+
+_CLASSES: Final[dict[int, type[AimError]]] = {
+    STALE_EPOCH: StaleEpochError,
+    INVALID_STATE: InvalidStateError,
+    COMMAND_CONFLICT: CommandConflictError,
+    LIMIT_EXCEEDED: LimitExceededError,
+    UPSTREAM_UNAVAILABLE: UnavailableError,
+    UNAUTHENTICATED: AuthError,
+    PERMISSION_DENIED: AuthError,
+    INVALID_PARAMS: InvalidParamsError,
+    **dict.fromkeys(NOT_FOUND_CODES, NotFoundError),
+}
+
+
+def retry_after_ms(header: str | None, metadata: Mapping[str, str]) -> int | None:
+    """Milliseconds from `Retry-After` (delta-seconds) or `retryAfterSeconds`, else None."""
+    for value in (header, metadata.get("retryAfterSeconds")):
+        if value is None:
+            continue
+        try:
+            seconds = float(value.strip())
+        except ValueError:
+            continue  # an HTTP-date or garbage: no advice this service would give
+        if math.isfinite(seconds) and seconds >= 0:
+            return int(seconds * 1000)
+    return None
+
+
+def _details(data: Any) -> tuple[str, dict[str, str], tuple[Violation, ...]]:
+    reason, metadata = "", {}
+    violations: list[Violation] = []
+    for detail in data if isinstance(data, list) else [data] if isinstance(data, dict) else []:
+        if not isinstance(detail, dict):
+            continue
+        kind = detail.get("@type", "")
+        if kind == ERROR_INFO or (not kind and "reason" in detail):  # the 0.3 form has no @type
+            reason = str(detail.get("reason", ""))
+            raw = detail.get("metadata")
+            if isinstance(raw, dict):
+                metadata = {str(k): str(v) for k, v in raw.items()}
+        if kind == BAD_REQUEST or "fieldViolations" in detail:
+            violations.extend(
+                Violation(str(item.get("field", "")), str(item.get("description", "")))
+                for item in detail.get("fieldViolations") or []
+                if isinstance(item, dict)
+            )
+    return reason, metadata, tuple(violations)
+
+
+def error_from_rpc(
+    error: Mapping[str, Any],
+    *,
+    http_status: int | None = None,
+    retry_after: str | None = None,
+    method: str = "",
+) -> AimError:
+    """The typed error for a JSON-RPC error object (and the HTTP answer it came in)."""
+    raw_code = error.get("code")
+    code = raw_code if isinstance(raw_code, int) and not isinstance(raw_code, bool) else None
+    message = str(error.get("message", "")) or f"error {code}"
+    reason, metadata, violations = _details(error.get("data"))
+    if http_status in (401, 403) and code not in (UNAUTHENTICATED, PERMISSION_DENIED):
+        cls: type[AimError] = AuthError
+    else:
+        cls = _CLASSES.get(code, AimError) if code is not None else AimError
+    if cls is StaleEpochError and metadata.get("reason") == "superseded":
+        cls = SupersededError
+    raw_data = error.get("data")
+    common: dict[str, Any] = {
+        "code": code,
+        "data": raw_data if isinstance(raw_data, list) else [raw_data] if raw_data else [],
+        "reason": reason,
+        "metadata": metadata,
+        "retry_after_ms": retry_after_ms(retry_after, metadata),
+        "http_status": http_status,
+        "method": method,
+    }
+    if cls is InvalidParamsError:
+        return InvalidParamsError(message, violations=violations, **common)
+    return cls(message, **common)
+
+
+def transport_error(method: str, cause: BaseException) -> UnavailableError:
+    """No answer: the connection failed, was cut, or timed out."""
+    said = str(cause) or type(cause).__name__
+    return UnavailableError(f"no answer from the service: {said}", reason="TRANSPORT",
+                            method=method)  # fmt: skip
+
+
+def http_error(method: str, status: int, retry_after: str | None = None) -> AimError:
+    """An HTTP answer without a JSON-RPC body (a proxy's 502, a 413, …)."""
+    message = f"HTTP {status} without a JSON-RPC answer"
+    wait = retry_after_ms(retry_after, {})
+    if status in (502, 503, 504):
+        return UnavailableError(message, reason="HTTP", http_status=status, method=method,
+                                retry_after_ms=wait)  # fmt: skip
+    if status in (401, 403):
+        return AuthError(message, reason="HTTP", http_status=status, method=method)
+    return AimError(message, reason="HTTP", http_status=status, method=method)

@@ -1,0 +1,164 @@
+"""What a session tells its app (`async for event in session.events()`) and what calls return.
+
+Every event is a frozen dataclass with `name`, the event's name in both client libraries
+(`state`, `requirement`, `interaction`, `superseded`, `rebound`, `ended`, `error`; `update` only
+for `events(updates=True)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from realtime.client.errors import AimError
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    """The session's state, its epoch, the task's state or version changed (not on repeats)."""
+
+    name: ClassVar[str] = "state"
+    state: str
+    epoch: int
+    task_state: str
+    task_version: int
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """The agent asks the user to confirm `action` (the task is TASK_STATE_INPUT_REQUIRED)."""
+
+    name: ClassVar[str] = "requirement"
+    operation_id: str
+    requirement_id: str
+    action: dict[str, Any]
+    action_digest: str
+    expected_version: int
+
+
+@dataclass(frozen=True)
+class Interaction:
+    """A SendInteraction this session object sent was accepted (`operation` when the result
+    carried one: confirmations, media.decide, an agent-side media.request)."""
+
+    name: ClassVar[str] = "interaction"
+    command_id: str
+    type: str
+    accepted_at: str
+    operation: dict[str, Any] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """Another device took the session over at `epoch`; commands raise SupersededError without
+    being sent until `join()` takes it back."""
+
+    name: ClassVar[str] = "superseded"
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Rebound:
+    """The room was replaced at `epoch` (the session is provisioning again): join() again."""
+
+    name: ClassVar[str] = "rebound"
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The task is terminal; the stream is closed after this event."""
+
+    name: ClassVar[str] = "ended"
+    state: str
+    task_state: str
+    end_reason: str | None
+
+
+@dataclass(frozen=True)
+class StreamFailed:
+    """The stream cannot go on (`error`); the session still takes commands."""
+
+    name: ClassVar[str] = "error"
+    error: AimError
+
+
+@dataclass(frozen=True)
+class Update:
+    """One raw StreamResponse of the task (`{"task": …}` or `{"statusUpdate": …}`) and its SSE
+    id, before the events derived from it; only for `events(updates=True)`."""
+
+    name: ClassVar[str] = "update"
+    event_id: str | None
+    result: dict[str, Any]
+
+
+Event = StateChanged | Requirement | Interaction | Superseded | Rebound | Ended | StreamFailed
+AnyEvent = Event | Update
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """JoinSession's media: what livekit's `room.connect(url, token)` needs."""
+
+    url: str
+    token: str
+    room: str
+    expires_at: str
+    epoch: int
+    identity: str
+    endpoint_id: str
+    command_id: str
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What this device can do (RegisterEndpoint's `capabilities`)."""
+
+    audio_input: bool = True
+    audio_output: bool = True
+    camera: bool = False
+    screen: bool = False
+    interactions: tuple[str, ...] = ("text", "confirmation")
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "audioInput": self.audio_input,
+            "audioOutput": self.audio_output,
+            "camera": self.camera,
+            "screen": self.screen,
+            "interactions": list(self.interactions),
+        }
+
+    @classmethod
+    def of(cls, value: Capabilities | Mapping[str, Any] | None) -> Capabilities:
+        """From a Capabilities, a mapping in either spelling (audioInput / audio_input), or
+        None (the defaults)."""
+        if value is None:
+            return cls()
+        if isinstance(value, Capabilities):
+            return value
+        names = {"audioInput": "audio_input", "audioOutput": "audio_output"}
+        values = {names.get(key, key): item for key, item in value.items()}
+        if "interactions" in values:
+            values["interactions"] = tuple(values["interactions"])
+        return cls(**values)
+
+
+def requirement_in(status: Mapping[str, Any]) -> Requirement | None:
+    """The requirement a task status message carries (its data part), if any."""
+    message = status.get("message")
+    parts = message.get("parts") if isinstance(message, dict) else None
+    for part in parts if isinstance(parts, list) else []:
+        data = part.get("data") if isinstance(part, dict) else None
+        if isinstance(data, dict) and "requirementId" in data and "operationId" in data:
+            action = data.get("action")
+            return Requirement(
+                operation_id=str(data["operationId"]),
+                requirement_id=str(data["requirementId"]),
+                action=action if isinstance(action, dict) else {},
+                action_digest=str(data.get("actionDigest", "")),
+                expected_version=int(data.get("expectedVersion", 0)),
+            )
+    return None

@@ -1,0 +1,126 @@
+"""From the task's stream to a session's events.
+
+Each frame updates the session (state, epoch, task state and version, the open requirement)
+and yields the events it implies, in this order: `update` (raw, opt-in), `superseded` or
+`rebound`, `state`, `requirement`, and `ended` after the terminal frame.
+
+A frame whose epoch passed the epoch this device joined at, while the session is not
+provisioning, may mean another device took over: GetSession says (this endpoint `superseded`)
+before the session adopts the new epoch, so no command of this device goes out at the new epoch
+in between. A new epoch while provisioning is a rebind: the app joins again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any, Final
+
+from realtime.client.errors import AimError
+from realtime.client.events import Ended, Rebound, StateChanged, StreamFailed, Update
+from realtime.client.events import requirement_in as _requirement_in
+from realtime.client.stream import TERMINAL_TASK_STATES, Frame, TaskStream
+
+if TYPE_CHECKING:
+    from realtime.client.session import Session
+
+REALTIME: Final = "urn:aim:a2a:realtime:v1"
+INPUT_REQUIRED: Final = "TASK_STATE_INPUT_REQUIRED"
+
+
+class Follower:
+    """Runs one session's stream in a task while anyone listens (and until it ends)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.task: asyncio.Task[None] | None = None
+        self.stream: TaskStream | None = None
+        self._last: tuple[str, int, str, int] | None = None
+        self._requirements_seen: set[str] = set()
+        self._vetted_epoch = 0
+        self._rebound_epochs: set[int] = set()
+
+    def start(self) -> None:
+        """Start following, or follow again after the stream failed (resuming after the last
+        event it got)."""
+        if self.session.ended is not None:
+            return
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._run(), name=f"aim-stream-{self.session.task_id}")
+
+    async def stop(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    async def _run(self) -> None:
+        session = self.session
+        client = session.client
+        if self.stream is None:
+            self.stream = TaskStream(client.rpc, session.task_id, backoff=client.stream_backoff,
+                                     idle_timeout_s=client.stream_idle_timeout_s)  # fmt: skip
+        try:
+            async for frame in self.stream.frames():
+                session.emit(Update(frame.event_id, frame.result))
+                await self.apply(frame)
+                if frame.terminal:
+                    break
+            await self._ended()
+        except AimError as error:
+            session.emit(StreamFailed(error))
+
+    async def apply(self, frame: Frame) -> None:
+        session = self.session
+        body = frame.body
+        meta: dict[str, Any] = (body.get("metadata") or {}).get(REALTIME) or {}
+        state = str(meta.get("sessionState", session.state))
+        epoch = int(meta.get("sessionEpoch", session.epoch))
+        if state == "provisioning" and epoch > 1 and epoch not in self._rebound_epochs:
+            self._rebound_epochs.add(epoch)
+            session.joined_epoch = session.registered_epoch = None  # join() again
+            session.emit(Rebound(epoch))
+        elif (
+            state != "provisioning"
+            and session.joined_epoch is not None
+            and epoch > max(session.joined_epoch, self._vetted_epoch)
+            and not session.superseded
+        ):
+            self._vetted_epoch = epoch
+            with contextlib.suppress(AimError):  # a command will say so, if this one cannot
+                await session.refresh()  # marks the session superseded if this endpoint is
+        session.state = state
+        session.epoch = max(session.epoch, epoch)
+        status: dict[str, Any] = body.get("status") or {}
+        session.task_state = str(status.get("state", session.task_state))
+        session.task_version = int(meta.get("taskVersion", session.task_version))
+        now = (session.state, session.epoch, session.task_state, session.task_version)
+        if now != self._last:
+            self._last = now
+            session.emit(StateChanged(*now))
+        if session.task_state != INPUT_REQUIRED:
+            session.requirement = None
+            return
+        asked = _requirement_in(status)
+        session.requirement = asked
+        if asked is not None:
+            session.requirements[asked.operation_id] = asked
+            if asked.requirement_id not in self._requirements_seen:
+                self._requirements_seen.add(asked.requirement_id)
+                session.emit(asked)
+
+    async def _ended(self) -> None:
+        """The task is terminal: `ended`, with the end reason GetSession gives."""
+        session = self.session
+        with contextlib.suppress(AimError):
+            await session.refresh()
+        if session.task_state not in TERMINAL_TASK_STATES:
+            with contextlib.suppress(AimError):
+                task = await session.client.rpc.call(
+                    "GetTask", {"id": session.task_id, "historyLength": 0}
+                )
+                session.task_state = str(task.get("status", {}).get("state", ""))
+        reason = session.info.get("endReason")
+        session.ended = Ended(session.state, session.task_state,
+                              str(reason) if reason is not None else None)  # fmt: skip
+        session.emit(session.ended)

@@ -1,0 +1,185 @@
+"""The JSON-RPC caller: one POST per attempt, the same body on every attempt of one call.
+
+A call's body (its JSON-RPC id and params, so its commandId / messageId / requestId) is encoded
+once, when the call is made; retries send those bytes again. What is retried, up to
+`RetryPolicy.attempts` attempts in all:
+
+- no answer (connection refused or cut, a timeout): the call may have applied, and the same
+  ids make the retry answer its stored outcome;
+- HTTP 502/503/504 without a JSON-RPC body (a proxy in between);
+- -31012 UPSTREAM_UNAVAILABLE;
+- -31011 LIMIT_EXCEEDED with retry advice (`Retry-After`, `retryAfterSeconds`): waited out as
+  advised instead of backing off.
+
+The others wait an exponential backoff with full jitter: a random delay between 0 and
+`min(max_delay_ms, base_delay_ms * 2**(n-1))` before the n-th retry. Anything else is raised at
+once as a typed error (`realtime.client.errors`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+import random as _random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+
+from realtime.client.errors import (
+    LIMIT_EXCEEDED,
+    AimError,
+    error_from_rpc,
+    http_error,
+    transport_error,
+)
+
+A2A_HEADERS: Final = {
+    "A2A-Version": "1.0",
+    "A2A-Extensions": "urn:aim:a2a:realtime:v1",
+}
+TokenSource = str | Callable[[], str | Awaitable[str]] | None
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long a call is retried (see the module's docstring).
+
+    `max_retry_after_ms`: a `Retry-After` longer than this is not waited out (the error is
+    raised with its `retry_after_ms`, for the app to decide)."""
+
+    attempts: int = 5
+    base_delay_ms: int = 250
+    max_delay_ms: int = 5000
+    max_retry_after_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("RetryPolicy.attempts must be at least 1")
+        if self.base_delay_ms < 0 or self.max_delay_ms < 0:
+            raise ValueError("RetryPolicy delays must not be negative")
+
+    def backoff_ms(self, retry: int, fraction: float) -> float:
+        """Full jitter: the delay before the `retry`-th retry (1, 2, …) for `fraction` in
+        [0, 1) drawn at random."""
+        ceiling = min(self.max_delay_ms, self.base_delay_ms * 2 ** min(retry - 1, 30))
+        return float(fraction * ceiling)
+
+    @classmethod
+    def of(cls, value: RetryPolicy | Mapping[str, int] | None) -> RetryPolicy:
+        if value is None:
+            return cls()
+        if isinstance(value, RetryPolicy):
+            return value
+        return cls(**dict(value))
+
+
+def encode(request_id: int, method: str, params: Mapping[str, Any]) -> bytes:
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class RpcCaller:
+    """POSTs JSON-RPC 2.0 calls to one URL (`…/a2a` or an agent's `…/provider`).
+
+    `token` is a string or a function (sync or async) returning one, called for every attempt,
+    so a refreshed token is used. `headers` are added to every request (the A2A headers for
+    /a2a). `http`: an `httpx.AsyncClient` of the caller's (kept open by `aclose`); else one is
+    made, on `transport` when given. `sleep` and `random` are the waits and the jitter."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: TokenSource = None,
+        headers: Mapping[str, str] | None = None,
+        retry: RetryPolicy | Mapping[str, int] | None = None,
+        request_timeout_ms: int = 30_000,
+        http: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Sleep = asyncio.sleep,
+        random: Callable[[], float] = _random.random,
+    ) -> None:
+        self.url = url
+        self.token = token
+        self.extra_headers = dict(headers or {})
+        self.retry = RetryPolicy.of(retry)
+        self.timeout = httpx.Timeout(request_timeout_ms / 1000)
+        self._own_http = http is None
+        self.http = http if http is not None else httpx.AsyncClient(transport=transport)
+        self.sleep = sleep
+        self.random = random
+        self._ids = itertools.count(1)
+
+    async def aclose(self) -> None:
+        if self._own_http:
+            await self.http.aclose()
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    async def headers(self, **extra: str) -> dict[str, str]:
+        """The headers of one attempt: content type, the current token, the fixed ones."""
+        headers = {"Content-Type": "application/json", **self.extra_headers, **extra}
+        token = self.token
+        if callable(token):
+            got = token()
+            token = await got if inspect.isawaitable(got) else got
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    async def call(self, method: str, params: Mapping[str, Any]) -> Any:
+        """The call's `result`, retried as the module says; else its typed error."""
+        body = encode(self.next_id(), method, params)
+        retry = 0
+        while True:
+            try:
+                return await self.attempt(method, body)
+            except AimError as error:
+                retry += 1
+                delay_ms = self.delay_ms(error, retry)
+                if delay_ms is None:
+                    raise
+            await self.sleep(delay_ms / 1000)
+
+    def delay_ms(self, error: AimError, retry: int) -> float | None:
+        """How long to wait before the `retry`-th retry after `error`; None: raise it."""
+        if not error.retryable or retry >= self.retry.attempts:
+            return None
+        if error.code == LIMIT_EXCEEDED and error.retry_after_ms is not None:
+            if error.retry_after_ms > self.retry.max_retry_after_ms:
+                return None
+            return float(error.retry_after_ms)
+        return self.retry.backoff_ms(retry, self.random())
+
+    async def attempt(self, method: str, body: bytes) -> Any:
+        """One POST of `body`: its result, or the error it answered (or its lack of one)."""
+        try:
+            response = await self.http.post(
+                self.url, content=body, headers=await self.headers(), timeout=self.timeout
+            )
+        except httpx.TransportError as exc:
+            raise transport_error(method, exc) from exc
+        return answer_of(method, response.status_code, response.content,
+                         response.headers.get("retry-after"))  # fmt: skip
+
+
+def answer_of(method: str, status: int, content: bytes, retry_after: str | None) -> Any:
+    """The result in a JSON-RPC answer, or the typed error it carries."""
+    try:
+        answer = json.loads(content)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or not ("result" in answer or "error" in answer):
+        raise http_error(method, status, retry_after)
+    error = answer.get("error")
+    if isinstance(error, dict):
+        raise error_from_rpc(error, http_status=status, retry_after=retry_after, method=method)
+    if "result" not in answer:
+        raise http_error(method, status, retry_after)
+    return answer["result"]

@@ -1,0 +1,313 @@
+"""One realtime session as a device sees it: its state, its commands, its events.
+
+Every mutating call mints one commandId when it is called; the caller's retries send the same
+body, so a command applies once whatever the network did. Commands carry the session's current
+epoch (the newest one seen in a stream event, GetSession or a command result); EndSession
+carries none. Once another device took the session over, commands raise SupersededError without
+being sent, until `join()` takes it back (EndSession stays allowed: any device may end it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from realtime.client.errors import AimError, StaleEpochError, SupersededError
+from realtime.client.events import (
+    AnyEvent,
+    Capabilities,
+    Ended,
+    Interaction,
+    JoinResult,
+    Requirement,
+    Superseded,
+    requirement_in,
+)
+from realtime.client.follow import Follower
+
+if TYPE_CHECKING:
+    from realtime.client.client import AimClient
+
+REALTIME: Final = "urn:aim:a2a:realtime:v1"
+POLL_S: Final = 0.25
+
+
+class Session:
+    """Made by `AimClient.create_session` or `AimClient.resume_session`."""
+
+    def __init__(
+        self,
+        client: AimClient,
+        *,
+        session_id: str,
+        task_id: str,
+        endpoint_key: str,
+        capabilities: Capabilities,
+    ) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.task_id = task_id
+        self.endpoint_key = endpoint_key
+        self.capabilities = capabilities
+        self.state = ""
+        self.epoch = 0
+        self.task_state = ""
+        self.task_version = 0
+        self.endpoint_id: str | None = None
+        self.requirement: Requirement | None = None
+        self.info: dict[str, Any] = {}  # the newest session object (GetSession, a command)
+        self.version = 0
+        self.joined_epoch: int | None = None
+        self.registered_epoch: int | None = None
+        self.requirements: dict[str, Requirement] = {}  # by operationId, as the stream showed
+        self.ended: Ended | None = None
+        self._superseded = False
+        self._subscribers: list[tuple[asyncio.Queue[AnyEvent | None], bool]] = []
+        self._follower = Follower(self)
+
+    def __repr__(self) -> str:
+        return f"Session({self.session_id}, {self.state}, epoch {self.epoch})"
+
+    @property
+    def superseded(self) -> bool:
+        return self._superseded
+
+    # ---- what the session learns ---------------------------------------------------------
+    def apply_session(self, session: Any) -> None:
+        """A session object from GetSession or a command result (older versions ignored)."""
+        if not isinstance(session, dict):
+            return
+        version = int(session.get("version", 0))
+        if version < self.version:
+            return
+        self.version, self.info = version, session
+        self.state = str(session.get("state", self.state))
+        self.epoch = max(self.epoch, int(session.get("sessionEpoch", 0)))
+        if self.joined_epoch is not None and self.endpoint_id is not None:
+            for endpoint in session.get("endpoints") or ():
+                mine = endpoint.get("endpointId") == self.endpoint_id
+                if mine and endpoint.get("state") == "superseded":
+                    self.mark_superseded(self.epoch)
+
+    def mark_superseded(self, epoch: int) -> None:
+        if not self._superseded:
+            self._superseded = True
+            self.emit(Superseded(epoch))
+
+    def emit(self, event: AnyEvent) -> None:
+        for queue, updates in list(self._subscribers):
+            if updates or event.name != "update":
+                queue.put_nowait(event)
+
+    # ---- events ----------------------------------------------------------------------------
+    async def events(self, *, updates: bool = False) -> AsyncIterator[AnyEvent]:
+        """Every event from now on; the first subscription starts the stream. Ends after
+        `Ended`, after a `StreamFailed`, or at `close()`. `updates`: also every raw frame."""
+        if self.ended is not None:
+            yield self.ended
+            return
+        queue: asyncio.Queue[AnyEvent | None] = asyncio.Queue()
+        entry = (queue, updates)
+        self._subscribers.append(entry)
+        self._follower.start()
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+                if event.name in ("ended", "error"):
+                    return
+        finally:
+            self._subscribers.remove(entry)
+
+    def end_subscriptions(self) -> None:
+        for queue, _ in list(self._subscribers):
+            queue.put_nowait(None)
+
+    async def close(self) -> None:
+        """Stop the stream (sends no command); iterators of `events()` end."""
+        await self._follower.stop()
+        self.end_subscriptions()
+
+    # ---- commands --------------------------------------------------------------------------
+    async def command(
+        self, method: str, params: Mapping[str, Any], *, epoch: bool = True, guard: bool = True
+    ) -> dict[str, Any]:
+        if guard:
+            self.check_not_superseded(f"aim.realtime.{method}")
+        body: dict[str, Any] = {"sessionId": self.session_id}
+        if epoch:
+            body["sessionEpoch"] = self.epoch
+        body["commandId"] = str(uuid.uuid4())
+        body.update(params)
+        try:
+            result: dict[str, Any] = await self.client.rpc.call(f"aim.realtime.{method}", body)
+        except StaleEpochError as stale:
+            if stale.current_epoch is not None:
+                self.epoch = max(self.epoch, stale.current_epoch)
+            if isinstance(stale, SupersededError):
+                self.mark_superseded(stale.current_epoch or self.epoch)
+            raise
+        result["_commandId"] = body["commandId"]
+        self.apply_session(result.get("session"))
+        return result
+
+    def check_not_superseded(self, method: str) -> None:
+        """SupersededError, without a request, while another device holds the session."""
+        if self._superseded:
+            raise SupersededError(
+                "another device took this session over; join() again to take it back",
+                code=-31002, reason="STALE_EPOCH", method=method,
+                metadata={"currentEpoch": str(self.epoch), "reason": "superseded"},
+            )  # fmt: skip
+
+    async def refresh(self) -> dict[str, Any]:
+        """GetSession: the whole session object now (also kept in `info`)."""
+        got = await self.client.rpc.call("aim.realtime.GetSession", {"sessionId": self.session_id})
+        session: dict[str, Any] = got["session"]
+        self.apply_session(session)
+        return session
+
+    async def wait_ready(self, timeout_ms: int | None = None) -> str:
+        """Poll GetSession while the session is `provisioning`; the state it left it for."""
+        limit = self.client.ready_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = time.monotonic() + limit / 1000
+        while (await self.refresh())["state"] == "provisioning":
+            if time.monotonic() > deadline:
+                raise AimError(f"the session is still provisioning after {limit / 1000:g} s",
+                               reason="TIMEOUT", method="aim.realtime.GetSession")  # fmt: skip
+            await asyncio.sleep(POLL_S)
+        return self.state
+
+    async def register(self) -> dict[str, Any]:
+        """RegisterEndpoint with this device's key and capabilities: the endpoint object."""
+        result = await self.command(
+            "RegisterEndpoint",
+            {"clientEndpointKey": self.endpoint_key, "capabilities": self.capabilities.wire()},
+        )
+        endpoint: dict[str, Any] = result["endpoint"]
+        self.endpoint_id = str(endpoint["endpointId"])
+        self.registered_epoch = int(result["session"]["sessionEpoch"])
+        return endpoint
+
+    async def join(self) -> JoinResult:
+        """RegisterEndpoint (when not registered at this epoch) then JoinSession: the LiveKit
+        URL and token. Waits while the session is provisioning. After `Superseded`, this is
+        how the device takes the session back (a handoff to it)."""
+        if self.state in ("", "provisioning"):
+            await self.wait_ready()
+        if self.endpoint_id is None or self.registered_epoch != self.epoch or self._superseded:
+            await self._register_to_join()
+        result = await self.command("JoinSession", {"endpointId": self.endpoint_id}, guard=False)
+        media, session = result["media"], result["session"]
+        self.joined_epoch = self.registered_epoch = int(session["sessionEpoch"])
+        self._superseded = False
+        return JoinResult(
+            url=media["url"],
+            token=media["token"],
+            room=media["room"],
+            expires_at=media["expiresAt"],
+            epoch=self.joined_epoch,
+            identity=media.get("identity", ""),
+            endpoint_id=str(self.endpoint_id),
+            command_id=result["_commandId"],
+        )
+
+    async def _register_to_join(self) -> None:
+        self.joined_epoch = None  # a superseded device registers again before it joins
+        self._superseded = False
+        await self.register()
+
+    async def send_interaction(self, type: str, payload: Mapping[str, Any]) -> Interaction:
+        """SendInteraction: `type` (input.text, visual.select, …) with its payload."""
+        result = await self.command("SendInteraction", {"type": type, "payload": dict(payload)})
+        accepted = result["interaction"]
+        interaction = Interaction(
+            command_id=accepted["commandId"],
+            type=accepted["type"],
+            accepted_at=accepted["acceptedAt"],
+            operation=result.get("operation"),
+        )
+        self.emit(interaction)
+        return interaction
+
+    async def send_text(self, text: str) -> Interaction:
+        return await self.send_interaction("input.text", {"text": text})
+
+    async def confirm(
+        self,
+        operation_id: str,
+        decision: Literal["approve", "deny"],
+        *,
+        via: Literal["interaction", "task"] = "interaction",
+        text: str | None = None,
+    ) -> dict[str, Any]:
+        """Answer the agent's requirement for `operation_id`: the operation afterwards.
+        `via="task"` answers with A2A ContinueTask (`text` joins the message)."""
+        if decision not in ("approve", "deny"):
+            raise ValueError("decision is 'approve' or 'deny'")
+        if via == "task":
+            return await self._continue_task(operation_id, decision, text)
+        if decision == "deny":
+            result = await self.send_interaction("operation.cancel", {"operationId": operation_id})
+        else:
+            asked = self.requirements.get(operation_id) or await self._requirement(operation_id)
+            result = await self.send_interaction("operation.confirm", {
+                "operationId": operation_id,
+                "requirementId": asked.requirement_id,
+                "actionDigest": asked.action_digest,
+            })  # fmt: skip
+        if result.operation is not None:
+            return result.operation
+        return await self.operation(operation_id)
+
+    async def operation(self, operation_id: str) -> dict[str, Any]:
+        got = await self.client.rpc.call(
+            "aim.realtime.GetOperation", {"sessionId": self.session_id, "operationId": operation_id}
+        )
+        operation: dict[str, Any] = got["operation"]
+        return operation
+
+    async def _requirement(self, operation_id: str) -> Requirement:
+        """The open requirement of an operation the stream has not shown (yet)."""
+        task = await self.client.rpc.call("GetTask", {"id": self.task_id, "historyLength": 0})
+        shown = requirement_in(task.get("status") or {})
+        if shown is not None and shown.operation_id == operation_id:
+            return shown
+        operation = await self.operation(operation_id)
+        asked = operation.get("requirement") or {}
+        version = task.get("metadata", {}).get(REALTIME, {}).get("taskVersion", 0)
+        return Requirement(
+            operation_id=operation_id,
+            requirement_id=str(asked.get("requirementId", "")),
+            action=asked.get("action") or {},
+            action_digest=str(asked.get("actionDigest", "")),
+            expected_version=int(version),
+        )
+
+    async def _continue_task(
+        self, operation_id: str, decision: str, text: str | None
+    ) -> dict[str, Any]:
+        self.check_not_superseded("ContinueTask")
+        asked = self.requirements.get(operation_id)
+        if asked is None or self.requirement != asked:
+            asked = await self._requirement(operation_id)
+        parts: list[dict[str, Any]] = [{"text": text}] if text else []
+        parts.append({"data": {"decision": decision}, "mediaType": "application/json"})
+        await self.client.rpc.call("ContinueTask", {
+            "id": self.task_id,
+            "requirementId": asked.requirement_id,
+            "expectedVersion": asked.expected_version,
+            "actionDigest": asked.action_digest,
+            "message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER",
+                        "taskId": self.task_id, "parts": parts},
+            "historyLength": 0,
+        })  # fmt: skip
+        return await self.operation(operation_id)
+
+    async def end(self, reason: str = "ended by the app") -> dict[str, Any]:
+        """EndSession (no epoch): the session afterwards, `ending`."""
+        result = await self.command("EndSession", {"reason": reason}, epoch=False, guard=False)
+        session: dict[str, Any] = result["session"]
+        return session

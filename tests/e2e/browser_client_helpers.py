@@ -1,0 +1,251 @@
+"""Building blocks of the browser client's tests (`test_browser_client.py`): the service and a
+static server of the test page on two origins, a TCP proxy between the browser and the service,
+and a `Device`, one browser window showing `browser_client_page.html`.
+
+Selenium blocks: every `Device` method is called through `asyncio.to_thread`, so this event
+loop (which serves the service, the page and the proxy) keeps running meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import httpx
+
+from realtime.app import create_app
+from realtime.store.redis_client import RedisClient
+from tests.conftest import livekit_settings, serving
+from tests.e2e.sse_helpers import stream
+from tests.tcp_proxy import _CHUNK, TcpProxy, _Link
+
+PAGE = Path(__file__).with_name("browser_client_page.html")
+WAIT_S = 30
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+async def page_app(scope: Scope, receive: Receive, send: Send) -> None:
+    """The app's own origin: the test page at `/`, nothing else."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    found = scope["path"] == "/"
+    body = PAGE.read_bytes() if found else b"not found"
+    kind = b"text/html; charset=utf-8" if found else b"text/plain"
+    await send({"type": "http.response.start", "status": 200 if found else 404,
+                "headers": [(b"content-type", kind), (b"cache-control", b"no-store")]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
+
+
+class AnswerCuttingProxy(TcpProxy):
+    """`TcpProxy` for HTTP: after `arm(pattern, forward=True)` the reply's head (status line,
+    header fields) still reaches the client, then the connection is cut: the answer is lost
+    after it began. A browser never repairs that loss by itself; a reply lost whole it does
+    repair, once, by sending the request again when the connection was a reused one."""
+
+    async def _downstream(
+        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        head = b""
+        try:
+            while data := await reader.read(_CHUNK):
+                if not link.swallow:
+                    writer.write(data)
+                    await writer.drain()
+                elif not link.replied.is_set():
+                    head += data
+                    end = head.find(b"\r\n\r\n")
+                    if end >= 0:
+                        writer.write(head[: end + 4])
+                        await writer.drain()
+                        link.replied.set()  # the proxy cuts every connection now
+        finally:
+            link.close()
+
+
+@contextlib.asynccontextmanager
+async def origins(
+    livekit: Any, store: RedisClient, **settings: Any
+) -> AsyncIterator[tuple[str, str, AnswerCuttingProxy, httpx.AsyncClient]]:
+    """(page origin, the service's origin as the browser reaches it: through the proxy, the
+    proxy, a client of the service itself). The service lists the page's origin in
+    AIM_CORS_ORIGINS, as a deployment serving an app from elsewhere does; `settings` are the
+    service's others."""
+    async with serving(page_app) as page_origin:
+        configured = livekit_settings(livekit, cors_origins=(page_origin,), **settings)
+        app = create_app(configured, store=store, tracer_provider=None)
+        async with (
+            serving(app) as base_url,
+            httpx.AsyncClient(base_url=base_url, timeout=30) as http,
+        ):
+            address = urlsplit(base_url)
+            host, port = address.hostname or "127.0.0.1", address.port or 80
+            connect = lambda: asyncio.open_connection(host, port)  # noqa: E731
+            async with AnswerCuttingProxy(connect) as proxy:
+                yield page_origin, f"http://127.0.0.1:{proxy.port}", proxy, http
+
+
+class Device:
+    """One window of the browser showing the test page as one device."""
+
+    def __init__(self, driver: Any, url: str, *, new_window: bool) -> None:
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        self.driver = driver
+        if new_window:
+            driver.switch_to.new_window("window")
+        self.handle = driver.current_window_handle
+        self.wait = WebDriverWait(driver, WAIT_S, poll_frequency=0.05)
+        driver.get(url)
+        self.until("library", "loaded")
+
+    @staticmethod
+    def url(page_origin: str, service: str, token: str, device: str, **more: str) -> str:
+        return f"{page_origin}/?" + urlencode({"service": service, "token": token,
+                                               "device": device, **more})  # fmt: skip
+
+    def _element(self, element_id: str) -> Any:
+        from selenium.webdriver.common.by import By
+
+        if self.driver.current_window_handle != self.handle:
+            self.driver.switch_to.window(self.handle)
+        return self.driver.find_element(By.ID, element_id)
+
+    def text(self, element_id: str) -> str:
+        text: str = self._element(element_id).text
+        return text
+
+    def items(self, list_id: str) -> list[str]:
+        from selenium.webdriver.common.by import By
+
+        self._element(list_id)  # this window
+        found = self.driver.find_elements(By.CSS_SELECTOR, f"#{list_id} li")
+        return [item.text for item in found]
+
+    def click(self, element_id: str) -> None:
+        self._element(element_id).click()
+
+    def type(self, element_id: str, text: str) -> None:
+        field = self._element(element_id)
+        field.clear()
+        field.send_keys(text)
+
+    def shown(self, element_id: str) -> bool:
+        shown: bool = self._element(element_id).is_displayed()
+        return shown
+
+    def until(self, element_id: str, text: str) -> None:
+        self.wait.until(lambda _: self.text(element_id) == text,
+                        f"#{element_id} never showed {text!r}")  # fmt: skip
+
+    def until_true(self, check: Callable[[], bool], what: str) -> None:
+        self.wait.until(lambda _: check(), what)
+
+    def until_count(self, list_id: str, count: int) -> list[str]:
+        self.until_true(lambda: len(self.items(list_id)) >= count,
+                        f"#{list_id} has fewer than {count} items")  # fmt: skip
+        return self.items(list_id)
+
+    def frames(self) -> list[tuple[int, str, str]]:
+        """(stream, SSE id, the rest) of every frame the page's streams received, in order."""
+        found = []
+        for line in self.items("frames"):
+            stream, event_id, rest = line.split(" ", 2)
+            found.append((int(stream), event_id, rest))
+        return found
+
+    def connections(self) -> list[tuple[int, str]]:
+        """(stream, the Last-Event-ID it was opened with, or "none") of every stream opened."""
+        opened = (line.split(" ") for line in self.items("connections"))
+        return [(int(n), sent) for n, sent in opened]
+
+    def requests(self, method: str) -> list[dict[str, Any]]:
+        """The bodies of the requests of `method` the library sent (every attempt)."""
+        found = []
+        for line in self.items("requests"):
+            name, body = line.split(" ", 1)
+            if name == method:
+                found.append(json.loads(body))
+        return found
+
+    def script(self, source: str, *args: Any) -> Any:
+        """Run `source` in this window (asynchronously: it calls its last argument)."""
+        self._element("library")  # this window
+        self.driver.set_script_timeout(WAIT_S)
+        return self.driver.execute_async_script(source, *args)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The payloads of the library's `name` events, in order."""
+        found = []
+        for line in self.items("events"):
+            event, _, payload = line.partition(" ")
+            if event == name:
+                found.append(json.loads(payload))
+        return found
+
+
+async def server_frames_after(
+    http: httpx.AsyncClient, task_id: str, last_event_id: str
+) -> list[tuple[str, str]]:
+    """The service's own event stream of the task after `last_event_id`, up to its end, in the
+    page's notation (SubscribeToTask resumed there)."""
+    params = {"id": task_id, "historyLength": 0}
+    async with stream(http, "SubscribeToTask", params, last_event_id=last_event_id) as reader:
+        events = await reader.rest(within=10)
+    frames = []
+    for event in events:
+        assert event.id is not None
+        item = event.result.get("task") or event.result["statusUpdate"]
+        meta = item["metadata"]["urn:aim:a2a:realtime:v1"]
+        rest = f"{meta['sessionState']} {meta['sessionEpoch']} {item['status']['state']}"
+        frames.append((event.id, rest))
+    return frames
+
+
+def resumed_exactly(frames: list[tuple[int, str, str]], connections: list[tuple[int, str]]) -> None:
+    """Each stream after the first was opened with the id of the last frame received before it."""
+    assert connections[0] == (1, "none"), connections
+    for stream_no, sent in connections[1:]:
+        before = [event_id for n, event_id, _ in frames if n < stream_no]
+        assert before, (stream_no, frames)
+        assert sent == before[-1], (stream_no, sent, before[-1])
+
+
+# what the page's library throws, as plain data (run by `Device.script`)
+TYPED_ERRORS = """
+const [service, token, dead, done] = arguments;
+(async () => {
+  const lib = await import(`${service}/sdk/aim-realtime.js`);
+  const seen = (e) => ({name: e.name, code: e.code, reason: e.reason, message: e.message,
+    metadata: e.metadata, httpStatus: e.httpStatus, retryable: e.retryable,
+    currentEpoch: e.currentEpoch ?? null, violations: e.violations ?? null,
+    typed: e instanceof lib.AimError});
+  const thrown = (call) => call().then(() => null, seen);
+  const client = new lib.AimClient({baseUrl: service, token});
+  const fast = {attempts: 2, baseDelayMs: 10, maxDelayMs: 10};
+  const vision = ["audio_input", "audio_output", "vision_input"];
+  const session = await client.createSession({endpointKey: "k".repeat(129)});
+  const stranger = new lib.AimClient({baseUrl: service, token: "not-a-token"});
+  done({
+    rejected: await thrown(() => client.createSession({endpointKey: "k",
+                                                       requiredCapabilities: vision})),
+    invalidParams: await thrown(() => session.join()),
+    notFound: await thrown(() => client.call("aim.realtime.GetSession",
+                                             {sessionId: crypto.randomUUID()})),
+    auth: await thrown(() => stranger.createSession({endpointKey: "k"})),
+    noAnswer: await thrown(() => new lib.AimClient({baseUrl: dead, token, retry: fast})
+                                   .createSession({endpointKey: "k"})),
+    badDecision: await thrown(() => session.confirm("op", "maybe")),
+  });
+})().catch((e) => done({crashed: String(e)}));
+"""

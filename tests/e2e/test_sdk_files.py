@@ -1,0 +1,106 @@
+"""The browser client library served by the service: `GET /sdk/aim-realtime.js` (an ES module)
+and `/sdk/aim-realtime.d.ts` (its types), the package's bytes, public, cacheable (a strong
+ETag, 304), HEAD, and CORS as for the API (a module script from another origin needs it)."""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+
+import httpx
+import pytest
+
+from realtime.app import create_app
+from realtime.settings import Settings
+from tests.conftest import TEST_SECRET, serving
+
+pytestmark = pytest.mark.e2e
+
+APP = "https://app.example.com"
+FILES = {
+    "/sdk/aim-realtime.js": ("aim-realtime.js", "text/javascript; charset=utf-8"),
+    "/sdk/aim-realtime.d.ts": ("aim-realtime.d.ts", "application/typescript; charset=utf-8"),
+}
+
+
+def packaged(name: str) -> bytes:
+    return resources.files("realtime").joinpath("static", name).read_bytes()
+
+
+async def service(store, **settings: object):
+    app = create_app(
+        Settings(auth_hs256_secret=TEST_SECRET, rate_limit_rps=0, **settings), store=store
+    )
+    return serving(app)
+
+
+async def test_the_files_are_served_as_packaged_without_a_token(store):
+    async with await service(store) as base, httpx.AsyncClient(base_url=base) as client:
+        for path, (name, media_type) in FILES.items():
+            answer = await client.get(path)
+            assert answer.status_code == 200, path
+            assert answer.headers["content-type"] == media_type
+            assert answer.content == packaged(name)
+            assert answer.headers["content-length"] == str(len(answer.content))
+            etag = answer.headers["etag"]
+            assert etag == '"' + hashlib.sha256(answer.content).hexdigest()[:32] + '"'  # strong
+            assert answer.headers["cache-control"] == "public, max-age=300"
+            assert answer.headers["x-content-type-options"] == "nosniff"
+            assert "access-control-allow-origin" not in answer.headers
+        js = (await client.get("/sdk/aim-realtime.js")).text
+        assert "export class AimClient" in js
+        assert (await client.get("/sdk/other.js")).status_code == 404
+
+
+async def test_a_current_copy_is_answered_304_and_head_has_no_body(store):
+    async with await service(store) as base, httpx.AsyncClient(base_url=base) as client:
+        first = await client.get("/sdk/aim-realtime.js")
+        etag = first.headers["etag"]
+        for sent in (etag, f"W/{etag}", f'"other", {etag}', "*"):
+            again = await client.get("/sdk/aim-realtime.js", headers={"If-None-Match": sent})
+            assert again.status_code == 304, sent
+            assert again.content == b""
+            assert again.headers["etag"] == etag
+            assert again.headers["cache-control"] == "public, max-age=300"
+        stale = await client.get("/sdk/aim-realtime.js", headers={"If-None-Match": '"old"'})
+        assert (stale.status_code, stale.content) == (200, first.content)
+        # the types have a tag of their own
+        types = await client.get("/sdk/aim-realtime.d.ts", headers={"If-None-Match": etag})
+        assert types.status_code == 200
+
+        head = await client.head("/sdk/aim-realtime.js")
+        assert head.status_code == 200
+        assert head.content == b""
+        assert head.headers["content-length"] == str(len(first.content))
+        assert head.headers["content-type"] == "text/javascript; charset=utf-8"
+        assert head.headers["etag"] == etag
+        assert (await client.post("/sdk/aim-realtime.js")).status_code == 405
+
+
+async def test_a_listed_origin_may_load_the_module(store):
+    async with (
+        await service(store, cors_origins=(APP,)) as base,
+        httpx.AsyncClient(base_url=base) as client,
+    ):
+        for path in FILES:
+            answer = await client.get(path, headers={"Origin": APP})
+            assert answer.status_code == 200
+            assert answer.headers["access-control-allow-origin"] == APP
+            assert "access-control-allow-credentials" not in answer.headers
+            assert "origin" in answer.headers["vary"].lower()
+            etag = answer.headers["etag"]
+            current = await client.get(path, headers={"Origin": APP, "If-None-Match": etag})
+            assert current.status_code == 304
+            assert current.headers["access-control-allow-origin"] == APP
+            head = await client.head(path, headers={"Origin": APP})
+            assert head.headers["access-control-allow-origin"] == APP
+        other = await client.get("/sdk/aim-realtime.js", headers={"Origin": "https://evil.example"})
+        assert other.status_code == 200  # public bytes, but a browser there may not run them
+        assert "access-control-allow-origin" not in other.headers
+
+
+async def test_without_the_setting_no_other_origin_may_load_it(store):
+    async with await service(store) as base, httpx.AsyncClient(base_url=base) as client:
+        answer = await client.get("/sdk/aim-realtime.js", headers={"Origin": APP})
+        assert answer.status_code == 200
+        assert "access-control-allow-origin" not in answer.headers

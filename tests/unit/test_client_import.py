@@ -1,0 +1,35 @@
+"""`realtime.client` is usable without the service: importing it in a fresh interpreter loads
+httpx and the standard library, and nothing of the service or its dependencies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+SERVICE_DEPENDENCIES = ("litestar", "redis", "fakeredis", "livekit", "opentelemetry", "uvicorn",
+                        "msgspec", "jwt", "rfc8785", "prometheus_client")  # fmt: skip
+PROBE = """
+import json, sys
+import realtime.client
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_importing_the_client_loads_nothing_of_the_service():
+    out = subprocess.run([sys.executable, "-c", PROBE], check=True, capture_output=True,
+                         text=True).stdout  # fmt: skip
+    loaded = json.loads(out)
+    ours = [m for m in loaded if m == "realtime" or m.startswith("realtime.")]
+    assert "realtime.client" in ours
+    assert all(m == "realtime" or m.startswith("realtime.client") for m in ours), ours
+    assert not [m for m in loaded if m.split(".")[0] in SERVICE_DEPENDENCIES]
+    assert "httpx" in loaded
+
+
+def test_the_package_root_stays_empty():
+    import realtime
+
+    assert realtime.__file__ is not None
+    with open(realtime.__file__) as source:
+        assert source.read() == ""

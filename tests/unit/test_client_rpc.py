@@ -1,0 +1,191 @@
+"""The client's JSON-RPC caller and stream on a scripted transport: what it retries (with the
+very same body), how long it waits, and what it raises at once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from realtime.client import (
+    AuthError,
+    InvalidStateError,
+    LimitExceededError,
+    RetryPolicy,
+    UnavailableError,
+)
+from realtime.client.rpc import RpcCaller
+from realtime.client.stream import TaskStream
+
+INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+Answer = Callable[[httpx.Request], httpx.Response]
+
+
+def error(code: int, **meta: str) -> dict:
+    data = [{"@type": INFO, "reason": "R", "domain": "d", "metadata": meta}]
+    return {"jsonrpc": "2.0", "id": 1, "error": {"code": code, "message": "m", "data": data}}
+
+
+def ok(result: object) -> httpx.Response:
+    return httpx.Response(200, json={"jsonrpc": "2.0", "id": 1, "result": result})
+
+
+OPENED: list[RpcCaller] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_callers():
+    yield
+    while OPENED:
+        await OPENED.pop().aclose()
+
+
+class Script:
+    """Answers requests in turn; records them, and the caller's waits."""
+
+    def __init__(self, *answers: Answer | httpx.Response | Exception) -> None:
+        self.answers = list(answers)
+        self.requests: list[httpx.Request] = []
+        self.waits: list[float] = []
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer if isinstance(answer, httpx.Response) else answer(request)
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+    def caller(self, **options) -> RpcCaller:
+        caller = RpcCaller("http://aim.test/a2a", transport=httpx.MockTransport(self.handle),
+                           sleep=self.sleep, random=lambda: 0.5, **options)  # fmt: skip
+        OPENED.append(caller)
+        return caller
+
+
+async def test_what_may_have_applied_is_sent_again_byte_for_byte_until_it_answers():
+    script = Script(
+        httpx.ConnectError("refused"),
+        httpx.ReadTimeout("slow"),
+        httpx.Response(503, text="<html>bad gateway</html>"),
+        httpx.Response(200, json=error(-31012, service="redis", retryable="true")),
+        ok({"session": {"state": "ready"}}),
+    )
+    result = await script.caller(token="t").call("aim.realtime.GetSession", {"sessionId": "s"})
+    assert result == {"session": {"state": "ready"}}
+    assert len({r.content for r in script.requests}) == 1
+    assert json.loads(script.requests[0].content)["params"] == {"sessionId": "s"}
+    # full jitter (here the middle of each range): 250 ms doubling
+    assert script.waits == [0.125, 0.25, 0.5, 1.0]
+
+
+async def test_the_last_attempt_raises_unavailable():
+    script = Script(*[httpx.ConnectError("refused")] * 3)
+    with pytest.raises(UnavailableError) as failed:
+        await script.caller(retry=RetryPolicy(attempts=3)).call("GetTask", {"id": "x"})
+    assert (failed.value.code, failed.value.reason, failed.value.method) == (
+        None, "TRANSPORT", "GetTask")  # fmt: skip
+    assert len(script.requests) == 3
+
+
+async def test_a_rate_limit_waits_as_advised_and_a_long_one_is_raised():
+    script = Script(
+        httpx.Response(200, json=error(-31011, limit="rps", retryAfterSeconds="2"),
+                       headers={"Retry-After": "2"}),
+        ok({}),
+    )  # fmt: skip
+    assert await script.caller().call("M", {}) == {}
+    assert script.waits == [2.0]
+
+    script = Script(httpx.Response(200, json=error(-31011, retryAfterSeconds="120")))
+    with pytest.raises(LimitExceededError) as limited:
+        await script.caller().call("M", {})
+    assert limited.value.retry_after_ms == 120_000
+    assert len(script.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "raised"),
+    [
+        (httpx.Response(200, json=error(-31003, state="ready")), InvalidStateError),
+        (httpx.Response(200, json=error(-31011, limit="endpoints")), LimitExceededError),
+        (httpx.Response(401, json=error(-31401)), AuthError),
+        (httpx.Response(403, text="forbidden"), AuthError),
+    ],
+)
+async def test_other_errors_are_raised_at_once(answer, raised):
+    script = Script(answer)
+    with pytest.raises(raised):
+        await script.caller().call("M", {})
+    assert len(script.requests) == 1
+
+
+async def test_the_token_is_asked_for_every_attempt_sync_or_async():
+    tokens = iter(["one", "two"])
+
+    async def fresh() -> str:
+        return next(tokens)
+
+    script = Script(httpx.ReadError("cut"), ok(1))
+    await script.caller(token=fresh, headers={"A2A-Version": "1.0"}).call("M", {})
+    assert [r.headers["authorization"] for r in script.requests] == ["Bearer one", "Bearer two"]
+    assert {r.headers["a2a-version"] for r in script.requests} == {"1.0"}
+    script = Script(ok(1))
+    await script.caller(token=lambda: "plain").call("M", {})
+    assert script.requests[0].headers["authorization"] == "Bearer plain"
+
+
+@given(st.integers(1, 40), st.floats(0, 1, exclude_max=True))
+def test_full_jitter_stays_under_the_doubling_ceiling(retry, fraction):
+    policy = RetryPolicy()
+    delay = policy.backoff_ms(retry, fraction)
+    assert 0 <= delay <= min(5000, 250 * 2 ** (retry - 1))
+    assert delay == pytest.approx(fraction * min(5000, 250 * 2 ** (retry - 1)))
+
+
+def sse(*events: str) -> httpx.Response:
+    body = "".join(events).encode()
+    return httpx.Response(200, content=body, headers={"Content-Type": "text/event-stream"})
+
+
+def frame(event_id: str, state: str) -> str:
+    update = {"statusUpdate": {"taskId": "t", "status": {"state": state}}}
+    return f"id: {event_id}\ndata: {json.dumps({'jsonrpc': '2.0', 'id': 1, 'result': update})}\n\n"
+
+
+async def test_the_stream_resumes_after_its_last_id_until_the_task_ends():
+    script = Script(
+        sse(frame("1-0", "TASK_STATE_WORKING"), ": keepalive\n\n"),
+        httpx.ConnectError("refused"),
+        sse(frame("2-0", "TASK_STATE_WORKING"), frame("3-0", "TASK_STATE_COMPLETED")),
+    )
+    stream = TaskStream(script.caller(), "t")
+    got = [f.event_id async for f in stream.frames()]
+    assert got == ["1-0", "2-0", "3-0"]
+    assert [r.headers.get("last-event-id") for r in script.requests] == [None, "1-0", "1-0"]
+    assert len({r.content for r in script.requests}) == 1
+    assert script.waits == [0.125, 0.25]  # the count restarts only once a frame arrives
+
+
+async def test_a_terminal_task_ends_the_stream_and_failures_are_bounded():
+    script = Script(httpx.Response(200, json=error(-32004)))
+    stream = TaskStream(script.caller(), "t")
+    assert [f async for f in stream.frames()] == []
+    assert stream.refused_terminal
+
+    script = Script(*[httpx.ConnectError("refused")] * 10)
+    with pytest.raises(UnavailableError):
+        [f async for f in TaskStream(script.caller(), "t").frames()]
+    assert len(script.requests) == 10
+
+    script = Script(httpx.Response(200, json=error(-32001)))
+    with pytest.raises(Exception, match="m") as gone:
+        [f async for f in TaskStream(script.caller(), "t").frames()]
+    assert getattr(gone.value, "code", None) == -32001
+    assert len(script.requests) == 1
