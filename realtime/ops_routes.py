@@ -1,6 +1,7 @@
 """The operations API and console (profile §17) and the Prometheus scrape: routes an operator
-uses, never the public Ingress's (k8s/overlays/prod). Read-only; the API needs an operator token
-(scope aim.operator), the console page and /metrics hold no data of their own."""
+uses, never the public Ingress's (k8s/overlays/prod). Read-only but for one call, the
+redelivery of a session's events; the API needs an operator token (scope aim.operator), the
+console page and /metrics hold no data of their own."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ async def metrics(state: State) -> Response[bytes]:
 METRICS_ROUTE: Final = metrics
 
 
-# --- the operations API and console (profile §17): read-only, scope aim.operator ---------------
+# --- the operations API and console (profile §17): scope aim.operator ----------------------------
 
 OPS_HEADERS: Final = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 _ENCODER: Final = msgspec.json.Encoder()

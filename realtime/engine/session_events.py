@@ -23,8 +23,8 @@ from state_machines import Session
 
 _ENCODER: Final = msgspec.json.Encoder()
 NO_DELIVERIES: Final = Deliveries()
-# an operation's move and the event it is: a confirmation starts it (or, for a media request
-# answered at once, ends it well); a refusal or a cancel, an expiry
+# the event of an operation leaving its question: confirmed (it runs, or a media request
+# allowed at once is over), canceled (denied, or canceled), expired (unanswered)
 _ANSWERED: Final = {
     "running": "operation.confirmed",
     "succeeded": "operation.confirmed",

@@ -38,13 +38,16 @@ STATE_DECODER: Final = msgspec.json.Decoder(DeliveryState)
 
 
 class Head(msgspec.Struct, frozen=True):
-    """The next event of a session: its seq, body (None: nothing left to send), state so far
-    and how long the events are kept (ms)."""
+    """The next event of a session: its seq, body (None: nothing left to send), state so far,
+    how long the events are kept (ms), the redeliveries asked so far (`gen`) and when the last
+    one was asked (ms; None: never)."""
 
     seq: int
     body: bytes | None
     state: DeliveryState
     ttl_ms: int
+    gen: int = 0
+    since_ms: int | None = None
 
 
 class Delivery(msgspec.Struct, frozen=True):
@@ -80,7 +83,7 @@ class DeliveryStore:
 
     async def head(self, session_id: str) -> Head:
         async with translated_errors():
-            seq, body, state, ttl_ms = await self._scripts.delivery_head(
+            seq, body, state, ttl_ms, gen, since = await self._scripts.delivery_head(
                 keys=[keys.deliveries_key(session_id), keys.delivery_state_key(session_id)]
             )
         return Head(
@@ -88,19 +91,35 @@ class DeliveryStore:
             body if body else None,
             STATE_DECODER.decode(state) if state else DeliveryState(),
             int(ttl_ms),
+            int(gen),
+            int(since) if since else None,
         )
 
     async def note(
-        self, session_id: str, seq: int, state: DeliveryState, *, advance: bool, ttl_ms: int
+        self, session_id: str, head: Head, state: DeliveryState, *, advance: bool
     ) -> bool:
-        """Keep how an attempt fared; `advance`: the session moves on to the next event. False
-        when a redelivery moved the session back meanwhile (nothing was written)."""
+        """Keep how an attempt at `head` fared; `advance`: the session moves on to the next
+        event. False when a redelivery was asked meanwhile (nothing was written)."""
         async with translated_errors():
             noted = await self._scripts.delivery_note(
                 keys=[keys.delivery_state_key(session_id)],
-                args=[seq, STATE_ENCODER.encode(state), "1" if advance else "0", max(ttl_ms, 0)],
+                args=[
+                    head.seq,
+                    STATE_ENCODER.encode(state),
+                    "1" if advance else "0",
+                    max(head.ttl_ms, 0),
+                    head.gen,
+                ],
             )
         return bool(noted)
+
+    async def waiting_among(self, session_ids: list[str]) -> set[str]:
+        """Those of `session_ids` that still have events to send."""
+        if not session_ids:
+            return set()
+        async with translated_errors():
+            scores = await self._client.zmscore(keys.deliveries_due_key(), session_ids)
+        return {sid for sid, score in zip(session_ids, scores, strict=True) if score is not None}
 
     async def wait_until(self, session_id: str, due_ms: int) -> None:
         """Look at the session again at `due_ms`."""
@@ -123,7 +142,7 @@ class DeliveryStore:
             pipe.hgetall(keys.delivery_state_key(session_id))
             bodies, states = await pipe.execute()
         found = {int(seq): body for seq, body in bodies.items()}
-        noted = {int(k): STATE_DECODER.decode(v) for k, v in states.items() if k != b"next"}
+        noted = {int(k): STATE_DECODER.decode(v) for k, v in states.items() if k.isdigit()}
         return [Delivery(seq, found[seq], noted.get(seq, DeliveryState())) for seq in sorted(found)]
 
     async def redeliver(self, session_id: str, from_seq: int, now_ms: int) -> int:
@@ -132,7 +151,7 @@ class DeliveryStore:
             again = int(
                 await self._scripts.redeliver(
                     keys=[keys.deliveries_key(session_id), keys.delivery_state_key(session_id)],
-                    args=[from_seq],
+                    args=[from_seq, now_ms],
                 )
             )
             if again:

@@ -15,13 +15,30 @@ def score_pairs(members: Mapping[str, int]) -> list[Any]:
     return [item for member, score in members.items() for item in (score, member)]
 
 
-def listings(record: SessionRecord, session_id: str, now_ms: int, ttl_s: int) -> list[Any]:
-    """The operations index entries of a commit: every session's, and its tenant's."""
+def listings(
+    record: SessionRecord,
+    session_id: str,
+    now_ms: int,
+    ttl_s: int,
+    *,
+    deliveries_due_ms: int | None = None,
+) -> list[Any]:
+    """The index entries written after a commit: the operations index (every session's, and
+    its tenant's), and the deliveries index once more when the commit stored session events: a
+    worker that found nothing to send and left the index between the entry written before the
+    commit and the commit itself finds the session again."""
     listed: list[Any] = [("ZADD", keys.ops_sessions_key(), "GT", now_ms, session_id)]
     if record.tenant is not None:
         index = keys.ops_tenant_sessions_key(record.tenant)
         listed += [("ZADD", index, "GT", now_ms, session_id), ("EXPIRE", index, ttl_s)]
+    if deliveries_due_ms is not None:
+        listed.append(_deliveries_due(session_id, deliveries_due_ms))
     return listed
+
+
+def _deliveries_due(session_id: str, due_ms: int) -> tuple[Any, ...]:
+    """NX: a session that already waits keeps its retry time."""
+    return ("ZADD", keys.deliveries_due_key(), "NX", due_ms, session_id)
 
 
 def due_entries(
@@ -42,7 +59,7 @@ def due_entries(
     if effects:
         commands.append(("ZADD", keys.outbox_due_key(), due_ms, session_id))
     if deliveries_due_ms is not None:
-        commands.append(("ZADD", keys.deliveries_due_key(), "NX", deliveries_due_ms, session_id))
+        commands.append(_deliveries_due(session_id, deliveries_due_ms))
     if timers:
         commands.append(("ZADD", keys.timers_due_key(), *score_pairs(timers)))
         armed = keys.session_timers_key(session_id)

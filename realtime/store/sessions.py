@@ -7,6 +7,7 @@ inside it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, cast
@@ -28,6 +29,8 @@ from realtime.store.records import (
 )
 from realtime.store.redis_client import RedisClient, text, translated_errors
 from realtime.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
 
 # what the commit and remember scripts answer (`lua/commit.lua`, `lua/remember.lua`)
 CommitStatus = Literal["ok", "replay", "conflict"]
@@ -255,21 +258,23 @@ class SessionStore:
             keys.outbox_key(c.session_id),
             keys.timeline_key(c.session_id),
             keys.deliveries_key(c.session_id),
+            keys.delivery_state_key(c.session_id),
         ]
+        sends = c.now_ms if c.deliveries.items else None  # session events: due now
         armed = due_entries(
-            c.session_id,
-            c.effects,
-            c.due_ms,
-            c.timers,
-            c.ttl_s,
-            c.traceparent,
-            deliveries_due_ms=c.now_ms if c.deliveries.items else None,
-        )
+            c.session_id, c.effects, c.due_ms, c.timers, c.ttl_s, c.traceparent,
+            deliveries_due_ms=sends,
+        )  # fmt: skip
         owned = ("ZADD", keys.owner_tasks_key(c.record.owner), c.task.status_ms, c.task.task.id)
-        listed = listings(c.record, c.session_id, c.now_ms, c.ttl_s)
+        listed = listings(c.record, c.session_id, c.now_ms, c.ttl_s, deliveries_due_ms=sends)
         with self._telemetry.redis_span("commit", c.session_id):
             reply = await self._send(armed, script_keys, args, [owned, *listed])
         committed = _committed(reply)
+        if committed.status == "ok" and int(reply[2]):
+            log.warning(
+                "session %s: %s session events not kept: a session keeps %d at most "
+                "(AIM_EVENTS_MAX_PER_SESSION)", c.session_id, reply[2], c.deliveries.kept,
+            )  # fmt: skip
         if c.command_id is not None and committed.status != "conflict":
             self.cache.saw(c.session_id, c.command_id)
         if committed.status == "ok":

@@ -19,12 +19,14 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Final
 
 import httpx
 import msgspec
 from standardwebhooks import Webhook
 
+from realtime.engine.schedule import ms_of
 from realtime.engine.session_events import webhook_id
 from realtime.errors import Unavailable
 from realtime.metrics import Metrics
@@ -55,16 +57,16 @@ class _Sent(msgspec.Struct, frozen=True):
 _SENT: Final = msgspec.json.Decoder(_Sent)
 
 
+def _done(sending: dict[str, asyncio.Task[None]], session_id: str, _: object) -> None:
+    sending.pop(session_id, None)
+
+
 def backoff_s(attempts: int) -> float:
     """The wait after the `attempts`-th failure: exponential, capped, with equal jitter (half
     fixed, half random), so retries of many sessions spread out but never come at once."""
     ceiling = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2.0 ** max(0, attempts - 1))
     jitter: float = random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not a secret
     return ceiling / 2 + jitter
-
-
-def _ms_of(value: str) -> int:
-    return int(datetime.fromisoformat(value).timestamp() * 1000)
 
 
 class Deliverer:
@@ -109,19 +111,20 @@ class Deliverer:
         await self.http.aclose()
 
     async def loop(self, stop: asyncio.Event) -> None:
-        """Sweep the due sessions every POLL_INTERVAL_S until `stop` is set."""
-        limit = asyncio.Semaphore(CONCURRENCY)
-
-        async def one(session_id: str) -> None:
-            async with limit:
-                await self.send(session_id)
-
+        """Every POLL_INTERVAL_S until `stop` is set: start sending to each due session not
+        already being sent to, CONCURRENCY at most at once. A slow receiver holds up its own
+        session only: the others are started as they come due."""
+        sending: dict[str, asyncio.Task[None]] = {}
         try:
             while not stop.is_set():
                 try:
-                    due = await self.store.due(self.now_ms())
-                    await asyncio.gather(*(one(session_id) for session_id in due))
+                    for session_id in await self.store.due(self.now_ms()):
+                        if session_id not in sending and len(sending) < CONCURRENCY:
+                            task = asyncio.create_task(self._send_logged(session_id))
+                            sending[session_id] = task
+                            task.add_done_callback(partial(_done, sending, session_id))
                     self.metrics.deliveries_waiting(await self.store.waiting())
+                    await self._forget_delivered()
                 except Unavailable as exc:  # Redis unreachable: the next sweep tries again
                     log.debug("session event sweep failed: %s", exc.message)
                 except Exception:  # a bug must not stop the deliveries of every other session
@@ -129,11 +132,28 @@ class Deliverer:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), POLL_INTERVAL_S)
         finally:
+            # what is under way finishes (its outcome noted), bounded by one attempt's deadline
+            await asyncio.gather(*sending.values(), return_exceptions=True)
             await self.aclose()
+
+    async def _send_logged(self, session_id: str) -> None:
+        try:
+            await self.send(session_id)
+        except Unavailable as exc:  # the event stays, the next sweep tries again
+            log.debug("session events of %s not sent: %s", session_id, exc.message)
+        except Exception:
+            log.exception("session events of %s not sent", session_id)
+
+    async def _forget_delivered(self) -> None:
+        """The gauge's undelivered heads that another worker delivered meanwhile go."""
+        still = await self.store.waiting_among(list(self.waiting_since))
+        for session_id in set(self.waiting_since) - still:
+            self.waiting_since.pop(session_id, None)
 
     async def send(self, session_id: str) -> None:
         """Send the session's due events in seq order while they are answered with a 2xx."""
         lease, token = self.store.lease(session_id), uuid.uuid4().hex
+        # longer than one attempt may take (its deadline), so no other worker starts meanwhile
         hold_ms = int((self.settings.events_timeout_s + 5) * 1000)
         if not await lease.hold(token, hold_ms):
             return  # another worker sends them
@@ -168,11 +188,13 @@ class Deliverer:
             state.delivered_at = timestamp(self.now_ms())
             self.metrics.event_delivered(sent.type)
             self.waiting_since.pop(session_id, None)
-            await self.store.note(session_id, head.seq, state, advance=True, ttl_ms=head.ttl_ms)
+            await self.store.note(session_id, head, state, advance=True)
             return True
         self.metrics.event_attempt_failed("status" if status is not None else "transport")
-        occurred_ms = _ms_of(sent.occurred_at)
-        if started_ms - occurred_ms >= self.settings.events_retry_s * 1000:
+        occurred_ms = ms_of(sent.occurred_at)
+        # retried for the bound from when it happened, or from the redelivery an operator asked
+        since_ms = max(occurred_ms, head.since_ms or 0)
+        if started_ms - since_ms >= self.settings.events_retry_s * 1000:
             # retried for the whole bound: the session goes on; the receiver sees the gap in seq
             state.status, state.next_attempt_at = "failed", None
             self.metrics.event_given_up(sent.type)
@@ -184,12 +206,13 @@ class Deliverer:
                 error or f"HTTP {status}",
                 extra={"session_id": session_id},
             )
-            await self.store.note(session_id, head.seq, state, advance=True, ttl_ms=head.ttl_ms)
+            self.waiting_since.pop(session_id, None)
+            await self.store.note(session_id, head, state, advance=True)
             return True
         due_ms = started_ms + int(backoff_s(state.attempts) * 1000)
         state.status, state.next_attempt_at = "retrying", timestamp(due_ms)
-        self.waiting_since.setdefault(session_id, occurred_ms)
-        if await self.store.note(session_id, head.seq, state, advance=False, ttl_ms=head.ttl_ms):
+        self.waiting_since[session_id] = occurred_ms  # this head's, not an earlier one's
+        if await self.store.note(session_id, head, state, advance=False):
             await self.store.wait_until(session_id, due_ms)
         return False
 
@@ -205,10 +228,14 @@ class Deliverer:
             "webhook-timestamp": str(now_ms // 1000),
             "webhook-signature": self.signer.sign(message_id, at, body.decode()),
         }
+        limit = self.settings.events_timeout_s
         try:
-            async with self.http.stream("POST", url or "", content=body, headers=headers) as reply:
-                return reply.status_code, None  # the body is not read: nothing is done with it
-        except httpx.TimeoutException:
-            return None, f"no answer within {self.settings.events_timeout_s:g} s"
+            # one deadline for the whole attempt (httpx's bounds each phase on its own)
+            async with asyncio.timeout(limit):
+                post = self.http.stream("POST", url or "", content=body, headers=headers)
+                async with post as reply:
+                    return reply.status_code, None  # the body is not read: nothing uses it
+        except (TimeoutError, httpx.TimeoutException):
+            return None, f"no answer within {limit:g} s"
         except httpx.HTTPError as exc:
             return None, (str(exc) or type(exc).__name__)[:ERROR_TEXT_MAX]

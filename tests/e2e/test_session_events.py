@@ -245,3 +245,29 @@ async def test_a_tenant_with_its_own_receiver_gets_its_sessions_events(
     assert {e["sessionId"] for e in acme.delivered()} == {mine}
     assert {e["sessionId"] for e in shared.delivered()} == {other}
     assert acme.delivered()[0]["principal"] == {"tenant": "acme", "sub": "alice"}
+
+
+async def test_the_bound_is_on_the_backlog_and_a_dropped_event_leaves_a_gap(
+    livekit, store, tmp_path: Path, caplog
+) -> None:
+    async with receiver(tmp_path) as got:
+        settings = livekit_settings(
+            livekit, **events_settings(got.url, events_timeout_s=2.0, events_max_per_session=3)
+        )
+        app = create_app(settings, store=store)
+        async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+            got.answer(500)
+            live = await open_session(http, livekit)  # created, ready, active: the bound
+            await request_action(http, live)  # a fourth, while none was delivered: not kept
+            assert "1 session events not kept" in caplog.text
+            got.answer(200)
+            await got.wait_for(lambda: [e["seq"] for e in got.delivered(live.sid)] == [1, 2, 3])
+            # the ones delivered make room: the end (its operation canceled) is kept and sent
+            ended = await call(
+                http, "EndSession", sessionId=live.sid, commandId=new_id(), reason="x"
+            )
+            assert "result" in ended
+            await got.wait_for(lambda: len(got.delivered(live.sid)) == 5)
+    events = got.delivered(live.sid)
+    assert [e["seq"] for e in events] == [1, 2, 3, 5, 6]  # 4 was not kept: the gap says so
+    assert [e["type"] for e in events[3:]] == ["operation.canceled", "session.ended"]

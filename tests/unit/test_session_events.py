@@ -169,7 +169,7 @@ def test_nothing_is_written_unless_events_are_configured() -> None:
     again, more = notices(CONFIGURED, asked, asked, moved, now_ms=NOW_MS, window_s=10**7)
     assert more.items == ()
     assert again.events_seq == 1
-    assert b"eventsSeq" not in msgspec.json.encode(record(asked))
+    assert b"eventsSeq" not in msgspec.json.encode(unchanged)
 
 
 @given(

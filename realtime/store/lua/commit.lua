@@ -6,14 +6,14 @@
 -- unchanged on Redis Cluster); Redis runs it without interleaving, and it returns before any
 -- write unless both checks pass, so no partial commit is ever visible.
 -- KEYS: 1 session hash, 2 task record, 3 command outcomes, 4 event stream, 5 outbox,
---       6 timeline, 7 session events for the app's backend
+--       6 timeline, 7 session events for the app's backend, 8 their delivery state
 -- ARGV: 1 expected version, 2 snapshot, 3 task record, 4 commandId ('' = none),
 --       5 outcome, 6 ttl seconds, 7 events maxlen, 8 replay window seconds, 9 event count,
 --       10 session event count, 11 session events kept at most, 12 their ttl seconds,
 --       then the events, then pairs (seq, body) of session events, then pairs
 --       (effectId, effect) for the outbox
 -- Returns {'replay', outcome} | {'conflict', current version, snapshot | false, task | false}
---         | {'ok', new version}
+--         | {'ok', new version, session events not kept (over the bound)}
 if ARGV[4] ~= '' then
   local prior = redis.call('HGET', KEYS[3], ARGV[4])
   if prior then return {'replay', prior} end
@@ -44,13 +44,27 @@ redis.call('EXPIRE', KEYS[4], window)
 redis.call('EXPIRE', KEYS[6], window)
 local first = 13 + events
 local notices = tonumber(ARGV[10])
+local dropped = 0
 if notices > 0 then
-  -- past the bound nothing more is kept: the receiver sees the seq stop (a bounded backlog)
-  local room = tonumber(ARGV[11]) - redis.call('HLEN', KEYS[7])
+  local cap = tonumber(ARGV[11])
+  if redis.call('HLEN', KEYS[7]) + notices > cap then
+    -- full: the events already sent (below `next`) make room first, so the bound is on the
+    -- backlog; past it nothing more is kept and the receiver sees the seq stop
+    local sent = tonumber(redis.call('HGET', KEYS[8], 'next') or '1')
+    for _, seq in ipairs(redis.call('HKEYS', KEYS[7])) do
+      if tonumber(seq) < sent then
+        redis.call('HDEL', KEYS[7], seq)
+        redis.call('HDEL', KEYS[8], seq)
+      end
+    end
+  end
+  local room = cap - redis.call('HLEN', KEYS[7])
   for i = first, first + 2 * notices - 1, 2 do
     if room > 0 then
       redis.call('HSET', KEYS[7], ARGV[i], ARGV[i + 1])
       room = room - 1
+    else
+      dropped = dropped + 1
     end
   end
   redis.call('EXPIRE', KEYS[7], ARGV[12])
@@ -62,4 +76,4 @@ if #ARGV >= first then
   end
   redis.call('EXPIRE', KEYS[5], ttl)
 end
-return {'ok', version}
+return {'ok', version, dropped}
