@@ -10,8 +10,8 @@ import httpx
 
 from realtime.client.errors import AimError
 from realtime.client.events import Capabilities
-from realtime.client.rpc import A2A_HEADERS, RetryPolicy, RpcCaller, Sleep, TokenSource
-from realtime.client.session import REALTIME, Session
+from realtime.client.rpc import A2A_HEADERS, REALTIME, RetryPolicy, RpcCaller, Sleep, TokenSource
+from realtime.client.session import Session
 from realtime.client.stream import IDLE_TIMEOUT_S, STREAM_BACKOFF
 
 DEFAULT_REQUESTED: Final[Mapping[str, Any]] = {
@@ -124,7 +124,7 @@ class AimClient:
             capabilities=Capabilities.of(capabilities),
         )
         session.state = meta.get("sessionState", "")
-        session.epoch = int(meta.get("sessionEpoch", 1))
+        session.observe_epoch(int(meta.get("sessionEpoch", 1)))
         session.task_state = str(status.get("state", ""))
         session.task_version = int(meta.get("taskVersion", 0))
         self._sessions.append(session)

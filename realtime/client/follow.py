@@ -5,9 +5,12 @@ and yields the events it implies, in this order: `update` (raw, opt-in), `supers
 `rebound`, `state`, `requirement`, and `ended` after the terminal frame.
 
 A frame whose epoch passed the epoch this device joined at, while the session is not
-provisioning, may mean another device took over: GetSession says (this endpoint `superseded`)
-before the session adopts the new epoch, so no command of this device goes out at the new epoch
-in between. A new epoch while provisioning is a rebind: the app joins again.
+provisioning, may mean another device took over: the session shows the new epoch, but its
+commands carry it only once GetSession said this endpoint is not `superseded` (else the session
+is marked superseded). If GetSession fails, the check stays pending: the next frame, or the
+next command before it is sent, makes it again. A new epoch while provisioning is a rebind:
+the app joins again. A -32004 answer on a task that GetTask shows terminal is the end; on one
+that is not, the stream fails.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ from typing import TYPE_CHECKING, Any, Final
 from realtime.client.errors import AimError
 from realtime.client.events import Ended, Rebound, StateChanged, StreamFailed, Update
 from realtime.client.events import requirement_in as _requirement_in
+from realtime.client.rpc import REALTIME
 from realtime.client.stream import TERMINAL_TASK_STATES, Frame, TaskStream
 
 if TYPE_CHECKING:
     from realtime.client.session import Session
 
-REALTIME: Final = "urn:aim:a2a:realtime:v1"
 INPUT_REQUIRED: Final = "TASK_STATE_INPUT_REQUIRED"
 
 
@@ -37,8 +40,11 @@ class Follower:
         self.stream: TaskStream | None = None
         self._last: tuple[str, int, str, int] | None = None
         self._requirements_seen: set[str] = set()
-        self._vetted_epoch = 0
         self._rebound_epochs: set[int] = set()
+
+    @property
+    def running(self) -> bool:
+        return self.task is not None and not self.task.done()
 
     def start(self) -> None:
         """Start following, or follow again after the stream failed (resuming after the last
@@ -80,17 +86,13 @@ class Follower:
             self._rebound_epochs.add(epoch)
             session.joined_epoch = session.registered_epoch = None  # join() again
             session.emit(Rebound(epoch))
-        elif (
-            state != "provisioning"
-            and session.joined_epoch is not None
-            and epoch > max(session.joined_epoch, self._vetted_epoch)
-            and not session.superseded
-        ):
-            self._vetted_epoch = epoch
-            with contextlib.suppress(AimError):  # a command will say so, if this one cannot
-                await session.refresh()  # marks the session superseded if this endpoint is
+        if state != "provisioning" and session.needs_vetting(epoch):
+            session.observe_epoch(epoch, vetted=False)
+            with contextlib.suppress(AimError):  # still pending: asked again before a command
+                await session.vet()  # marks the session superseded if this endpoint is
+        else:
+            session.observe_epoch(epoch)
         session.state = state
-        session.epoch = max(session.epoch, epoch)
         status: dict[str, Any] = body.get("status") or {}
         session.task_state = str(status.get("state", session.task_state))
         session.task_version = int(meta.get("taskVersion", session.task_version))
@@ -110,7 +112,8 @@ class Follower:
                 session.emit(asked)
 
     async def _ended(self) -> None:
-        """The task is terminal: `ended`, with the end reason GetSession gives."""
+        """The task is terminal: `ended`, with the end reason GetSession gives. After a -32004
+        (no terminal frame seen), GetTask says whether it is; if not, the stream failed."""
         session = self.session
         with contextlib.suppress(AimError):
             await session.refresh()
@@ -119,7 +122,13 @@ class Follower:
                 task = await session.client.rpc.call(
                     "GetTask", {"id": session.task_id, "historyLength": 0}
                 )
+                meta = (task.get("metadata") or {}).get(REALTIME) or {}
+                session.state = str(meta.get("sessionState", session.state))
                 session.task_state = str(task.get("status", {}).get("state", ""))
+        refusal = self.stream.refusal if self.stream is not None else None
+        if refusal is not None and session.task_state not in TERMINAL_TASK_STATES:
+            session.emit(StreamFailed(refusal))
+            return
         reason = session.info.get("endReason")
         session.ended = Ended(session.state, session.task_state,
                               str(reason) if reason is not None else None)  # fmt: skip

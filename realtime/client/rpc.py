@@ -37,9 +37,11 @@ from realtime.client.errors import (
     transport_error,
 )
 
+# the AIM realtime extension: announced in A2A-Extensions, and the key of its task metadata
+REALTIME: Final = "urn:aim:a2a:realtime:v1"
 A2A_HEADERS: Final = {
     "A2A-Version": "1.0",
-    "A2A-Extensions": "urn:aim:a2a:realtime:v1",
+    "A2A-Extensions": REALTIME,
 }
 TokenSource = str | Callable[[], str | Awaitable[str]] | None
 Sleep = Callable[[float], Awaitable[None]]

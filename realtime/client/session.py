@@ -1,10 +1,17 @@
 """One realtime session as a device sees it: its state, its commands, its events.
 
 Every mutating call mints one commandId when it is called; the caller's retries send the same
-body, so a command applies once whatever the network did. Commands carry the session's current
-epoch (the newest one seen in a stream event, GetSession or a command result); EndSession
-carries none. Once another device took the session over, commands raise SupersededError without
-being sent, until `join()` takes it back (EndSession stays allowed: any device may end it).
+body, so a command applies once whatever the network did. `epoch` is the newest epoch the
+service showed; commands carry the newest one that is vetted: one from a session object
+(GetSession, a command result: its endpoints say whether this device was superseded) or an
+error's `currentEpoch`. An epoch the stream shows past the one this device joined at is vetted
+with GetSession first; while that check fails it stays pending, and the next command makes it
+before it is sent. EndSession carries no epoch. Once another device took the session over,
+commands raise SupersededError without being sent, until `join()` takes it back (EndSession
+stays allowed: any device may end it).
+
+The session's `state` comes from the stream while it runs (its frames come in order and carry
+no `version`); GetSession and command results set it only while no stream runs.
 """
 
 from __future__ import annotations
@@ -27,11 +34,11 @@ from realtime.client.events import (
     requirement_in,
 )
 from realtime.client.follow import Follower
+from realtime.client.rpc import REALTIME
 
 if TYPE_CHECKING:
     from realtime.client.client import AimClient
 
-REALTIME: Final = "urn:aim:a2a:realtime:v1"
 POLL_S: Final = 0.25
 
 
@@ -65,6 +72,9 @@ class Session:
         self.requirements: dict[str, Requirement] = {}  # by operationId, as the stream showed
         self.ended: Ended | None = None
         self._superseded = False
+        self._command_epoch = 0  # the epoch commands carry: the newest vetted one
+        self._unvetted: int | None = None  # an epoch the stream showed, not checked yet
+        self._vetting = asyncio.Lock()
         self._subscribers: list[tuple[asyncio.Queue[AnyEvent | None], bool]] = []
         self._follower = Follower(self)
 
@@ -75,6 +85,11 @@ class Session:
     def superseded(self) -> bool:
         return self._superseded
 
+    @property
+    def following(self) -> bool:
+        """True while the stream runs (it, not GetSession or a result, sets `state` then)."""
+        return self._follower.running
+
     # ---- what the session learns ---------------------------------------------------------
     def apply_session(self, session: Any) -> None:
         """A session object from GetSession or a command result (older versions ignored)."""
@@ -84,13 +99,41 @@ class Session:
         if version < self.version:
             return
         self.version, self.info = version, session
-        self.state = str(session.get("state", self.state))
-        self.epoch = max(self.epoch, int(session.get("sessionEpoch", 0)))
+        if not self.following:
+            self.state = str(session.get("state", self.state))
+        epoch = int(session.get("sessionEpoch", 0))
+        self.epoch = max(self.epoch, epoch)
         if self.joined_epoch is not None and self.endpoint_id is not None:
             for endpoint in session.get("endpoints") or ():
                 mine = endpoint.get("endpointId") == self.endpoint_id
                 if mine and endpoint.get("state") == "superseded":
                     self.mark_superseded(self.epoch)
+        self.observe_epoch(epoch)
+
+    def observe_epoch(self, epoch: int, *, vetted: bool = True) -> None:
+        """An epoch the service reported: shown in `epoch` at once; carried by commands once
+        vetted, else pending until `vet()` reads GetSession."""
+        self.epoch = max(self.epoch, epoch)
+        if not vetted:
+            if epoch > self._command_epoch:
+                self._unvetted = max(self._unvetted or 0, epoch)
+            return
+        self._command_epoch = max(self._command_epoch, epoch)
+        if self._unvetted is not None and self._unvetted <= self._command_epoch:
+            self._unvetted = None
+
+    def needs_vetting(self, epoch: int) -> bool:
+        """An epoch past the vetted one, seen by a device that joined and is not superseded:
+        another device may have taken over."""
+        joined = self.joined_epoch is not None and not self._superseded
+        return joined and epoch > self._command_epoch
+
+    async def vet(self) -> None:
+        """The pending check, if any: GetSession marks the session superseded if this endpoint
+        is, and vets its epoch. A failure is raised and leaves the check pending."""
+        async with self._vetting:
+            if self._unvetted is not None:
+                await self.refresh()
 
     def mark_superseded(self, epoch: int) -> None:
         if not self._superseded:
@@ -134,18 +177,20 @@ class Session:
     async def command(
         self, method: str, params: Mapping[str, Any], *, epoch: bool = True, guard: bool = True
     ) -> dict[str, Any]:
+        if epoch:
+            await self.vet()
         if guard:
             self.check_not_superseded(f"aim.realtime.{method}")
         body: dict[str, Any] = {"sessionId": self.session_id}
         if epoch:
-            body["sessionEpoch"] = self.epoch
+            body["sessionEpoch"] = self._command_epoch
         body["commandId"] = str(uuid.uuid4())
         body.update(params)
         try:
             result: dict[str, Any] = await self.client.rpc.call(f"aim.realtime.{method}", body)
         except StaleEpochError as stale:
             if stale.current_epoch is not None:
-                self.epoch = max(self.epoch, stale.current_epoch)
+                self.observe_epoch(stale.current_epoch)
             if isinstance(stale, SupersededError):
                 self.mark_superseded(stale.current_epoch or self.epoch)
             raise
@@ -173,12 +218,12 @@ class Session:
         """Poll GetSession while the session is `provisioning`; the state it left it for."""
         limit = self.client.ready_timeout_ms if timeout_ms is None else timeout_ms
         deadline = time.monotonic() + limit / 1000
-        while (await self.refresh())["state"] == "provisioning":
+        while (state := str((await self.refresh())["state"])) == "provisioning":
             if time.monotonic() > deadline:
                 raise AimError(f"the session is still provisioning after {limit / 1000:g} s",
                                reason="TIMEOUT", method="aim.realtime.GetSession")  # fmt: skip
             await asyncio.sleep(POLL_S)
-        return self.state
+        return state
 
     async def register(self) -> dict[str, Any]:
         """RegisterEndpoint with this device's key and capabilities: the endpoint object."""
@@ -197,7 +242,9 @@ class Session:
         how the device takes the session back (a handoff to it)."""
         if self.state in ("", "provisioning"):
             await self.wait_ready()
-        if self.endpoint_id is None or self.registered_epoch != self.epoch or self._superseded:
+        await self.vet()
+        stale = self.registered_epoch != self._command_epoch
+        if self.endpoint_id is None or stale or self._superseded:
             await self._register_to_join()
         result = await self.command("JoinSession", {"endpointId": self.endpoint_id}, guard=False)
         media, session = result["media"], result["session"]
@@ -289,6 +336,7 @@ class Session:
     async def _continue_task(
         self, operation_id: str, decision: str, text: str | None
     ) -> dict[str, Any]:
+        await self.vet()
         self.check_not_superseded("ContinueTask")
         asked = self.requirements.get(operation_id)
         if asked is None or self.requirement != asked:

@@ -128,9 +128,10 @@ class TaskStream:
     """SubscribeToTask `{id, historyLength: 0}` of one task, resumed until the task ends.
 
     `frames()` ends after the frame that makes the task terminal, or at once when the service
-    answers -32004 (the task was terminal already: `refused_terminal` is then True). It raises
-    the typed error when the stream cannot go on: an error other than a transient one, or
-    `backoff.attempts` consecutive failures (a frame that arrives resets the count)."""
+    answers -32004 (the task was terminal already: `refused_terminal` is then True, `refusal`
+    that error). It raises the typed error when the stream cannot go on: an error other than a
+    transient one, or `backoff.attempts` consecutive failures (a frame that arrives resets the
+    count)."""
 
     def __init__(
         self,
@@ -147,12 +148,14 @@ class TaskStream:
         self.backoff = backoff
         self.idle_timeout_s = idle_timeout_s
         self.refused_terminal = False
+        self.refusal: AimError | None = None
         self.connections = 0
         self._body = encode(caller.next_id(), "SubscribeToTask", {"id": task_id,
                                                                   "historyLength": 0})  # fmt: skip
 
     async def frames(self) -> AsyncIterator[Frame]:
         failures = 0
+        self.refused_terminal, self.refusal = False, None
         while True:
             try:
                 async for frame in self._connection():
@@ -209,7 +212,7 @@ class TaskStream:
             answer_of("SubscribeToTask", response.status_code, content, retry_after)
         except AimError as error:
             if error.code == UNSUPPORTED_OPERATION:
-                self.refused_terminal = True
+                self.refused_terminal, self.refusal = True, error
                 return
             if error.retryable:
                 raise _BrokenError(error) from error
@@ -228,7 +231,7 @@ class TaskStream:
             failure = error_from_rpc(error if isinstance(error, dict) else {},
                                      method="SubscribeToTask")  # fmt: skip
             if failure.code == UNSUPPORTED_OPERATION:
-                self.refused_terminal = True
+                self.refused_terminal, self.refusal = True, failure
             raise _BrokenError(failure)
         result = answer.get("result")
         if not isinstance(result, dict):

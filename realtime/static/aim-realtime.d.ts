@@ -20,9 +20,10 @@ export interface AimClientOptions {
   baseUrl: string;
   token: TokenSource;
   retry?: RetryOptions;
-  /** One request's time to answer; also the longest silence of an open stream (default 30000). */
+  /** One request's time to answer (default 30000). An open stream silent for 45 s counts as broken. */
   requestTimeoutMs?: number;
-  /** How long join() waits while the session is `provisioning` (default 20000). */
+  /** How long join() waits while the session is `provisioning` (default 20000); then it throws
+   * an AimError with reason "TIMEOUT". */
   readyTimeoutMs?: number;
   /** A fetch to use instead of the global one. */
   fetch?: typeof fetch;

@@ -18,7 +18,8 @@ const TERMINAL = new Set(["TASK_STATE_COMPLETED", "TASK_STATE_CANCELED", "TASK_S
                           "TASK_STATE_REJECTED"]);
 const EVENTS = new Set(["state", "requirement", "interaction", "superseded", "rebound", "ended",
                         "error"]);
-const STREAM = {baseMs: 250, maxMs: 5000, failures: 10};
+// reconnects: backoff and failures in a row; silence: three missed 15 s heartbeats
+const STREAM = {baseMs: 250, maxMs: 5000, failures: 10, silenceMs: 45000};
 const POLL_MS = 250;
 const DEVICE = {audioInput: true, audioOutput: true, camera: false, screen: false,
                 interactions: ["text", "confirmation"]};
@@ -92,7 +93,10 @@ function errorOf(error, httpStatus, retryAfterHeader = null) {
   const retryAfterMs = retryAfter(retryAfterHeader, metadata);
   const retryable = code === -31012 || (code === -31011 && retryAfterMs !== null);
   let Class = CLASSES.get(code) ?? AimError;
-  if (code === -31002) Class = metadata.reason === "superseded" ? SupersededError : StaleEpochError;
+  if (httpStatus === 401 || httpStatus === 403) Class = AuthError;  // whatever the code says
+  else if (code === -31002) {
+    Class = metadata.reason === "superseded" ? SupersededError : StaleEpochError;
+  }
   return new Class(String(error.message ?? ""), {
     code, reason: info.reason ?? "", metadata, retryAfterMs, retryable, httpStatus, data});
 }
@@ -127,6 +131,16 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const backoff = (n, base, max) => Math.random() * Math.min(max, base * 2 ** (n - 1));
 const realtimeOf = (item) => item?.metadata?.[REALTIME] ?? {};
 
+/** The JSON object in `text`, or null (not JSON, or not an object). */
+function parsed(text) {
+  try {
+    const value = JSON.parse(text);
+    return value !== null && typeof value === "object" ? value : null;
+  } catch {
+    return null;
+  }
+}
+
 /** The open requirement in a task status (its data part), or null. */
 function requirementOf(status) {
   const data = (status?.message?.parts ?? []).map((p) => p.data).find((d) => d?.requirementId);
@@ -135,12 +149,13 @@ function requirementOf(status) {
   return {operationId, requirementId, action, actionDigest, expectedVersion};
 }
 
-/** The frames {id, data} of a text/event-stream body; `onChunk` is told of every chunk. */
+/** The frames {id, data, event} of a text/event-stream body; `onChunk` is told of every chunk. */
 async function* sse(body, onChunk) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
   let data = null;
+  let event = "";
   let id = "";  // SSE's last-event-id buffer: it carries over to the frames after
   try {
     for (;;) {
@@ -153,13 +168,15 @@ async function* sse(body, onChunk) {
       buffer = lines.pop() + buffer.slice(buffer.length - keep);
       for (const line of lines) {
         if (line === "") {
-          if (data !== null) yield {id, data};
+          if (data !== null) yield {id, data, event: event || "message"};
           data = null;
+          event = "";
         } else if (!line.startsWith(":")) {  // ": keepalive" is a comment
           const colon = line.indexOf(":");
           const field = colon < 0 ? line : line.slice(0, colon);
           const text = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
           if (field === "data") data = data === null ? text : `${data}\n${text}`;
+          else if (field === "event") event = text;
           else if (field === "id" && !text.includes("\0")) id = text;
         }
       }
@@ -335,7 +352,9 @@ export class Session {
   #listeners = new Map();
   #registeredEpoch = null;  // the epoch this object registered the device at
   #joinedEpoch = null;      // the epoch it joined at
-  #checkedEpoch = null;     // the epoch whose superseded check was made
+  #epoch;                   // the epoch commands carry: the newest vetted one
+  #unvetted = null;         // an epoch the stream showed that GetSession has not vetted yet
+  #checking = null;         // the GetSession vetting it, while under way
   #reboundEpoch = null;
   #seen = new Map();        // requirementId → every requirement the stream showed
   #following = false;
@@ -350,6 +369,7 @@ export class Session {
     this.#capabilities = {...DEVICE, ...capabilities};
     const {sessionId, taskId, state, epoch, taskState, taskVersion} = fields;
     Object.assign(this, {sessionId, taskId, state, epoch, taskState, taskVersion});
+    this.#epoch = epoch;
     this.endpointId = endpointId ?? null;
     this.requirement = requirement ?? null;
     this.superseded = false;
@@ -393,12 +413,33 @@ export class Session {
     }
   }
 
-  /** A session resource (GetSession, a command's result). The epoch is taken from anything
-   * (it only grows); the state only while no stream runs (the stream has them in order). */
+  /** A session resource (GetSession, a command's result): the state only while no stream
+   * runs (the stream has them in order); its epoch, for commands too, once its endpoints said
+   * whether this device was superseded. */
   #observeSession(session) {
     if (!session) return;
     const state = this.#following ? undefined : session.state;
     this.#observe({epoch: session.sessionEpoch, state});
+    if (this.#joinedEpoch !== null && this.endpointId !== null) {
+      const mine = (session.endpoints ?? []).find((e) => e.endpointId === this.endpointId);
+      if (mine?.state === "superseded") this.#supersede(session.sessionEpoch);
+    }
+    this.#vetted(session.sessionEpoch);
+  }
+
+  /** An epoch commands may carry (it only grows). */
+  #vetted(epoch) {
+    if (typeof epoch !== "number") return;
+    this.#epoch = Math.max(this.#epoch ?? epoch, epoch);
+    if (this.#unvetted !== null && this.#unvetted <= this.#epoch) this.#unvetted = null;
+  }
+
+  /** The pending check of an epoch the stream showed, if any (one GetSession at a time). A
+   * failure is thrown and leaves it pending: the next event or command asks again. */
+  async #vet() {
+    if (this.#unvetted === null) return;
+    this.#checking ??= this.#getSession().finally(() => { this.#checking = null; });
+    await this.#checking;
   }
 
   async #getSession() {
@@ -454,7 +495,7 @@ export class Session {
     let timer = null;
     const watch = () => {  // no byte for this long (heartbeats come every 15 s): a dead link
       clearTimeout(timer);
-      timer = setTimeout(() => controller.abort(), wire.requestTimeoutMs);
+      timer = setTimeout(() => controller.abort(), STREAM.silenceMs);
     };
     const extra = {"Accept": "text/event-stream"};
     if (this.#lastEventId) extra["Last-Event-ID"] = this.#lastEventId;
@@ -467,11 +508,17 @@ export class Session {
       if (!(response.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
         return await this.#refused(response);
       }
+      let broken = null;  // an error frame: this connection is over
       try {
         for await (const frame of sse(response.body, watch)) {
           if (!live()) return true;
-          const message = JSON.parse(frame.data);
-          if (message.error) throw errorOf(message.error, response.status);
+          const message = parsed(frame.data);
+          if (message === null) continue;  // not JSON-RPC: nothing this library understands
+          if (message.error || frame.event === "error") {
+            broken = errorOf(message.error ?? {}, response.status);
+            break;
+          }
+          if (message.result === null || typeof message.result !== "object") continue;
           if (frame.id) this.#lastEventId = frame.id;
           onFrame();
           if (await this.#onFrame(message.result)) return true;
@@ -479,6 +526,8 @@ export class Session {
       } catch (cause) {
         throw cause instanceof AimError ? cause : noAnswer("the stream broke off", cause);
       }
+      if (broken?.code === -32004) return await this.#terminal(broken);
+      if (broken) throw noAnswer("the stream sent an error frame", broken);  // reconnect
       return false;
     } finally {
       clearTimeout(timer);
@@ -492,6 +541,11 @@ export class Session {
     if (!answer?.error) throw httpError(response.status);
     const error = errorOf(answer.error, response.status, response.headers.get("retry-after"));
     if (error.code !== -32004) throw error;
+    return this.#terminal(error);
+  }
+
+  /** -32004 (an answer or an error frame): `ended` if GetTask shows the task terminal. */
+  async #terminal(error) {
     const task = await this.#wire.call("GetTask", {id: this.taskId, historyLength: 0});
     if (!TERMINAL.has(task.status.state)) throw error;
     this.#observe({state: realtimeOf(task).sessionState, taskState: task.status.state});
@@ -516,24 +570,17 @@ export class Session {
     if (moved && meta.sessionState === "provisioning" && this.#reboundEpoch !== epoch) {
       this.#reboundEpoch = epoch;
       this.#emit("rebound", {epoch});
-    } else if (moved && meta.sessionState !== "provisioning" && this.#checkedEpoch !== epoch) {
-      this.#checkedEpoch = epoch;
-      this.#confirmSuperseded();  // not awaited: the stream reads on meanwhile
+    } else if (this.#joinedEpoch === null || this.superseded) {
+      this.#vetted(epoch);  // nothing to be superseded from (or already told)
+    } else if (moved && meta.sessionState !== "provisioning" && epoch > this.#epoch) {
+      // another device may have taken over: commands carry this epoch only once GetSession
+      // said this endpoint is not superseded (they wait for the check, see #command)
+      this.#unvetted = Math.max(this.#unvetted ?? 0, epoch);
+      this.#vet().catch(() => {});  // not awaited: the stream reads on; a failure stays pending
     }
     if (!TERMINAL.has(item.status.state)) return false;
     await this.#end();
     return true;
-  }
-
-  /** The epoch passed ours: superseded if GetSession says this endpoint is. */
-  async #confirmSuperseded() {
-    try {
-      const session = await this.#getSession();
-      const mine = session.endpoints.find((e) => e.endpointId === this.endpointId);
-      if (mine?.state === "superseded") this.#supersede(session.sessionEpoch);
-    } catch {
-      this.#checkedEpoch = null;  // asked again at the next event
-    }
   }
 
   #supersede(epoch) {
@@ -561,10 +608,13 @@ export class Session {
       metadata: {currentEpoch: String(this.epoch), reason: "superseded"}});
   }
 
-  /** A mutating call: one commandId for this intent (kept on every retry), the current epoch
-   * unless `epoch: false`. */
-  async #command(method, params, {epoch = true} = {}) {
-    const sent = {sessionId: this.sessionId, ...(epoch ? {sessionEpoch: this.epoch} : {}),
+  /** A mutating call: one commandId for this intent (kept on every retry), the vetted epoch
+   * unless `epoch: false` (after the pending check, if any); `guard`: refused, unsent, once
+   * superseded. */
+  async #command(method, params, {epoch = true, guard = false} = {}) {
+    if (epoch) await this.#vet();
+    if (guard) this.#guard();
+    const sent = {sessionId: this.sessionId, ...(epoch ? {sessionEpoch: this.#epoch} : {}),
                   commandId: uuid(), ...params};
     try {
       const result = await this.#wire.call(method, sent);
@@ -573,6 +623,7 @@ export class Session {
     } catch (error) {
       if (error instanceof StaleEpochError && error.currentEpoch !== null) {
         this.#observe({epoch: error.currentEpoch});
+        this.#vetted(error.currentEpoch);
       }
       if (error instanceof SupersededError) this.#supersede(error.currentEpoch ?? this.epoch);
       throw error;
@@ -581,18 +632,26 @@ export class Session {
 
   /**
    * Register this device (once per epoch) and JoinSession at the current epoch: the LiveKit
-   * url and token for room.connect(url, token). Waits while the session is `provisioning`.
-   * Called again: a new JoinSession (a new token); after `superseded` it takes the session back.
+   * url and token for room.connect(url, token). Waits while the session is `provisioning`
+   * (AimError reason TIMEOUT after `readyTimeoutMs`). Called again: a new JoinSession (a new
+   * token); after `superseded` it takes the session back.
    */
   async join() {
-    const deadline = Date.now() + this.#wire.readyTimeoutMs;
+    const limit = this.#wire.readyTimeoutMs;
+    const deadline = Date.now() + limit;
     let {state} = this;
     if (state === "provisioning") ({state} = await this.#getSession());
-    while (state === "provisioning" && Date.now() < deadline) {  // then the service says why
+    while (state === "provisioning") {
+      if (Date.now() > deadline) {
+        throw new AimError(`the session is still provisioning after ${limit / 1000} s`,
+                           {reason: "TIMEOUT"});
+      }
       await sleep(POLL_MS);
       ({state} = await this.#getSession());
     }
-    if (this.endpointId === null || this.#registeredEpoch !== this.epoch || this.superseded) {
+    await this.#vet();
+    if (this.endpointId === null || this.#registeredEpoch !== this.#epoch || this.superseded) {
+      this.#joinedEpoch = null;  // a superseded device registers again before it joins
       const registered = await this.#command("aim.realtime.RegisterEndpoint",
                                              {clientEndpointKey: this.#key,
                                               capabilities: this.#capabilities});
@@ -602,7 +661,6 @@ export class Session {
     const joined = await this.#command("aim.realtime.JoinSession", {endpointId: this.endpointId});
     const epoch = joined.session.sessionEpoch;
     this.#joinedEpoch = epoch;
-    this.#checkedEpoch = null;
     this.superseded = false;
     const {url, token, room, expiresAt} = joined.media;
     return {url, token, room, expiresAt, epoch};
@@ -619,8 +677,8 @@ export class Session {
   }
 
   async #interact(type, payload) {
-    this.#guard();
-    const result = await this.#command("aim.realtime.SendInteraction", {type, payload});
+    const result = await this.#command("aim.realtime.SendInteraction", {type, payload},
+                                       {guard: true});
     if (result.interaction) this.#emit("interaction", result.interaction);
     return result;
   }
@@ -628,6 +686,18 @@ export class Session {
   async #operation(operationId) {
     const params = {sessionId: this.sessionId, operationId};
     return (await this.#wire.call("aim.realtime.GetOperation", params)).operation;
+  }
+
+  /** The open requirement of an operation the session does not show now: GetTask's, else the
+   * operation's (GetOperation) at the task's current version; the service judges it. */
+  async #requirement(operationId) {
+    const task = await this.#wire.call("GetTask", {id: this.taskId, historyLength: 0});
+    const shown = requirementOf(task.status);
+    if (shown?.operationId === operationId) return shown;
+    const {requirementId = "", action = {}, actionDigest = ""} =
+      (await this.#operation(operationId)).requirement ?? {};
+    return {operationId, requirementId, action, actionDigest,
+            expectedVersion: realtimeOf(task).taskVersion ?? 0};
   }
 
   /**
@@ -638,16 +708,11 @@ export class Session {
     if (decision !== "approve" && decision !== "deny") {
       throw new TypeError(`confirm: the decision is "approve" or "deny", not ${decision}`);
     }
+    await this.#vet();
     this.#guard();
-    let asked = [...this.#seen.values()].reverse().find((r) => r.operationId === operationId);
     if (via === "task") {
-      if (!asked) {
-        const task = await this.#wire.call("GetTask", {id: this.taskId, historyLength: 0});
-        asked = requirementOf(task.status);
-        if (asked?.operationId !== operationId) {
-          throw new InvalidStateError(`operation ${operationId} awaits no answer now`);
-        }
-      }
+      const asked = this.requirement?.operationId === operationId ? this.requirement
+        : await this.#requirement(operationId);  // its expectedVersion: the task's now
       await this.#wire.call("ContinueTask", {
         id: this.taskId, requirementId: asked.requirementId, actionDigest: asked.actionDigest,
         expectedVersion: asked.expectedVersion, historyLength: 0,
@@ -658,6 +723,7 @@ export class Session {
     if (decision === "deny") {
       return (await this.#interact("operation.cancel", {operationId})).operation;
     }
+    let asked = [...this.#seen.values()].reverse().find((r) => r.operationId === operationId);
     asked ??= (await this.#operation(operationId)).requirement ?? {};
     const {requirementId, actionDigest} = asked;
     return (await this.#interact("operation.confirm", {operationId, requirementId, actionDigest}))

@@ -249,3 +249,136 @@ const [service, token, dead, done] = arguments;
   });
 })().catch((e) => done({crashed: String(e)}));
 """
+
+
+# window.device's hold and release (browser_client_page.html), run by `Device.script`
+HOLD = "const [method, done] = arguments; window.device.hold(method); done(true);"
+RELEASE = "const [method, done] = arguments; window.device.release(method); done(true);"
+
+# the library alone, against a scripted service (its `fetch` option), run by `Device.script`:
+# what it sends and what it tells the app where the service says something unusual
+SCRIPTED = """
+const [service, done] = arguments;
+(async () => {
+  const lib = await import(`${service}/sdk/aim-realtime.js`);
+  const RT = "urn:aim:a2a:realtime:v1";
+  const INPUT = "TASK_STATE_INPUT_REQUIRED";
+  const seen = (e) => ({name: e.name, code: e.code, reason: e.reason, httpStatus: e.httpStatus});
+  const until = async (check, what) => {
+    for (const end = Date.now() + 5000; !check();) {
+      if (Date.now() > end) throw new Error(`never: ${what}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  };
+  const json = (body, status = 200) => new Response(JSON.stringify(body),
+    {status, headers: {"content-type": "application/json"}});
+  const task = ({state = "TASK_STATE_WORKING", version = 1, sessionState = "active",
+                 requirement = null} = {}) => ({
+    id: "t1", contextId: "c1",
+    status: {state, ...(requirement ? {message: {messageId: "m", role: "ROLE_AGENT",
+                                                 parts: [{text: "?"}, {data: requirement}]}} : {})},
+    metadata: {[RT]: {sessionId: "s1", sessionEpoch: 1, sessionState, taskVersion: version}},
+  });
+  const resource = (state) => ({session: {sessionId: "s1", taskId: "t1", sessionEpoch: 1, state,
+                                          version: 1, endpoints: [], endReason: "done"}});
+  const frame = (id, item, kind = "statusUpdate") =>
+    `id: ${id}\\ndata: ${JSON.stringify({jsonrpc: "2.0", id: 1, result: {[kind]: item}})}\\n\\n`;
+  const errorFrame = (code) =>
+    `data: ${JSON.stringify({jsonrpc: "2.0", id: 1, error: {code, message: "said"}})}\\n\\n`;
+  const asked = (version) => ({requirementId: "r1", operationId: "op1", action: {title: "Book"},
+                               actionDigest: "d1", expectedVersion: version});
+
+  // answers[method]: a result, a function of the params giving one, or a Response; streams:
+  // the SSE text of each subscribe in turn, the last kept open (`push` adds to it)
+  function scripted(answers, streams = []) {
+    const calls = [];
+    let open = null;
+    const fetch = async (url, init) => {
+      const {id, method, params} = JSON.parse(init.body);
+      calls.push({method, params, lastEventId: init.headers["Last-Event-ID"] ?? null});
+      if (method === "SubscribeToTask") {
+        if (streams.length === 0) {
+          return json({jsonrpc: "2.0", id, error: {code: -32001, message: "no more streams"}});
+        }
+        const text = streams.shift();
+        const last = streams.length === 0;
+        const body = new ReadableStream({start(controller) {
+          controller.enqueue(new TextEncoder().encode(text));
+          if (last) open = controller; else controller.close();
+          init.signal?.addEventListener("abort", () => {
+            try { controller.error(new DOMException("aborted", "AbortError")); } catch {}
+          });
+        }});
+        return new Response(body, {headers: {"content-type": "text/event-stream"}});
+      }
+      const answer = answers[method];
+      if (answer === undefined) {
+        return json({jsonrpc: "2.0", id, error: {code: -32601, message: `no ${method}`}});
+      }
+      const value = typeof answer === "function" ? answer(params) : answer;
+      return value instanceof Response ? value : json({jsonrpc: "2.0", id, result: value});
+    };
+    const push = (text) => open.enqueue(new TextEncoder().encode(text));
+    const sent = (method) => calls.filter((c) => c.method === method);
+    return {fetch, calls, push, sent};
+  }
+  const client = (service_, options = {}) =>
+    new lib.AimClient({baseUrl: service, token: "t", fetch: service_.fetch, ...options});
+  const out = {};
+
+  // confirm via the task: the requirement as the session shows it now, else as GetTask says
+  const confirming = scripted({
+    SendMessage: {task: task({sessionState: "ready"})},
+    ContinueTask: task({version: 6}),
+    "aim.realtime.GetOperation": {operation: {operationId: "op1", state: "running"}},
+    GetTask: task({state: INPUT, version: 5, requirement: asked(5)}),
+  }, [frame("1-0", task({state: INPUT, version: 2, requirement: asked(2)}), "task")
+      + frame("2-0", task({state: INPUT, version: 3, requirement: asked(3)}))]);
+  const one = await client(confirming).createSession({endpointKey: "k"});
+  one.follow();
+  await until(() => one.taskVersion === 3, "task version 3");
+  await one.confirm("op1", "approve", {via: "task"});
+  confirming.push(frame("3-0", task({version: 4})));
+  await until(() => one.taskVersion === 4 && one.requirement === null, "no requirement");
+  await one.confirm("op1", "approve", {via: "task"});
+  out.expectedVersions = confirming.sent("ContinueTask").map((c) => c.params.expectedVersion);
+  out.taskReads = confirming.sent("GetTask").length;
+  one.close();
+
+  // join() on a session that stays provisioning: TIMEOUT, and nothing registered
+  const slow = scripted({
+    SendMessage: {task: task({sessionState: "provisioning"})},
+    "aim.realtime.GetSession": resource("provisioning"),
+  });
+  const two = await client(slow, {readyTimeoutMs: 300})
+    .createSession({endpointKey: "k", returnImmediately: true});
+  out.timeout = await two.join().then(() => null, seen);
+  out.registered = slow.sent("aim.realtime.RegisterEndpoint").length;
+
+  // HTTP 401/403 is an AuthError whatever the JSON-RPC code
+  const denied = scripted({GetTask: json({jsonrpc: "2.0", id: 1,
+                                          error: {code: -32603, message: "no"}}, 403)});
+  out.auth = await client(denied).call("GetTask", {id: "t1"}).then(() => null, seen);
+
+  // the stream: a frame that is not JSON is skipped, an error frame is a break (reconnect after
+  // the last id), -32004 on a terminal task is the end
+  const streaming = scripted({
+    SendMessage: {task: task({sessionState: "ready"})},
+    GetTask: task({state: "TASK_STATE_COMPLETED", version: 9, sessionState: "ending"}),
+    "aim.realtime.GetSession": resource("ending"),
+  }, ["data: not json\\n\\n" + frame("1-0", task({sessionState: "ready"}), "task")
+      + errorFrame(-32603) + frame("8-0", task({sessionState: "failed", version: 8})),
+      frame("2-0", task({version: 2})) + errorFrame(-32004), ""]);
+  const three = await client(streaming).createSession({endpointKey: "k"});
+  const events = [];
+  for (const name of ["state", "ended", "error"]) {
+    three.on(name, (payload) => events.push([name, name === "error" ? seen(payload.error)
+                                                                    : payload]));
+  }
+  await until(() => events.some(([name]) => name === "ended" || name === "error"), "an end");
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  out.streamEvents = events;
+  out.subscribes = streaming.sent("SubscribeToTask").map((c) => c.lastEventId);
+  done(out);
+})().catch((e) => done({crashed: `${e} ${e.stack}`}));
+"""

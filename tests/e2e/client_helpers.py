@@ -76,7 +76,7 @@ class Wire:
     def of(self, method: str) -> list[Sent]:
         return [sent for sent in self.requests if sent.method == method]
 
-    def client(self) -> httpx.AsyncClient:
+    def client(self, transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
         async def on_request(request: httpx.Request) -> None:
             body = request.content
             method = json.loads(body).get("method", "") if body else ""
@@ -88,7 +88,48 @@ class Wire:
                 error = response.json().get("error")
                 self.codes.append(error.get("code") if error else None)
 
-        return httpx.AsyncClient(event_hooks={"request": [on_request], "response": [on_response]})
+        hooks = {"request": [on_request], "response": [on_response]}
+        return httpx.AsyncClient(transport=transport, event_hooks=hooks)
+
+
+class Gate(httpx.AsyncBaseTransport):
+    """The network under one client, with two knobs per JSON-RPC method: a method in `fail` is
+    answered HTTP 500 without a JSON-RPC body (an error the client does not retry) and never
+    reaches the service; `hold(method)` lets its requests through and keeps their answers
+    until `release(method)` (the event it returns is set once an answer is held)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.fail: set[str] = set()
+        self._gates: dict[str, asyncio.Event] = {}
+        self._holding: dict[str, asyncio.Event] = {}
+
+    def hold(self, method: str) -> asyncio.Event:
+        self._gates[method] = asyncio.Event()
+        self._holding[method] = asyncio.Event()
+        return self._holding[method]
+
+    def release(self, method: str) -> None:
+        self._gates.pop(method).set()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = request.content
+        method = json.loads(body).get("method", "") if body else ""
+        if method in self.fail:
+            return httpx.Response(500, text="unavailable", request=request)
+        response = await self.inner.handle_async_request(request)
+        gate = self._gates.get(method)
+        if gate is None:
+            return response
+        raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        await response.aclose()
+        self._holding[method].set()
+        await gate.wait()
+        return httpx.Response(response.status_code, headers=response.headers, content=raw,
+                              request=request)  # fmt: skip
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 class Events:

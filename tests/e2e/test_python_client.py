@@ -26,9 +26,11 @@ from realtime.client import (
 )
 from realtime.methods import sessions as session_methods
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, rpc, token
-from tests.e2e.agent_operation_helpers import AGENT, wait_for_data
+from tests.e2e.agent_operation_helpers import AGENT, data_to_agent, get_session, wait_for_data
 from tests.e2e.client_helpers import (
+    WAIT_S,
     Events,
+    Gate,
     Served,
     Wire,
     proxied_service,
@@ -289,3 +291,79 @@ async def test_other_errors_are_raised_typed_after_one_request(livekit, store):
                 await stranger.create_session("phone")
             assert (denied.value.code, denied.value.http_status) == (-31401, 401)
             assert len(wire.requests) == sent + 1
+
+
+async def test_a_superseded_device_whose_check_failed_sends_nothing_at_epoch_2(livekit, store):
+    gate, wire = Gate(), Wire()
+    async with (
+        proxied_service(livekit, store) as served,
+        wire.client(gate) as http,
+        AimClient(served.device_url, token=token("alice"), http=http) as client,
+        AimClient(served.base_url, token=token("alice")) as other,
+    ):
+        phone = await client.create_session("phone")
+        sid = phone.session_id
+        events = Events(phone)
+        await phone.join()
+        await in_the_room(served, livekit, sid, str(phone.endpoint_id))
+        await in_the_room(served, livekit, sid, AGENT, agent=True)
+        await phone.send_text("hello")
+
+        # GetSession fails for the phone while the laptop takes the session over and comes
+        # into the room: the session is active again, at epoch 2, and the phone cannot check
+        gate.fail.add("aim.realtime.GetSession")
+        laptop = await other.resume_session(sid, endpoint_key="laptop")
+        assert (await laptop.join()).epoch == 2
+        livekit.add_participant(room(sid), str(laptop.endpoint_id))
+        arrived = await send_webhook(served.http, "participant_joined", room(sid),
+                                     str(laptop.endpoint_id), epoch=2)  # fmt: skip
+        assert arrived == "applied"
+        await events.until(lambda e: isinstance(e, StateChanged) and (e.state, e.epoch) == (
+            "active", 2))  # fmt: skip
+        assert phone.epoch == 2  # shown, not yet used
+        assert not phone.superseded
+
+        # the next command checks first: superseded, so it is not sent
+        gate.fail.clear()
+        version = (await get_session(served.http, sid))["version"]
+        sent = len(wire.of("aim.realtime.SendInteraction"))
+        with pytest.raises(SupersededError) as refused:
+            await phone.send_text("from the phone at epoch 2")
+        assert refused.value.current_epoch == 2
+        assert len(wire.of("aim.realtime.SendInteraction")) == sent
+        assert phone.superseded
+        assert (await events.until(lambda e: e.name == "superseded")).epoch == 2
+        assert (await get_session(served.http, sid))["version"] == version
+        texts = [m["payload"]["text"] for m in data_to_agent(livekit, room(sid), "input.text")]
+        assert texts == ["hello"]
+        await events.stop()
+
+
+async def test_an_answer_read_after_the_stream_moved_on_does_not_take_the_state_back(
+    livekit, store
+):
+    gate, wire = Gate(), Wire()
+    async with (
+        proxied_service(livekit, store) as served,
+        wire.client(gate) as http,
+        AimClient(served.device_url, token=token("alice"), http=http) as client,
+    ):
+        phone = await client.create_session("phone")
+        sid = phone.session_id
+        events = Events(phone)
+        await events.until(lambda e: isinstance(e, StateChanged) and e.state == "ready")
+
+        # JoinSession applies (joining); its answer is held while the device enters the room
+        held = gate.hold("aim.realtime.JoinSession")
+        joining = asyncio.create_task(phone.join())
+        await asyncio.wait_for(held.wait(), WAIT_S)
+        await in_the_room(served, livekit, sid, str(phone.endpoint_id))
+        await events.until(lambda e: isinstance(e, StateChanged) and e.state == "active")
+        gate.release("aim.realtime.JoinSession")
+        joined = await asyncio.wait_for(joining, WAIT_S)
+        assert joined.epoch == 1
+        assert phone.info["state"] == "joining"  # what the answer said, kept as it came
+        assert phone.state == "active"  # what the stream showed since
+        await phone.refresh()
+        assert phone.state == "active"
+        await events.stop()

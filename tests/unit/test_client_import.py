@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 SERVICE_DEPENDENCIES = ("litestar", "redis", "fakeredis", "livekit", "opentelemetry", "uvicorn",
                         "msgspec", "jwt", "rfc8785", "prometheus_client")  # fmt: skip
@@ -33,3 +34,12 @@ def test_the_package_root_stays_empty():
     assert realtime.__file__ is not None
     with open(realtime.__file__) as source:
         assert source.read() == ""
+
+
+def test_the_extension_urn_is_written_in_one_module():
+    import realtime.client
+
+    package = Path(realtime.client.__file__).parent
+    holders = [path.name for path in sorted(package.glob("*.py"))
+               if "urn:aim:a2a:realtime:v1" in path.read_text()]  # fmt: skip
+    assert holders == ["rpc.py"]

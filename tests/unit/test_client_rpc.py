@@ -189,3 +189,20 @@ async def test_a_terminal_task_ends_the_stream_and_failures_are_bounded():
         [f async for f in TaskStream(script.caller(), "t").frames()]
     assert getattr(gone.value, "code", None) == -32001
     assert len(script.requests) == 1
+
+
+def error_frame(code: int) -> str:
+    return f"data: {json.dumps(error(code))}\n\n"
+
+
+async def test_an_error_frame_breaks_the_connection_and_a_frame_that_is_not_json_is_skipped():
+    script = Script(
+        sse("data: not json\n\n", frame("1-0", "TASK_STATE_WORKING"), error_frame(-32603),
+            frame("9-0", "TASK_STATE_WORKING")),
+        sse(frame("2-0", "TASK_STATE_WORKING"), error_frame(-32004)),
+    )  # fmt: skip
+    stream = TaskStream(script.caller(), "t")
+    got = [f.event_id async for f in stream.frames()]
+    assert got == ["1-0", "2-0"]  # nothing after an error frame is read
+    assert [r.headers.get("last-event-id") for r in script.requests] == [None, "1-0"]
+    assert stream.refused_terminal  # -32004: the task is terminal

@@ -1,0 +1,90 @@
+"""A device's Session on a scripted service (an httpx mock transport): what join() does while
+the session stays provisioning, and how a stream the service refuses ends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from realtime.client import AimClient, AimError, Ended, StreamFailed
+from realtime.client.rpc import REALTIME
+
+Answer = Callable[[dict[str, Any]], httpx.Response]
+
+
+def result(value: object) -> httpx.Response:
+    return httpx.Response(200, json={"jsonrpc": "2.0", "id": 1, "result": value})
+
+
+def failure(code: int) -> httpx.Response:
+    return httpx.Response(200, json={"jsonrpc": "2.0", "id": 1,
+                                     "error": {"code": code, "message": "m"}})  # fmt: skip
+
+
+def task(state: str, session_state: str) -> dict[str, Any]:
+    meta = {"sessionId": "s1", "sessionEpoch": 1, "sessionState": session_state, "taskVersion": 1}
+    return {"id": "t1", "contextId": "c1", "status": {"state": state},
+            "metadata": {REALTIME: meta}}  # fmt: skip
+
+
+def session_object(state: str) -> dict[str, Any]:
+    return {"sessionId": "s1", "taskId": "t1", "sessionEpoch": 1, "state": state, "version": 1,
+            "endpoints": []}  # fmt: skip
+
+
+class Service:
+    """Answers each JSON-RPC method with `answers[method]`; records the methods called."""
+
+    def __init__(self, answers: dict[str, Answer]) -> None:
+        self.answers = answers
+        self.methods: list[str] = []
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.methods.append(body["method"])
+        answer = self.answers.get(body["method"])
+        return answer(body["params"]) if answer else failure(-32601)
+
+    def client(self, **options: Any) -> AimClient:
+        async def no_wait(_: float) -> None:
+            await asyncio.sleep(0)
+
+        return AimClient("http://aim.test", token="t", transport=httpx.MockTransport(self.handle),
+                         sleep=no_wait, **options)  # fmt: skip
+
+
+async def test_join_raises_timeout_while_the_session_stays_provisioning():
+    service = Service({
+        "SendMessage": lambda _: result({"task": task("TASK_STATE_WORKING", "provisioning")}),
+        "aim.realtime.GetSession": lambda _: result({"session": session_object("provisioning")}),
+    })  # fmt: skip
+    async with service.client(ready_timeout_ms=300) as client:
+        session = await client.create_session("phone", return_immediately=True)
+        with pytest.raises(AimError) as late:
+            await session.join()
+    assert (type(late.value), late.value.reason, late.value.code) == (AimError, "TIMEOUT", None)
+    assert "aim.realtime.RegisterEndpoint" not in service.methods
+
+
+@pytest.mark.parametrize(
+    ("task_state", "event"),
+    [("TASK_STATE_COMPLETED", Ended), ("TASK_STATE_WORKING", StreamFailed)],
+)
+async def test_a_refused_subscribe_is_the_end_only_of_a_terminal_task(task_state, event):
+    service = Service({
+        "SendMessage": lambda _: result({"task": task("TASK_STATE_WORKING", "ready")}),
+        "aim.realtime.GetSession": lambda _: result({"session": session_object("ready")}),
+        "SubscribeToTask": lambda _: failure(-32004),
+        "GetTask": lambda _: result(task(task_state, "ready")),
+    })  # fmt: skip
+    async with service.client() as client:
+        session = await client.create_session("phone")
+        seen = [e async for e in session.events()]
+    assert [type(e) for e in seen] == [event]
+    if isinstance(seen[0], StreamFailed):
+        assert seen[0].error.code == -32004
