@@ -25,7 +25,6 @@ from realtime.a2a import projection
 from realtime.agent_card import build_agent_card
 from realtime.auth import Authenticator
 from realtime.engine.core import Engine
-from realtime.environment import without_credentials
 from realtime.fanout import EventHub
 from realtime.front import RpcFront
 from realtime.livekit_adapter.api import LiveKitGateway
@@ -161,7 +160,7 @@ async def running(
     if run_worker and settings.events_enabled:
         deliverer = Deliverer(settings, services.delivery_store, metrics=metrics, clock=clock)
         loops.append(asyncio.create_task(deliverer.loop(stop)))
-        log.info("session events on: sent to %s", without_credentials(settings.events_url or ""))
+        log.info("session events: %s", settings.events_target)
     if metrics.pushes:  # an OTLP export cannot await a read: keep the Redis gauges current
         loops.append(asyncio.create_task(metrics.store.keep_fresh(stop)))
     if run_worker and settings.reconcile_interval_s and settings.livekit_configured:

@@ -284,10 +284,7 @@ async def _check_async(settings: Settings) -> int:
             ok = False
         finally:
             await gateway.aclose()
-    if settings.events_url is None:
-        print("events: not configured (AIM_EVENTS_URL unset); no session events are written")
-    else:
-        print(f"events: sent to {without_credentials(settings.events_url)} (AIM_EVENTS_URL)")
+    print(f"events: {settings.events_target}")
     return 0 if ok else 1
 
 
@@ -382,8 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "check",
         help="validate configuration and reach dependencies",
-        description="Validate the configuration, then reach Redis and LiveKit once each. Exit "
-        "0: ready; 1: a dependency is not ready; 2: the configuration is invalid.",
+        description="Validate the configuration, then reach Redis and LiveKit once each and say "
+        "where session events go. Exit 0: ready; 1: a dependency is not ready; 2: the "
+        "configuration is invalid.",
         formatter_class=helpful,
     )
     check.set_defaults(run=_check)

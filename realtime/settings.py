@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from realtime.environment import MIN_HS256_SECRET_BYTES, EnvironmentReader
+from realtime.environment import MIN_HS256_SECRET_BYTES, EnvironmentReader, without_credentials
 
 PROVIDER_CAPABILITIES = ("audio_input", "audio_output", "vision_input", "transcript_history")
 # the session events an app backend may receive (profile §21; AIM_EVENTS_TYPES picks among them)
@@ -135,6 +135,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def events_enabled(self) -> bool:
         """Whether session events are written and sent (AIM_EVENTS_URL and its secret set)."""
         return self.events_url is not None and self.events_secret is not None
+
+    @property
+    def events_target(self) -> str:
+        """Where session events go, as the log and `check` say it (never a credential)."""
+        if self.events_url is None:
+            return "not configured (AIM_EVENTS_URL unset); none are written"
+        return f"sent to {without_credentials(self.events_url)} (AIM_EVENTS_URL)"
 
     def events_url_for(self, tenant: str | None) -> str | None:
         """Where a session of `tenant` sends its events: the tenant's own URL, or AIM_EVENTS_URL."""

@@ -58,7 +58,7 @@ def test_check_reaches_the_configured_redis(monkeypatch, redis_url, capsys):
     assert "configuration: valid" in out
     assert "(AIM_REDIS_URL): reachable" in out
     assert "livekit: not configured" in out
-    assert "events: not configured (AIM_EVENTS_URL unset)" in out
+    assert "events: not configured (AIM_EVENTS_URL unset); none are written" in out
 
 
 def test_check_names_where_session_events_go_without_the_secret(monkeypatch, redis_url, capsys):
