@@ -94,6 +94,7 @@ class Deliverer:
             transport=transport,
             headers={"User-Agent": "aim-realtime session events"},
         )
+        self.stopping = asyncio.Event()  # `loop`'s stop
         # the occurredAt of each session's undelivered head this worker has tried (the gauge of
         # the oldest undelivered event)
         self.waiting_since: dict[str, int] = {}
@@ -115,6 +116,7 @@ class Deliverer:
         already being sent to, CONCURRENCY at most at once. A slow receiver holds up its own
         session only: the others are started as they come due."""
         sending: dict[str, asyncio.Task[None]] = {}
+        self.stopping = stop  # a session's turn ends at its next event once it is set
         try:
             while not stop.is_set():
                 try:
@@ -132,7 +134,7 @@ class Deliverer:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), POLL_INTERVAL_S)
         finally:
-            # what is under way finishes (its outcome noted), bounded by one attempt's deadline
+            # what is under way finishes (its outcome noted): one attempt each, at most its deadline
             await asyncio.gather(*sending.values(), return_exceptions=True)
             await self.aclose()
 
@@ -159,6 +161,9 @@ class Deliverer:
             return  # another worker sends them
         try:
             for _ in range(PER_TURN):
+                if self.stopping.is_set():
+                    await self.store.wait_until(session_id, self.now_ms())  # for the next worker
+                    return
                 head = await self.store.head(session_id)
                 if head.body is None:
                     self.waiting_since.pop(session_id, None)

@@ -143,3 +143,25 @@ async def test_a_slow_receiver_holds_up_its_own_session_only(store) -> None:
     assert seen == [1, -1, -2]  # the other session's events went out meanwhile, in order
     stop.set()
     await running
+
+
+async def test_a_stopping_worker_finishes_the_attempt_under_way_and_leaves_the_rest(store) -> None:
+    await seed(store, 5)
+    seen: list[int] = []
+    asked = asyncio.Event()
+
+    async def slowly(seq: int) -> int:
+        asked.set()
+        await asyncio.sleep(0.5)
+        return 200
+
+    sender = deliverer(store, slowly, seen)
+    stop = asyncio.Event()
+    running = asyncio.create_task(sender.loop(stop))
+    await asyncio.wait_for(asked.wait(), 5)
+    stop.set()
+    await asyncio.wait_for(running, 2)  # not the 2.5 s of sending all five
+    deliveries = DeliveryStore(store)
+    assert seen == [1]
+    assert (await deliveries.head(SID)).seq == 2  # the rest waits for the next worker
+    assert await deliveries.due(NOW_MS) == [SID]
