@@ -34,7 +34,7 @@ from realtime.errors import ServiceError
 from realtime.metrics import Metrics
 from realtime.store import keys
 from realtime.store.redis_client import RedisClient, translated_errors
-from realtime.telemetry import current_trace_id
+from realtime.telemetry import current_trace_id, trace_id_of
 from realtime.timestamps import timestamp
 
 log = logging.getLogger(__name__)
@@ -90,10 +90,12 @@ class TimelineEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
 TIMELINE_DECODER: Final = msgspec.json.Decoder(TimelineEntry)
 
 
-def timeline_entry(kind: str, now_ms: int, **fields: Any) -> bytes:
+def timeline_entry(kind: str, now_ms: int, *, cause: str | None = None, **fields: Any) -> bytes:
     """One timeline entry (`TimelineEntry`'s members by their Python names), with the trace id
-    of the current request when there is one."""
-    entry = TimelineEntry(at=timestamp(now_ms), kind=kind, trace_id=current_trace_id(), **fields)
+    of `cause` (the span that stored the work, a `current_cause()`) or else of the current
+    request, when there is one."""
+    trace_id = trace_id_of(cause) if cause else current_trace_id()
+    entry = TimelineEntry(at=timestamp(now_ms), kind=kind, trace_id=trace_id, **fields)
     return _ENCODER.encode(entry)
 
 
@@ -105,11 +107,14 @@ def effect_entry(
     result: EffectResult,
     duration_ms: int,
     error: str | None = None,
+    cause: str | None = None,
 ) -> bytes:
-    """A LiveKit call of the outbox (`effect`: its API name, e.g. CreateRoom)."""
+    """A LiveKit call of the outbox (`effect`: its API name, e.g. CreateRoom), in the trace of
+    the commit that stored it (`cause`), whichever runner carries it out."""
     return timeline_entry(
         "effect",
         now_ms,
+        cause=cause,
         effect=effect,
         attempt=attempt,
         result=result,

@@ -196,6 +196,7 @@ class Runner:
             attempt=entry.attempts + 1,
             result="ok",
             duration_ms=_elapsed_ms(started),
+            cause=entry.cause,
         )
         if follow_up is not None:
             # commit the follow-up before forgetting the effect: if the commit fails, the
@@ -237,6 +238,7 @@ class Runner:
             result="failed" if rejected else "retry",
             duration_ms=_elapsed_ms(started),
             error=entry.last_error,
+            cause=entry.cause,
         )
         await self.sessions.retry_later(
             session_id, effect_id, entry, noted, self.engine.settings.live_window_s
