@@ -165,3 +165,28 @@ async def test_a_stopping_worker_finishes_the_attempt_under_way_and_leaves_the_r
     assert seen == [1]
     assert (await deliveries.head(SID)).seq == 2  # the rest waits for the next worker
     assert await deliveries.due(NOW_MS) == [SID]
+
+
+async def test_a_worker_forgets_an_event_another_worker_delivered(store) -> None:
+    """The gauge of the oldest undelivered event: worker A failed the session's event, worker B
+    delivered it; A's next sweep no longer counts it as waiting."""
+    await seed(store, 1)
+    seen: list[int] = []
+
+    async def refuse(seq: int) -> int:
+        return 503
+
+    async def take(seq: int) -> int:
+        return 200
+
+    first, second = deliverer(store, refuse, seen), deliverer(store, take, seen)
+    await first.send(SID)
+    assert first._oldest_undelivered_s() >= 0
+    assert SID in first.waiting_since
+    await DeliveryStore(store).wait_until(SID, NOW_MS)  # due again at once, for B
+    await second.send(SID)
+    await first._forget_delivered()
+    assert first.waiting_since == {}
+    assert first._oldest_undelivered_s() == 0.0
+    await first.aclose()
+    await second.aclose()
