@@ -296,3 +296,24 @@ async def wait_operation_state(
             return operation
         assert time.monotonic() < deadline, f"operation stayed {operation['state']}"
         await asyncio.sleep(0.05)
+
+
+def provider_token_of(livekit: Any, sid: str, epoch: int = 1) -> str:
+    """The provider token the service handed the agent in its room's dispatch metadata."""
+    token: str = json.loads(livekit.dispatches_in(f"aim-{sid}-e{epoch}")[-1].metadata)[
+        "providerToken"
+    ]
+    return token
+
+
+async def agent_asks_to_book(client: httpx.AsyncClient, provider_token: str, sid: str) -> str:
+    """The agent asks the user to confirm booking a table (RequestOperation, confirmation
+    required, epoch 1); the new operation's id."""
+    status, asked, _ = await provider_call(
+        client, provider_token, "RequestOperation", sessionId=sid, sessionEpoch=1,
+        requestId=new_id(), kind="action", confirmation="required",
+        action={"title": "Book a table for two", "tool": "reservations.book"},
+    )  # fmt: skip
+    assert status == 200, asked
+    operation_id: str = asked["result"]["operation"]["operationId"]
+    return operation_id

@@ -13,7 +13,6 @@ request over the provider API with the provider token of its dispatch.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,9 +22,11 @@ from livekit import api
 from tests.cli_processes import free_port
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, token
 from tests.e2e.agent_operation_helpers import (
+    agent_asks_to_book,
     data_to_agent,
     get_session,
     provider_call,
+    provider_token_of,
     quiet,
     wait_for_data,
 )
@@ -126,14 +127,8 @@ async def test_a_page_follows_a_session_from_create_to_end(livekit, store, windo
         # page is cut off; the stream comes back after the last event it got
         assert [n for n, _ in await run(one.connections)] == [1]
         proxy.refuse()  # cuts every connection, and refuses new ones until restore()
-        provider_token = json.loads(livekit.dispatches_in(room(sid))[-1].metadata)["providerToken"]
-        status, asked, _ = await provider_call(
-            http, provider_token, "RequestOperation", sessionId=sid, sessionEpoch=1,
-            requestId=new_id(), kind="action", confirmation="required",
-            action={"title": "Book a table for two", "tool": "reservations.book"},
-        )  # fmt: skip
-        assert status == 200, asked
-        operation_id = asked["result"]["operation"]["operationId"]
+        provider_token = provider_token_of(livekit, sid)
+        operation_id = await agent_asks_to_book(http, provider_token, sid)
         status, thinking, _ = await provider_call(
             http, provider_token, "ReportAgentState", sessionId=sid, sessionEpoch=1,
             state="thinking",

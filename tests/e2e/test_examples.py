@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
 import sys
@@ -34,9 +33,14 @@ from realtime.app import create_app
 from realtime.auth import mint_dev_token
 from realtime.store.redis_client import RedisClient
 from tests.conftest import livekit_settings, rpc, serving, token
-from tests.e2e.agent_operation_helpers import data_to_agent, provider_call, wait_for_data
+from tests.e2e.agent_operation_helpers import (
+    agent_asks_to_book,
+    data_to_agent,
+    provider_token_of,
+    wait_for_data,
+)
 from tests.e2e.browser_helpers import binaries, chromium
-from tests.e2e.realtime_helpers import call, new_id
+from tests.e2e.realtime_helpers import call
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
@@ -379,14 +383,8 @@ async def test_the_browser_page_shows_a_session_live_from_start_to_end(livekit, 
         assert message["payload"] == {"text": "hello from the page"}
 
         # the agent asks for a confirmation; the person approves it on the page
-        provider_token = json.loads(livekit.dispatches_in(room(sid))[-1].metadata)["providerToken"]
-        status, asked, _ = await provider_call(
-            http, provider_token, "RequestOperation", sessionId=sid, sessionEpoch=1,
-            requestId=new_id(), kind="action", confirmation="required",
-            action={"title": "Book a table for two", "tool": "reservations.book"},
-        )  # fmt: skip
-        assert status == 200, asked
-        operation_id = asked["result"]["operation"]["operationId"]
+        provider_token = provider_token_of(livekit, sid)
+        operation_id = await agent_asks_to_book(http, provider_token, sid)
 
         def approved() -> None:
             page.wait.until(lambda _: page.element("ask").is_displayed(), "no confirmation asked")
