@@ -79,6 +79,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     requirement_ttl_s: int = 120
 
     max_sessions_per_principal: int = 5
+    # tasks one principal holds at once, live and kept (session tasks and refused messages)
+    max_tasks_per_principal: int = 1000
     max_endpoints_per_session: int = 8
     rate_limit_rps: float = 100.0
 
@@ -86,6 +88,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     reconcile_interval_s: int = 60  # 0: no reconciler
     reconcile_grace_s: int = 120
     task_ttl_s: int = 7 * 24 * 3600
+    # a REJECTED task (a message the service does not serve) is kept this long
+    rejected_task_ttl_s: int = 3600
     # a command's stored outcome, a session's event stream and timeline: kept for the session's
     # life plus this replay window (profile §20)
     command_ttl_s: int = 24 * 3600
@@ -130,6 +134,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         """How long a live session's command outcomes, event stream and timeline are kept from
         their last write: the longest it may still live, then the replay window (profile §20)."""
         return self.max_session_s + self.command_ttl_s
+
+    @property
+    def rejected_ttl_s(self) -> int:
+        """How long a REJECTED task is kept: never longer than any other task."""
+        return min(self.rejected_task_ttl_s, self.task_ttl_s)
 
     @property
     def events_enabled(self) -> bool:
@@ -294,6 +303,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 low=1,
                 high=10000,
             ),
+            max_tasks_per_principal=reader.integer(
+                "AIM_MAX_TASKS_PER_PRINCIPAL",
+                defaults.max_tasks_per_principal,
+                low=1,
+                high=100_000,
+            ),
             max_endpoints_per_session=reader.integer(
                 "AIM_MAX_ENDPOINTS_PER_SESSION", defaults.max_endpoints_per_session, low=1, high=64
             ),
@@ -315,6 +330,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             task_ttl_s=reader.integer(
                 "AIM_TASK_TTL_S", defaults.task_ttl_s, low=60, high=365 * 86400
+            ),
+            rejected_task_ttl_s=reader.integer(
+                "AIM_REJECTED_TASK_TTL_S", defaults.rejected_task_ttl_s, low=60, high=365 * 86400
             ),
             command_ttl_s=reader.integer(
                 "AIM_COMMAND_TTL_S", defaults.command_ttl_s, low=1, high=365 * 86400

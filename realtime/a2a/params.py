@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
@@ -39,6 +39,14 @@ Interaction = Literal["text", "pointer", "tool", "confirmation"]
 VideoSource = Literal["camera", "screen"]
 
 _CONTENT_MEMBERS: Final = ("text", "raw", "url", "data")
+# what one message's parts may hold together, in bytes of their JSON (text, raw, url, data and
+# each part's metadata): a message joins a task's history, so it is bounded before anything
+# is stored (decision 171)
+MAX_MESSAGE_PART_BYTES: Final = 128 * 1024
+# a message's contextId is an identifier the service stores with its task and indexes for
+# ListTasks: bounded like one (the schema leaves it unbounded; decision 171)
+MAX_CONTEXT_ID_CHARS: Final = 256
+_SIZE_ENCODER: Final = msgspec.json.Encoder()
 
 
 class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -74,8 +82,31 @@ class ContinuePart(Part, frozen=True):
             raise ValueError("ContinueTask accepts only `text` and `data` parts")
 
 
+def part_bytes(part: Part) -> int:
+    """The bytes a part's content and metadata take in JSON (strings as UTF-8)."""
+    size = 0
+    for value in (part.text, part.raw, part.url):
+        if isinstance(value, str):
+            size += len(value) if value.isascii() else len(value.encode())
+    for value in (part.data, part.metadata):
+        if value is not UNSET:
+            size += len(_SIZE_ENCODER.encode(value))
+    return size
+
+
+def check_part_bytes(parts: Sequence[Part]) -> None:
+    """Refuse a message whose parts hold more than MAX_MESSAGE_PART_BYTES together."""
+    size = sum(part_bytes(part) for part in parts)
+    if size > MAX_MESSAGE_PART_BYTES:
+        raise ValueError(
+            f"`parts` hold {size} bytes; the parts of one message hold at most "
+            f"{MAX_MESSAGE_PART_BYTES} bytes together (text, raw, url, data and metadata)"
+        )
+
+
 Parts = Annotated[list[Part], Meta(min_length=1, max_length=17)]
 MessageId = Annotated[str, Meta(min_length=1, max_length=128)]
+ContextId = Annotated[str, Meta(max_length=MAX_CONTEXT_ID_CHARS)]
 NoReferences = Annotated[list[Any], Meta(max_length=0)]
 
 
@@ -83,12 +114,15 @@ class Message(Params, frozen=True):
     message_id: MessageId
     role: Literal["ROLE_USER"]
     parts: Parts
-    context_id: str | None = None
+    context_id: ContextId | None = None
     # a new message never names a task: the server creates it (schema: `taskId` is null)
     task_id: None = None
     metadata: Any | UnsetType = UNSET
     extensions: list[str] | UnsetType = UNSET
     reference_task_ids: NoReferences | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        check_part_bytes(self.parts)
 
 
 class ContinueMessage(Params, frozen=True):
@@ -96,10 +130,13 @@ class ContinueMessage(Params, frozen=True):
     role: Literal["ROLE_USER"]
     parts: Annotated[list[ContinuePart], Meta(min_length=1, max_length=17)]
     task_id: Uuid
-    context_id: str | None = None
+    context_id: ContextId | None = None
     metadata: Any | UnsetType = UNSET
     extensions: list[str] | UnsetType = UNSET
     reference_task_ids: NoReferences | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        check_part_bytes(self.parts)
 
 
 class SendConfiguration(Params, frozen=True):

@@ -121,9 +121,12 @@ async def create_session(
             score_ms=now_ms,
             ttl_s=services.settings.task_ttl_s,
             limit=services.settings.max_sessions_per_principal,
+            task_limit=services.settings.max_tasks_per_principal,
         )
         if status != "limit" or not await _prune_live(services, owner):
             break
+    if status == "tasks":
+        raise tasks.tasks_limit(services, int(earlier) if earlier else None, now_ms)
     if status == "limit":
         raise LimitExceeded(
             f"You already have {services.settings.max_sessions_per_principal} live sessions; "

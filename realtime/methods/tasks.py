@@ -12,13 +12,20 @@ from msgspec import UNSET
 
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
-from realtime.errors import TaskNotFound, invalid_params
+from realtime.errors import LimitExceeded, TaskNotFound, invalid_params
 from realtime.methods.context import Call, Services, timestamp
+from realtime.store.indexes import TaskInfo
 from realtime.store.records import TaskRecord
+from realtime.store.tasks import Indexed
 from state_machines import Accepted
 from state_machines import task as lifecycle
 
 DEFAULT_PAGE_SIZE: Final = 50
+# a REJECTED task keeps the message it refused as sent up to this size (its parts, metadata and
+# extensions), else only the first EXCERPT_CHARS characters of its text (decision 171)
+KEPT_MESSAGE_BYTES: Final = 2048
+EXCERPT_CHARS: Final = 256
+_ENCODER: Final = msgspec.json.Encoder()
 
 REALTIME_ONLY_TEXT: Final = (
     "This agent only starts realtime voice/video sessions and does not chat in text. "
@@ -73,6 +80,25 @@ async def load_own_task(services: Services, owner: str, task_id: str) -> TaskRec
     return record
 
 
+def kept_message(message: p.Message, *, task_id: str, context_id: str) -> tuple[wire.Message, bool]:
+    """The message as a REJECTED task's history keeps it, and whether it was cut: as sent when
+    its parts and metadata are small, else an excerpt of its text (the task is kept, the
+    message it refused need not be)."""
+    kept = user_message(message, task_id=task_id, context_id=context_id)
+    size = sum(p.part_bytes(part) for part in message.parts)
+    if message.metadata is not UNSET:
+        size += len(_ENCODER.encode(message.metadata))
+    if message.extensions is not UNSET:
+        size += sum(len(uri) for uri in message.extensions)
+    if size <= KEPT_MESSAGE_BYTES:
+        return kept, False
+    text = "".join(part.text for part in message.parts if isinstance(part.text, str))
+    excerpt = text[:EXCERPT_CHARS] if text else "[no text]"
+    return msgspec.structs.replace(
+        kept, parts=[wire.Part(text=excerpt)], metadata=UNSET, extensions=UNSET
+    ), True
+
+
 async def send_message_rejected(
     services: Services,
     call: Call[p.SendParams],
@@ -80,27 +106,46 @@ async def send_message_rejected(
     reason: dict[str, Any] | None = None,
     text: str = REALTIME_ONLY_TEXT,
 ) -> wire.SendMessageResult:
-    """A persisted REJECTED task explaining why (profile §3): by default, a message without a
-    session.create part (`realtime_only`)."""
+    """A REJECTED task explaining why (profile §3): by default, a message without a
+    session.create part (`realtime_only`). It is kept for AIM_REJECTED_TASK_TTL_S, with the
+    message (or an excerpt of a large one) in its history, and counts towards the tasks the
+    principal may hold."""
     params = call.params
+    settings = services.settings
     owner = call.principal.key
     config = params.configuration
     history_length = config.history_length if config is not UNSET else None
     task_id = services.new_id()
     now_ms = services.now_ms()
-    ttl = services.settings.task_ttl_s
-    earlier = await services.task_store.claim_message(
-        owner, params.message.message_id, task_id, score_ms=now_ms, ttl_s=ttl
-    )
-    if earlier is not None:
-        record = await services.task_store.get(earlier)
-        if record is not None:
-            return wire.SendMessageResult(task=view(record.task, history_length))
-        task_id = earlier  # the first attempt stopped before writing its task: finish it
     context_id = params.message.context_id or services.new_id()
     outcome = lifecycle.created("reject")
     if not isinstance(outcome, Accepted):  # (SUBMITTED, reject) is in the table
         raise RuntimeError(f"task lifecycle refused a new rejected task: {outcome}")
+    state = outcome.state.state
+    claim = await services.task_store.claim_message(
+        owner,
+        params.message.message_id,
+        task_id,
+        TaskInfo(state, context_id),
+        now_ms=now_ms,
+        task_ttl_s=settings.task_ttl_s,
+        ttl_s=settings.rejected_ttl_s,
+        limit=settings.max_tasks_per_principal,
+    )
+    if claim.status == "limit":
+        raise tasks_limit(services, claim.expires_ms, now_ms)
+    if claim.status == "earlier":
+        assert claim.task_id is not None  # noqa: S101 - an earlier claim names its task
+        earlier = await services.task_store.get(claim.task_id)
+        if earlier is not None:
+            return wire.SendMessageResult(task=view(earlier.task, history_length))
+        task_id = claim.task_id  # the first attempt stopped before writing its task: finish it
+    history, cut = kept_message(params.message, task_id=task_id, context_id=context_id)
+    if cut:
+        text += (
+            f" Your message was not kept: the task's history holds only the first "
+            f"{EXCERPT_CHARS} characters of its text."
+        )
     status_message = wire.Message(
         message_id=services.new_id(),
         role="ROLE_AGENT",
@@ -111,10 +156,8 @@ async def send_message_rejected(
     task = wire.Task(
         id=task_id,
         context_id=context_id,
-        status=wire.TaskStatus(
-            state=outcome.state.state, timestamp=timestamp(now_ms), message=status_message
-        ),
-        history=[user_message(params.message, task_id=task_id, context_id=context_id)],
+        status=wire.TaskStatus(state=state, timestamp=timestamp(now_ms), message=status_message),
+        history=[history],
     )
     record = TaskRecord(
         owner=owner,
@@ -123,8 +166,25 @@ async def send_message_rejected(
         status_ms=now_ms,
         task=task,
     )
-    await services.task_store.put(record, ttl_s=ttl)
+    await services.task_store.put(record, ttl_s=settings.rejected_ttl_s)
     return wire.SendMessageResult(task=view(task, history_length))
+
+
+def tasks_limit(services: Services, expires_ms: int | None, now_ms: int) -> LimitExceeded:
+    """-31011: the principal holds as many tasks as it may (until the first of them expires)."""
+    limit = services.settings.max_tasks_per_principal
+    wait_s = max(1, -(-(expires_ms - now_ms) // 1000)) if expires_ms is not None else None
+    return LimitExceeded(
+        f"You hold {limit} tasks, the most one principal may hold (AIM_MAX_TASKS_PER_PRINCIPAL); "
+        + (
+            f"the oldest expires in {wait_s} s. "
+            if wait_s is not None
+            else "none of them expires soon. "
+        )
+        + "Nothing was stored.",
+        limit="tasks_per_principal",
+        retry_after=wait_s,
+    )
 
 
 async def get_task(services: Services, call: Call[p.TaskParams]) -> wire.Task:
@@ -140,8 +200,8 @@ class _Cursor(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
 _CURSOR_DECODER: Final = msgspec.json.Decoder(_Cursor)
 
 
-def _encode_cursor(record: TaskRecord) -> str:
-    raw = msgspec.json.encode(_Cursor(record.status_ms, record.task.id))
+def _encode_cursor(entry: Indexed) -> str:
+    raw = msgspec.json.encode(_Cursor(entry.status_ms, entry.task_id))
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -156,45 +216,47 @@ def _decode_cursor(token: str) -> _Cursor:
         ) from None
 
 
-def _sort_key(record: TaskRecord) -> tuple[int, str]:
-    return (record.status_ms, record.task.id)
-
-
 async def list_tasks(services: Services, call: Call[p.ListParams]) -> wire.ListTasksResult:
-    """The caller's tasks, newest status first (ties: task id descending), cursor-paged."""
+    """The caller's tasks, newest status first (ties: task id descending), cursor-paged. The
+    filters and the order are applied to the owner's task index; only the page's tasks are
+    read."""
     params = call.params
+    settings = services.settings
     page_size = params.page_size or DEFAULT_PAGE_SIZE
     cursor = _decode_cursor(params.page_token) if params.page_token else None
-    oldest_ms = services.now_ms() - services.settings.task_ttl_s * 1000
-    records = await services.task_store.owner_tasks(call.principal.key, newer_than_ms=oldest_ms)
+    owner = call.principal.key
+    entries = await services.task_store.index(
+        owner,
+        now_ms=services.now_ms(),
+        ttl_s=settings.task_ttl_s,
+        limit=settings.max_tasks_per_principal,
+    )
     after_ms = (
         int(params.status_timestamp_after.timestamp() * 1000)
         if params.status_timestamp_after is not None
         else None
     )
-    matches = sorted(
-        (
-            record
-            for record in records
-            if (params.context_id is None or record.task.context_id == params.context_id)
-            and (params.status is None or record.task.status.state == params.status)
-            and (after_ms is None or record.status_ms >= after_ms)
-        ),
-        key=_sort_key,
-        reverse=True,
-    )
+    matches = [
+        entry
+        for entry in entries
+        if (params.context_id is None or entry.info.context_id == params.context_id)
+        and (params.status is None or entry.info.state == params.status)
+        and (after_ms is None or entry.status_ms >= after_ms)
+    ]
     start = 0
     if cursor is not None:
         position = (cursor.status_ms, cursor.task_id)
         start = next(
-            (i for i, record in enumerate(matches) if _sort_key(record) < position), len(matches)
+            (i for i, entry in enumerate(matches) if (entry.status_ms, entry.task_id) < position),
+            len(matches),
         )
     page = matches[start : start + page_size]
     more = start + page_size < len(matches)
+    records = await services.task_store.tasks(owner, [entry.task_id for entry in page])
     return wire.ListTasksResult(
         tasks=[
             view(record.task, params.history_length, artifacts=params.include_artifacts)
-            for record in page
+            for record in records
         ],
         next_page_token=_encode_cursor(page[-1]) if more and page else "",
         page_size=page_size,

@@ -4,10 +4,44 @@ script, idempotently): the due entries written before it, the listings written a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
+
+import msgspec
 
 from realtime.store import keys
-from realtime.store.records import PendingEffect, SessionRecord
+from realtime.store.records import PendingEffect, SessionRecord, TaskRecord
+
+
+class TaskInfo(msgspec.Struct, array_like=True, frozen=True):
+    """What ListTasks filters a task on, kept in the owner's task index beside its status time
+    (`keys.owner_task_info_key`): a listing reads these, never the tasks it does not return."""
+
+    state: str
+    context_id: str
+
+
+_INFO_ENCODER: Final = msgspec.json.Encoder()
+_INFO_DECODER: Final = msgspec.json.Decoder(TaskInfo)
+
+
+def encode_task_info(info: TaskInfo) -> bytes:
+    return _INFO_ENCODER.encode(info)
+
+
+def decode_task_info(raw: bytes) -> TaskInfo:
+    return _INFO_DECODER.decode(raw)
+
+
+def task_listing(owner: str, record: TaskRecord) -> list[tuple[Any, ...]]:
+    """The owner's task index entries of a session's task, written after each of its commits:
+    its status time (the order) and its info (the filters)."""
+    task = record.task
+    task_id = task.id
+    info = TaskInfo(task.status.state, task.context_id)
+    return [
+        ("ZADD", keys.owner_tasks_key(owner), record.status_ms, task_id),
+        ("HSET", keys.owner_task_info_key(owner), task_id, encode_task_info(info)),
+    ]
 
 
 def score_pairs(members: Mapping[str, int]) -> list[Any]:

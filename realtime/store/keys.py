@@ -17,9 +17,6 @@ PREFIX: Final = "aim"
 # uuid5 namespace for the task → tag derivation; changing it orphans every stored task
 _TAG_NAMESPACE: Final = uuid.UUID("5b0b8a5e-3f1c-4d7e-9a57-0d4c7f9e2a61")
 
-# ListTasks considers at most this many of a principal's tasks, newest status first
-LIST_LIMIT: Final = 1000
-
 # idempotency keys outlive the task they point at by a day, so a late retry still replays
 IDEMPOTENCY_GRACE_S: Final = 24 * 3600
 
@@ -37,6 +34,23 @@ def task_key(task_id: str) -> str:
 def owner_tasks_key(owner: str) -> str:
     """Sorted set: the owner's task ids scored by their last status time (ms)."""
     return f"{PREFIX}:{{o:{owner}}}:tasks"
+
+
+def owner_task_info_key(owner: str) -> str:
+    """Hash: task id → what ListTasks filters on (`[state, contextId]`, JSON), beside
+    `owner_tasks_key`: a listing reads the index and fetches only the tasks of its page."""
+    return f"{PREFIX}:{{o:{owner}}}:tasks:info"
+
+
+def owner_rejected_tasks_key(owner: str) -> str:
+    """Sorted set: the owner's REJECTED task ids scored by when they expire (ms); they leave
+    the task index then, sooner than tasks of sessions (AIM_REJECTED_TASK_TTL_S)."""
+    return f"{PREFIX}:{{o:{owner}}}:tasks:rejected"
+
+
+def owner_task_index_keys(owner: str) -> list[str]:
+    """The keys of the owner's task index, in the order `lua/lib/held_tasks.lua` takes them."""
+    return [owner_tasks_key(owner), owner_task_info_key(owner), owner_rejected_tasks_key(owner)]
 
 
 def owner_message_key(owner: str, message_id: str) -> str:

@@ -34,7 +34,8 @@ class Scripts:
     """Every script, registered on one client; a field's name is its file's name."""
 
     claim_message: Script  # SendMessage: a messageId claimed and its task indexed, once
-    claim_create: Script  # session.create: claims by messageId and clientSessionId, the limit
+    claim_create: Script  # session.create: claims by messageId and clientSessionId, the limits
+    list_tasks: Script  # ListTasks: an owner's task index, never a task
     commit: Script  # the one commit of a session
     remember: Script  # the outcome of a command that changed nothing
     compact: Script  # an ended session down to its final summary
@@ -54,8 +55,20 @@ class Scripts:
         return cls(**{name: client.register_script(source) for name, source in SOURCES.items()})
 
 
+_INCLUDE: Final = "--! include "
+
+
 def _read(name: str) -> str:
-    return resources.files("realtime.store").joinpath(LUA_DIR, f"{name}.lua").read_text("utf-8")
+    """A script's source, with each `--! include NAME` line replaced by `lua/lib/NAME.lua`
+    (functions that several scripts share, written once)."""
+    source = resources.files("realtime.store").joinpath(LUA_DIR, f"{name}.lua").read_text("utf-8")
+    if _INCLUDE not in source:
+        return source
+    lines = [
+        _read(f"lib/{line.removeprefix(_INCLUDE).strip()}") if line.startswith(_INCLUDE) else line
+        for line in source.splitlines()
+    ]
+    return "\n".join(lines) + "\n"
 
 
 # read once, at import: a missing file fails the start-up, not the first request that needs it

@@ -14,7 +14,7 @@ from typing import Any, Literal, NamedTuple, cast
 
 from realtime.store import keys
 from realtime.store.cache import SessionCache
-from realtime.store.indexes import due_entries, listings
+from realtime.store.indexes import due_entries, listings, task_listing
 from realtime.store.records import (
     EFFECT_DECODER,
     SESSION_ENCODER,
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 CommitStatus = Literal["ok", "replay", "conflict"]
 # what the create claim answers (`lua/claim_create.lua`): claimed now, or refused because the
 # messageId or the clientSessionId was claimed before, or the owner is at the live-session limit
-ClaimStatus = Literal["ok", "message", "client", "limit"]
+ClaimStatus = Literal["ok", "message", "client", "limit", "tasks"]
 
 
 class Loaded(NamedTuple):
@@ -100,7 +100,8 @@ class Commit:
 
 class Claimed(NamedTuple):
     """What a create claim did; `earlier` is what the earlier claim stored (`message`: its
-    taskId, `client`: "taskId digest")."""
+    taskId, `client`: "taskId digest"), or for `tasks` (the owner holds as many tasks as it
+    may) when the first of them expires, in ms ("" when none will)."""
 
     status: ClaimStatus
     earlier: str | None
@@ -178,15 +179,17 @@ class SessionStore:
         score_ms: int,
         ttl_s: int,
         limit: int,
+        task_limit: int,
     ) -> Claimed:
-        """Claim the create once per messageId and per clientSessionId, within `limit`."""
+        """Claim the create once per messageId and per clientSessionId, within `limit` live
+        sessions and `task_limit` held tasks."""
         async with translated_errors():
             reply = await self._claim_create(
                 keys=[
                     keys.owner_message_key(owner, message_id),
                     keys.owner_client_session_key(owner, client_session_id),
                     keys.owner_live_sessions_key(owner),
-                    keys.owner_tasks_key(owner),
+                    *keys.owner_task_index_keys(owner),
                 ],
                 args=[
                     task_id,
@@ -195,6 +198,9 @@ class SessionStore:
                     ttl_s + keys.IDEMPOTENCY_GRACE_S,
                     score_ms,
                     limit,
+                    score_ms,
+                    ttl_s * 1000,
+                    task_limit,
                 ],
             )
         status = cast(ClaimStatus, text(reply[0]))
@@ -265,10 +271,10 @@ class SessionStore:
             c.session_id, c.effects, c.due_ms, c.timers, c.ttl_s, c.traceparent,
             deliveries_due_ms=sends,
         )  # fmt: skip
-        owned = ("ZADD", keys.owner_tasks_key(c.record.owner), c.task.status_ms, c.task.task.id)
+        owned = task_listing(c.record.owner, c.task)
         listed = listings(c.record, c.session_id, c.now_ms, c.ttl_s, deliveries_due_ms=sends)
         with self._telemetry.redis_span("commit", c.session_id):
-            reply = await self._send(armed, script_keys, args, [owned, *listed])
+            reply = await self._send(armed, script_keys, args, [*owned, *listed])
         committed = _committed(reply)
         if committed.status == "ok" and int(reply[2]):
             log.warning(

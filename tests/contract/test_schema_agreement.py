@@ -36,7 +36,14 @@ from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 from jsonschema import Draft202012Validator, FormatChecker
 
-from realtime.a2a.params import SendParams, SessionCreate, decode_as, decode_params
+from realtime.a2a.params import (
+    MAX_CONTEXT_ID_CHARS,
+    MAX_MESSAGE_PART_BYTES,
+    SendParams,
+    SessionCreate,
+    decode_as,
+    decode_params,
+)
 from realtime.errors import ServiceError
 from realtime.methods.messages import session_create_part
 from realtime.rpc.envelope import decode_envelope
@@ -257,6 +264,18 @@ def stricter_than_schema(request: dict[str, Any]) -> list[tuple[str, str]]:
             # §15: `raw` is standard padded base64 (RFC 4648); the schema only bounds its length
             hits.append(("raw_not_padded_base64", f"{path}.raw"))
     params = request["params"]
+    sent = params.get("message") if isinstance(params, dict) else None
+    if isinstance(sent, dict):
+        context_id = sent.get("contextId")
+        if isinstance(context_id, str) and len(context_id) > MAX_CONTEXT_ID_CHARS:
+            # decision 171: a contextId is an identifier the service stores and indexes; the
+            # schema leaves its length open
+            hits.append(("context_id_longer_than_an_identifier", "params.message"))
+        parts = sent.get("parts")
+        if isinstance(parts, list) and len(msgspec.json.encode(parts)) > MAX_MESSAGE_PART_BYTES:
+            # decision 171: one message's parts are bounded before anything is stored (the
+            # encoded parts over-count the bound's bytes, so this names every refusal)
+            hits.append(("message_parts_over_the_byte_bound", "params.message"))
     if method == "ContinueTask":
         task_id = params["message"]["taskId"]
         if task_id.lower() != params["id"].lower():

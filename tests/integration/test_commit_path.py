@@ -280,6 +280,7 @@ async def test_commits_survive_a_script_flush(store):
         score_ms=1,
         ttl_s=60,
         limit=100,
+        task_limit=100,
     )
     assert status == "ok"
     assert await sessions.lease(session_id, "token", 10_000)

@@ -27,7 +27,19 @@ def lua_files() -> dict[str, str]:
 def test_every_script_is_one_file_of_the_package_and_every_file_a_script() -> None:
     names = {field.name for field in dataclasses.fields(Scripts)}
     assert set(lua_files()) == names
-    assert lua_files() == SOURCES
+    for name, source in lua_files().items():
+        if "--! include" not in source:
+            assert SOURCES[name] == source
+
+
+def test_a_shared_function_is_written_once_and_included_where_it_is_named() -> None:
+    shared = resources.files("realtime.store").joinpath("lua", "lib", "held_tasks.lua")
+    library = shared.read_text("utf-8")
+    including = {name for name, source in lua_files().items() if "--! include held_tasks" in source}
+    assert including == {"claim_message", "claim_create", "list_tasks"}
+    for name in including:
+        assert library in SOURCES[name]
+        assert "--! include" not in SOURCES[name]
 
 
 def test_each_script_opens_with_a_comment_on_what_makes_it_atomic() -> None:
