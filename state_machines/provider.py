@@ -148,7 +148,22 @@ def _fenced(session: Session, event: ProviderEvent) -> Rejected | None:
     """The agent of an older room, an epoch from outside the current room, a session that is
     not live: refused before anything else."""
     epoch = getattr(event, "epoch", session.epoch)
-    if event.room_epoch != session.room_epoch or not (session.room_epoch <= epoch <= session.epoch):
+    return fence(session, event.room_epoch, epoch, ALLOWED[event_name(event)])
+
+
+def read_refused(session: Session, room_epoch: int) -> Rejected | None:
+    """A read of the agent's (ListOperations, GetOperation) is fenced as its calls are: by the
+    agent of the current room, while the session is live (a rejection; None: it may read)."""
+    return fence(session, room_epoch, room_epoch, ANSWERABLE_STATES)
+
+
+def fence(
+    session: Session, room_epoch: int, epoch: int, allowed: tuple[SessionState, ...]
+) -> Rejected | None:
+    """The room fence of every provider call: `room_epoch` (the provider token's) is the
+    current room's, `epoch` lies between that room's and the session's, the state is one of
+    `allowed`."""
+    if room_epoch != session.room_epoch or not (session.room_epoch <= epoch <= session.epoch):
         why = "ahead" if epoch > session.epoch else "rebound"
         if session.state in ("ending", "ended", "failed"):
             why = "ended"
@@ -157,9 +172,9 @@ def _fenced(session: Session, event: ProviderEvent) -> Rejected | None:
             state=session.state,
             current_epoch=session.epoch,
             epoch_reason=why,
-            detail=f"the call belongs to room epoch {event.room_epoch}, not the current room",
+            detail=f"the call belongs to room epoch {room_epoch}, not the current room",
         )
-    if session.state not in ALLOWED[event_name(event)]:
+    if session.state not in allowed:
         return Rejected(
             reason=RejectReason.INVALID_STATE,
             state=session.state,

@@ -17,6 +17,9 @@ from realtime.a2a.scalars import Epoch, Uuid
 from realtime.errors import invalid_params
 
 MAX_RESULT_BYTES: Final = 16 * 1024
+# an operation's action is kept in the session's snapshot, rewritten by every commit, until the
+# session ends: bounded like a result (decision 172)
+MAX_ACTION_BYTES: Final = 16 * 1024
 Title = Annotated[str, Meta(min_length=1, max_length=200)]
 
 
@@ -109,6 +112,15 @@ def decode_provider_params(method: str, raw: bytes) -> ProviderParams:
     except msgspec.DecodeError:
         raise invalid_params("params", "must be a JSON object") from None
     params = decode_as(PROVIDER_PARAMS[method], value, root="params")
+    if isinstance(params, RequestOperationParams) and params.action is not UNSET:
+        size = len(msgspec.json.encode(params.action))
+        if size > MAX_ACTION_BYTES:
+            raise invalid_params(
+                "params.action",
+                f"encodes to {size} bytes; an operation's action holds at most "
+                f"{MAX_ACTION_BYTES} bytes of JSON: keep large arguments elsewhere and pass "
+                "a reference",
+            )
     if isinstance(params, UpdateOperationParams):
         for name in ("result", "error"):
             member = getattr(params, name)

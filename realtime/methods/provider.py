@@ -3,8 +3,8 @@
 Every call names its session and is authorized by that session's provider token (checked by the
 dispatcher). RequestOperation and UpdateOperation are exactly-once by `requestId` (stored like a
 client's commandId); AppendTranscript is idempotent by `itemId`; ReportAgentState is
-last-writer-wins. ListOperations and GetOperation are reads: they commit nothing, and answer in
-any state of the session.
+last-writer-wins. ListOperations and GetOperation are reads: they commit nothing, and are fenced
+as the calls are: by the agent of the current room, while the session is live.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from realtime.errors import CommandConflict, SessionNotFound, invalid_params
 from realtime.methods.commands import applied, execute, run_command
 from realtime.methods.context import Services
 from realtime.methods.operations import operation_result, operations_result
+from realtime.methods.rejections import reject
 from realtime.store.records import Cause
 from state_machines import Requirement, Session, provider
 
@@ -177,25 +178,31 @@ async def append_transcript(
     return {"itemId": params.item_id}
 
 
-async def _stored(services: Services, session_id: str) -> Session:
-    """The session as stored (-31001 once it is gone); nothing is committed."""
+async def _readable(services: Services, grant: ProviderGrant, session_id: str) -> Session:
+    """The session as stored, for a read of the agent of its current room while it is live
+    (-31001 once it is gone, -31002 for another room's token, -31003 once it ended); nothing is
+    committed."""
     record = (await services.session_store.load(session_id)).record
     if record is None:
         raise SessionNotFound(session_id)
-    return record.session
+    session = record.session
+    refused = provider.read_refused(session, grant.epoch)
+    if refused is not None:
+        raise reject(refused, session)
+    return session
 
 
 async def list_operations(
     services: Services, grant: ProviderGrant, params: p.ListOperationsParams
 ) -> Any:
-    session = await _stored(services, params.session_id)
+    session = await _readable(services, grant, params.session_id)
     return {"operations": operations_result(params.session_id, session)}
 
 
 async def get_operation(
     services: Services, grant: ProviderGrant, params: p.GetOperationParams
 ) -> Any:
-    session = await _stored(services, params.session_id)
+    session = await _readable(services, grant, params.session_id)
     return {"operation": operation_result(params.session_id, session, params.operation_id)}
 
 

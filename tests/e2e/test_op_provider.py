@@ -12,6 +12,7 @@ import jwt
 import pytest
 from livekit import api
 
+from realtime.a2a.provider import MAX_ACTION_BYTES
 from realtime.app import create_app
 from realtime.auth import PROVIDER_AUDIENCE, PROVIDER_ISSUER, mint_provider_token
 from tests.conftest import (
@@ -418,6 +419,43 @@ async def test_an_action_the_digest_cannot_encode_is_invalid_params(rt_client, l
     )
     assert body["error"]["code"] == -32602, body
     assert any(f.startswith("params.action") for f in violations(body))
+
+
+async def test_an_action_over_16_kib_is_refused_and_nothing_is_stored(rt_client, livekit):
+    live = await open_session(rt_client, livekit)
+    before = await get_session(rt_client, live.sid)
+    big = {"title": "Import", "arguments": {"rows": "r" * MAX_ACTION_BYTES}}
+    _, body, _ = await provider_call(
+        rt_client,
+        live.provider_token,
+        "RequestOperation",
+        sessionId=live.sid,
+        sessionEpoch=1,
+        requestId=new_id(),
+        kind="action",
+        action=big,
+        confirmation="none",
+    )
+    assert body["error"]["code"] == -32602, body
+    assert "params.action" in violations(body)
+    assert str(MAX_ACTION_BYTES) in body["error"]["message"]
+    after = await get_session(rt_client, live.sid)
+    assert after["version"] == before["version"]
+    assert after.get("pendingOperationIds", []) == before.get("pendingOperationIds", [])
+    # an action within the bound is served
+    fits = {"title": "Import", "arguments": {"rows": "r" * (MAX_ACTION_BYTES - 100)}}
+    _, served, _ = await provider_call(
+        rt_client,
+        live.provider_token,
+        "RequestOperation",
+        sessionId=live.sid,
+        sessionEpoch=1,
+        requestId=new_id(),
+        kind="action",
+        action=fits,
+        confirmation="none",
+    )
+    assert served["result"]["operation"]["state"] == "running", served
 
 
 async def test_provider_calls_over_the_rate_limit_are_told_when_to_retry(livekit, store):

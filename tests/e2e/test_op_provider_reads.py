@@ -17,6 +17,7 @@ from tests.e2e.agent_operation_helpers import (
     data_to_agent,
     get_session,
     interact,
+    meta,
     open_session,
     provider_call,
     quiet,
@@ -195,7 +196,9 @@ async def test_list_operations_is_authorized_and_checked_like_every_provider_cal
     assert body["error"]["code"] == -31001, body
 
 
-async def test_list_operations_is_a_read_that_answers_after_the_end_too(rt_client, livekit):
+async def test_list_operations_is_a_read_that_commits_nothing_and_ends_with_the_session(
+    rt_client, livekit
+):
     live = await open_session(rt_client, livekit)
     asked = await request_action(rt_client, live)
     before = await get_session(rt_client, live.sid)
@@ -203,6 +206,35 @@ async def test_list_operations_is_a_read_that_answers_after_the_end_too(rt_clien
         assert "result" in await list_operations(rt_client, live)
     after = await get_session(rt_client, live.sid)
     assert (after["version"], after["updatedAt"]) == (before["version"], before["updatedAt"])
-    # the session ends: its open operations are canceled, and the agent can still read that
+    # the session ends: the agent's token reads nothing more (its writes are refused as well)
     await rpc(rt_client, "CancelTask", {"id": live.task_id})
-    assert states(await list_operations(rt_client, live)) == [(asked["operationId"], "canceled")]
+    ended = await list_operations(rt_client, live)
+    assert ended["error"]["code"] == -31003, ended
+    _, got, _ = await provider_call(
+        rt_client,
+        live.provider_token,
+        "GetOperation",
+        sessionId=live.sid,
+        operationId=asked["operationId"],
+    )
+    assert got["error"]["code"] == -31003, got
+
+
+async def test_reads_need_the_token_of_the_current_room(rt_client, livekit):
+    live = await open_session(rt_client, livekit)
+    asked = await request_action(rt_client, live)
+    secret = livekit_settings(livekit).provider_secret
+    now = int(time.time())
+    for epoch in (99, 2):  # a token of a room that never was (or not yet)
+        stray = mint_provider_token(secret, session_id=live.sid, epoch=epoch, ttl_s=600, now=now)
+        listed = await list_operations(rt_client, live, stray)
+        assert listed["error"]["code"] == -31002, listed
+        assert meta(listed)["currentEpoch"] == "1", listed
+        _, got, _ = await provider_call(
+            rt_client, stray, "GetOperation", sessionId=live.sid, operationId=asked["operationId"]
+        )
+        assert got["error"]["code"] == -31002, got
+    # the current room's token still reads
+    assert states(await list_operations(rt_client, live)) == [
+        (asked["operationId"], "awaiting_confirmation")
+    ]

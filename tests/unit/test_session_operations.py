@@ -505,3 +505,18 @@ def test_an_event_is_refused_in_every_state_its_table_leaves_out(state: str) -> 
         else:
             assert isinstance(outcome, Rejected), (state, event)
             assert outcome.reason is RejectReason.INVALID_STATE
+
+
+def test_the_agent_reads_only_as_the_agent_of_the_current_room_of_a_live_session() -> None:
+    session = run(live(), ask())
+    assert agent.read_refused(session, session.room_epoch) is None
+    ahead = agent.read_refused(session, session.room_epoch + 98)
+    assert ahead is not None
+    assert (ahead.reason, ahead.epoch_reason) == (RejectReason.STALE_EPOCH, "ahead")
+    ended = run(session, End("done"))
+    gone = agent.read_refused(ended, ended.room_epoch)
+    assert gone is not None
+    assert gone.reason is RejectReason.INVALID_STATE
+    stale = agent.read_refused(ended, ended.room_epoch + 1)
+    assert stale is not None
+    assert (stale.reason, stale.epoch_reason) == (RejectReason.STALE_EPOCH, "ended")
