@@ -69,10 +69,11 @@ class AimError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """True when sending the very same request again may succeed."""
-        return self.code == UPSTREAM_UNAVAILABLE or (
-            self.code == LIMIT_EXCEEDED and self.retry_after_ms is not None
-        )
+        """True when sending the very same request again may succeed (a -31012 whose metadata
+        says `retryable: "false"`, a service not configured for LiveKit, is not)."""
+        if self.code == UPSTREAM_UNAVAILABLE:
+            return self.metadata.get("retryable") != "false"
+        return self.code == LIMIT_EXCEEDED and self.retry_after_ms is not None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code}, reason={self.reason!r}, {self.message!r})"
@@ -114,11 +115,13 @@ class LimitExceededError(AimError):
 
 class UnavailableError(AimError):
     """-31012 (an upstream of the service is unreachable), or no usable answer after the last
-    attempt (`code` None: the transport failed, or an HTTP 502/503/504 without JSON-RPC)."""
+    attempt (`code` None: the transport failed, or an HTTP 502/503/504 without JSON-RPC).
+    Retryable, but for a -31012 whose metadata says `retryable: "false"` (`unset` names what
+    the service's operator must configure)."""
 
     @property
     def retryable(self) -> bool:
-        return True
+        return self.metadata.get("retryable") != "false"
 
 
 class AuthError(AimError):

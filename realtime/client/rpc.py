@@ -7,7 +7,8 @@ once, when the call is made; retries send those bytes again. What is retried, up
 - no answer (connection refused or cut, a timeout): the call may have applied, and the same
   ids make the retry answer its stored outcome;
 - HTTP 502/503/504 without a JSON-RPC body (a proxy in between);
-- -31012 UPSTREAM_UNAVAILABLE;
+- -31012 UPSTREAM_UNAVAILABLE, unless its metadata says `retryable: "false"` (the service is
+  not configured for LiveKit: the same request fails the same way);
 - -31011 LIMIT_EXCEEDED with retry advice (`Retry-After`, `retryAfterSeconds`): waited out as
   advised instead of backing off.
 

@@ -91,7 +91,9 @@ function errorOf(error, httpStatus, retryAfterHeader = null) {
   const metadata = info.metadata ?? {};
   const code = error.code ?? null;
   const retryAfterMs = retryAfter(retryAfterHeader, metadata);
-  const retryable = code === -31012 || (code === -31011 && retryAfterMs !== null);
+  // -31012 unless its metadata says otherwise (a service not configured for LiveKit)
+  const retryable = (code === -31012 && metadata.retryable !== "false")
+    || (code === -31011 && retryAfterMs !== null);
   let Class = CLASSES.get(code) ?? AimError;
   if (httpStatus === 401 || httpStatus === 403) Class = AuthError;  // whatever the code says
   else if (code === -31002) {
@@ -222,8 +224,9 @@ class Wire {
     return this.#fetch(this.url, {method: "POST", body, headers, signal, cache: "no-store"});
   }
 
-  /** One call: sent again (same bytes) after no answer, a gateway's 502/503/504, -31012, or
-   * -31011 with Retry-After (waited out), up to `retry.attempts` times; else thrown, typed. */
+  /** One call: sent again (same bytes) after no answer, a gateway's 502/503/504, -31012 (unless
+   * its metadata says `retryable: "false"`), or -31011 with Retry-After (waited out), up to
+   * `retry.attempts` times; else thrown, typed. */
   async call(method, params) {
     const body = this.body(method, params);
     const {attempts, baseDelayMs, maxDelayMs} = this.retry;

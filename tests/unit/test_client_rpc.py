@@ -206,3 +206,16 @@ async def test_an_error_frame_breaks_the_connection_and_a_frame_that_is_not_json
     assert got == ["1-0", "2-0"]  # nothing after an error frame is read
     assert [r.headers.get("last-event-id") for r in script.requests] == [None, "1-0"]
     assert stream.refused_terminal  # -32004: the task is terminal
+
+
+async def test_a_service_not_configured_for_livekit_is_raised_at_once():
+    unset = "AIM_LIVEKIT_URL,AIM_LIVEKIT_API_KEY"
+    script = Script(
+        httpx.Response(200, json=error(-31012, service="livekit", retryable="false", unset=unset)),
+        ok({}),
+    )
+    with pytest.raises(UnavailableError) as refused:
+        await script.caller().call("SendMessage", {})
+    assert (refused.value.retryable, refused.value.metadata["unset"]) == (False, unset)
+    assert len(script.requests) == 1
+    assert script.waits == []
