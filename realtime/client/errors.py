@@ -136,6 +136,11 @@ class InvalidParamsError(AimError):
         self.violations = violations
 
 
+class RedirectError(AimError):
+    """The service's URL answered a redirect (`reason="REDIRECT"`): not followed, since that
+    would send the call's body and token to another URL, and not retried."""
+
+
 _CLASSES: Final[dict[int, type[AimError]]] = {
     STALE_EPOCH: StaleEpochError,
     INVALID_STATE: InvalidStateError,
@@ -233,4 +238,10 @@ def http_error(method: str, status: int, retry_after: str | None = None) -> AimE
                                 retry_after_ms=wait)  # fmt: skip
     if status in (401, 403):
         return AuthError(message, reason="HTTP", http_status=status, method=method)
+    if 300 <= status < 400:
+        return RedirectError(
+            f"HTTP {status}: the service answered with a redirect, which this client does not "
+            "follow (it would send the request's body and token to another URL); check its URL",
+            reason="REDIRECT", http_status=status, method=method,
+        )  # fmt: skip
     return AimError(message, reason="HTTP", http_status=status, method=method)

@@ -14,7 +14,8 @@ once, when the call is made; retries send those bytes again. What is retried, up
 
 The others wait an exponential backoff with full jitter: a random delay between 0 and
 `min(max_delay_ms, base_delay_ms * 2**(n-1))` before the n-th retry. Anything else is raised at
-once as a typed error (`realtime.client.errors`).
+once as a typed error (`realtime.client.errors`); a redirect is never followed (it would send
+the body and the token to another URL) but raised, as `RedirectError`.
 """
 
 from __future__ import annotations
@@ -164,7 +165,11 @@ class RpcCaller:
         """One POST of `body`: its result, or the error it answered (or its lack of one)."""
         try:
             response = await self.http.post(
-                self.url, content=body, headers=await self.headers(), timeout=self.timeout
+                self.url,
+                content=body,
+                headers=await self.headers(),
+                timeout=self.timeout,
+                follow_redirects=False,  # a redirect is raised (RedirectError), never followed
             )
         except httpx.TransportError as exc:
             raise transport_error(method, exc) from exc
