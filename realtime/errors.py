@@ -24,6 +24,8 @@ The tree::
      ├── CommandConflict           an id reused with other params
      ├── LimitExceeded             retry_after: seconds, when waiting helps
      ├── Unavailable               service: the upstream (redis | livekit) that failed; retry
+     │    └── NotConfigured        the service is not configured for it (unset: the variables);
+     │                             not retryable
      ├── InternalError             a bug: logged, never leaked
 
      └── AuthError                 401 or 403, with the WWW-Authenticate challenge (RFC 6750)
@@ -285,6 +287,17 @@ class Unavailable(ServiceError):
     def __init__(self, message: str | Text, *, service: Service) -> None:
         super().__init__(message, details={"service": service, "retryable": True})
         self.service: Service = service
+
+
+class NotConfigured(Unavailable):
+    """The service is not configured for an upstream (`service`): `unset` names the variables
+    its operator sets. The same request fails the same way until then, so it is not retryable
+    (`retryable: false`, where `Unavailable` says true)."""
+
+    def __init__(self, message: str | Text, *, service: Service, unset: Sequence[str]) -> None:
+        super().__init__(message, service=service)
+        self.details = {"service": service, "retryable": False, "unset": tuple(unset)}
+        self.unset = tuple(unset)
 
 
 class InternalError(ServiceError):

@@ -159,7 +159,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def livekit_configured(self) -> bool:
         """Whether LiveKit's server API can be called (its URL and credentials are set)."""
-        return bool(self.livekit_url and self.livekit_api_key and self.livekit_api_secret)
+        return not self.livekit_unset
+
+    @property
+    def livekit_unset(self) -> tuple[str, ...]:
+        """The variables LiveKit's server API still needs (none once it is configured)."""
+        values = (
+            ("AIM_LIVEKIT_URL", self.livekit_url),
+            ("AIM_LIVEKIT_API_KEY", self.livekit_api_key),
+            ("AIM_LIVEKIT_API_SECRET", self.livekit_api_secret),
+        )
+        return tuple(name for name, value in values if not value)
 
     @property
     def provider_url(self) -> str:

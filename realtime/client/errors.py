@@ -69,10 +69,11 @@ class AimError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """True when sending the very same request again may succeed."""
-        return self.code == UPSTREAM_UNAVAILABLE or (
-            self.code == LIMIT_EXCEEDED and self.retry_after_ms is not None
-        )
+        """True when sending the very same request again may succeed (a -31012 whose metadata
+        says `retryable: "false"`, a service not configured for LiveKit, is not)."""
+        if self.code == UPSTREAM_UNAVAILABLE:
+            return self.metadata.get("retryable") != "false"
+        return self.code == LIMIT_EXCEEDED and self.retry_after_ms is not None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code}, reason={self.reason!r}, {self.message!r})"
@@ -114,11 +115,13 @@ class LimitExceededError(AimError):
 
 class UnavailableError(AimError):
     """-31012 (an upstream of the service is unreachable), or no usable answer after the last
-    attempt (`code` None: the transport failed, or an HTTP 502/503/504 without JSON-RPC)."""
+    attempt (`code` None: the transport failed, or an HTTP 502/503/504 without JSON-RPC).
+    Retryable, but for a -31012 whose metadata says `retryable: "false"` (`unset` names what
+    the service's operator must configure)."""
 
     @property
     def retryable(self) -> bool:
-        return True
+        return self.metadata.get("retryable") != "false"
 
 
 class AuthError(AimError):
@@ -131,6 +134,11 @@ class InvalidParamsError(AimError):
     def __init__(self, message: str, *, violations: tuple[Violation, ...] = (), **kw: Any):
         super().__init__(message, **kw)
         self.violations = violations
+
+
+class RedirectError(AimError):
+    """The service's URL answered a redirect (`reason="REDIRECT"`): not followed, since that
+    would send the call's body and token to another URL, and not retried."""
 
 
 _CLASSES: Final[dict[int, type[AimError]]] = {
@@ -230,4 +238,10 @@ def http_error(method: str, status: int, retry_after: str | None = None) -> AimE
                                 retry_after_ms=wait)  # fmt: skip
     if status in (401, 403):
         return AuthError(message, reason="HTTP", http_status=status, method=method)
+    if 300 <= status < 400:
+        return RedirectError(
+            f"HTTP {status}: the service answered with a redirect, which this client does not "
+            "follow (it would send the request's body and token to another URL); check its URL",
+            reason="REDIRECT", http_status=status, method=method,
+        )  # fmt: skip
     return AimError(message, reason="HTTP", http_status=status, method=method)

@@ -7,13 +7,15 @@ once, when the call is made; retries send those bytes again. What is retried, up
 - no answer (connection refused or cut, a timeout): the call may have applied, and the same
   ids make the retry answer its stored outcome;
 - HTTP 502/503/504 without a JSON-RPC body (a proxy in between);
-- -31012 UPSTREAM_UNAVAILABLE;
+- -31012 UPSTREAM_UNAVAILABLE, unless its metadata says `retryable: "false"` (the service is
+  not configured for LiveKit: the same request fails the same way);
 - -31011 LIMIT_EXCEEDED with retry advice (`Retry-After`, `retryAfterSeconds`): waited out as
   advised instead of backing off.
 
 The others wait an exponential backoff with full jitter: a random delay between 0 and
 `min(max_delay_ms, base_delay_ms * 2**(n-1))` before the n-th retry. Anything else is raised at
-once as a typed error (`realtime.client.errors`).
+once as a typed error (`realtime.client.errors`); a redirect is never followed (it would send
+the body and the token to another URL) but raised, as `RedirectError`.
 """
 
 from __future__ import annotations
@@ -163,7 +165,11 @@ class RpcCaller:
         """One POST of `body`: its result, or the error it answered (or its lack of one)."""
         try:
             response = await self.http.post(
-                self.url, content=body, headers=await self.headers(), timeout=self.timeout
+                self.url,
+                content=body,
+                headers=await self.headers(),
+                timeout=self.timeout,
+                follow_redirects=False,  # a redirect is raised (RedirectError), never followed
             )
         except httpx.TransportError as exc:
             raise transport_error(method, exc) from exc

@@ -190,6 +190,7 @@ class TaskStream:
                 content=self._body,
                 headers=await self.caller.headers(**extra),
                 timeout=timeout,
+                follow_redirects=False,
             ) as response:
                 kind = response.headers.get("content-type", "")
                 if not kind.startswith("text/event-stream"):

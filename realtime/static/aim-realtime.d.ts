@@ -13,6 +13,9 @@ export interface RetryOptions {
   baseDelayMs?: number;
   /** Largest backoff cap in ms (default 5000). */
   maxDelayMs?: number;
+  /** The longest Retry-After of a -31011 waited out, in ms (default 60000): a longer one is
+   * thrown at once (a LimitExceededError with its `retryAfterMs`), for the app to decide. */
+  maxRetryAfterMs?: number;
 }
 
 export interface AimClientOptions {
@@ -236,6 +239,9 @@ export class CommandConflictError extends AimError {}
 export class LimitExceededError extends AimError {}
 export class UnavailableError extends AimError {}
 export class AuthError extends AimError {}
+/** The service's URL answered a redirect (reason "REDIRECT"): not followed, since that would
+ * send the call's body and token to another URL, and not retried. */
+export class RedirectError extends AimError {}
 export class InvalidParamsError extends AimError {
   readonly violations: { field: string; description: string }[];
 }

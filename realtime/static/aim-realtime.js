@@ -58,6 +58,9 @@ export class CommandConflictError extends AimError {}  // -31004: an id reused f
 export class LimitExceededError extends AimError {}  // -31011 (retryAfterMs: the rate limit)
 export class UnavailableError extends AimError {}  // -31012; no answer after the last attempt
 export class AuthError extends AimError {}  // -31401/-31403, HTTP 401/403
+/** The service's URL answered a redirect: never followed (it would send the call's body and
+ * token elsewhere), never retried; `baseUrl` is wrong, or something in between redirects. */
+export class RedirectError extends AimError {}
 /** -32602: `violations` lists the bad fields, [{field, description}]. */
 export class InvalidParamsError extends AimError {
   constructor(message, fields = {}) {
@@ -91,7 +94,9 @@ function errorOf(error, httpStatus, retryAfterHeader = null) {
   const metadata = info.metadata ?? {};
   const code = error.code ?? null;
   const retryAfterMs = retryAfter(retryAfterHeader, metadata);
-  const retryable = code === -31012 || (code === -31011 && retryAfterMs !== null);
+  // -31012 unless its metadata says otherwise (a service not configured for LiveKit)
+  const retryable = (code === -31012 && metadata.retryable !== "false")
+    || (code === -31011 && retryAfterMs !== null);
   let Class = CLASSES.get(code) ?? AimError;
   if (httpStatus === 401 || httpStatus === 403) Class = AuthError;  // whatever the code says
   else if (code === -31002) {
@@ -104,6 +109,18 @@ function errorOf(error, httpStatus, retryAfterHeader = null) {
 /** No answer (or a gateway's 502/503/504, `httpStatus`): the call may have applied. */
 function noAnswer(message, cause, httpStatus = null) {
   return new UnavailableError(message, {retryable: true, cause, httpStatus});
+}
+
+/** The answer itself, unless it is a redirect: fetch was told not to follow it ("manual": the
+ * browser hands back an opaque redirect, with neither status nor Location; a fetch of the
+ * app's may hand back the 3xx as it came). Nothing was sent to where it points. */
+function notRedirected(response) {
+  const status = response.status;
+  if (response.type !== "opaqueredirect" && !(status >= 300 && status < 400)) return response;
+  throw new RedirectError(
+    "the service answered with a redirect, which this library does not follow (it would send " +
+    "the request's body and token to another URL): check baseUrl",
+    {reason: "REDIRECT", httpStatus: status || null});
 }
 
 /** The error of an HTTP answer without a JSON-RPC body. */
@@ -198,7 +215,8 @@ class Wire {
     if (!baseUrl) throw new TypeError("AimClient: baseUrl is required");
     if (token === undefined || token === null) throw new TypeError("AimClient: token is required");
     this.url = `${String(baseUrl).replace(/\/+$/, "")}/a2a`;
-    this.retry = {attempts: 5, baseDelayMs: 250, maxDelayMs: 5000, ...retry};
+    this.retry = {attempts: 5, baseDelayMs: 250, maxDelayMs: 5000, maxRetryAfterMs: 60000,
+                  ...retry};
     this.requestTimeoutMs = requestTimeoutMs;
     this.readyTimeoutMs = readyTimeoutMs;
     this.#fetch = (url, init) => impl(url, init);  // never as a method: "Illegal invocation"
@@ -217,22 +235,25 @@ class Wire {
             "A2A-Version": "1.0", "A2A-Extensions": REALTIME, ...extra};
   }
 
-  /** POST /a2a. */
-  post(body, headers, signal) {
-    return this.#fetch(this.url, {method: "POST", body, headers, signal, cache: "no-store"});
+  /** POST /a2a; a redirect is not followed but thrown (RedirectError). */
+  async post(body, headers, signal) {
+    const init = {method: "POST", body, headers, signal, cache: "no-store", redirect: "manual"};
+    return notRedirected(await this.#fetch(this.url, init));
   }
 
-  /** One call: sent again (same bytes) after no answer, a gateway's 502/503/504, -31012, or
-   * -31011 with Retry-After (waited out), up to `retry.attempts` times; else thrown, typed. */
+  /** One call: sent again (same bytes) after no answer, a gateway's 502/503/504, -31012 (unless
+   * its metadata says `retryable: "false"`), or -31011 with a Retry-After (waited out, unless
+   * longer than `retry.maxRetryAfterMs`), up to `retry.attempts` times; else thrown, typed. */
   async call(method, params) {
     const body = this.body(method, params);
-    const {attempts, baseDelayMs, maxDelayMs} = this.retry;
+    const {attempts, baseDelayMs, maxDelayMs, maxRetryAfterMs} = this.retry;
     for (let attempt = 1; ; attempt++) {
       try {
         return await this.#once(body);
       } catch (error) {
         if (!(error instanceof AimError) || !error.retryable || attempt >= attempts) throw error;
         const limited = error.code === -31011;
+        if (limited && error.retryAfterMs > maxRetryAfterMs) throw error;  // the app decides
         await sleep(limited ? error.retryAfterMs : backoff(attempt, baseDelayMs, maxDelayMs));
       }
     }
@@ -253,6 +274,7 @@ class Wire {
         // not JSON (a proxy's page): judged by its status
       }
     } catch (cause) {
+      if (cause instanceof RedirectError) throw cause;
       throw noAnswer(controller.signal.aborted ? "no answer in time" : "no answer", cause);
     } finally {
       clearTimeout(timer);
@@ -270,8 +292,9 @@ class Wire {
 export class AimClient {
   #wire;
 
-  /** {baseUrl, token, retry?: {attempts, baseDelayMs, maxDelayMs}, requestTimeoutMs?,
-   * readyTimeoutMs?, fetch?}: `token` is a string or a function giving one (sync or async). */
+  /** {baseUrl, token, retry?: {attempts, baseDelayMs, maxDelayMs, maxRetryAfterMs},
+   * requestTimeoutMs?, readyTimeoutMs?, fetch?}: `token` is a string or a function giving one
+   * (sync or async). */
   constructor(options = {}) {
     this.#wire = new Wire(options);
   }
@@ -504,7 +527,10 @@ export class Session {
       watch();
       const body = wire.body("SubscribeToTask", {id: this.taskId, historyLength: 0});
       const response = await wire.post(body, headers, controller.signal)
-        .catch((cause) => { throw noAnswer("the stream could not be opened", cause); });
+        .catch((cause) => {
+          throw cause instanceof RedirectError ? cause
+            : noAnswer("the stream could not be opened", cause);
+        });
       if (!(response.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
         return await this.#refused(response);
       }

@@ -15,6 +15,7 @@ from realtime.client import (
     AuthError,
     InvalidStateError,
     LimitExceededError,
+    RedirectError,
     RetryPolicy,
     UnavailableError,
 )
@@ -206,3 +207,39 @@ async def test_an_error_frame_breaks_the_connection_and_a_frame_that_is_not_json
     assert got == ["1-0", "2-0"]  # nothing after an error frame is read
     assert [r.headers.get("last-event-id") for r in script.requests] == [None, "1-0"]
     assert stream.refused_terminal  # -32004: the task is terminal
+
+
+async def test_a_service_not_configured_for_livekit_is_raised_at_once():
+    unset = "AIM_LIVEKIT_URL,AIM_LIVEKIT_API_KEY"
+    script = Script(
+        httpx.Response(200, json=error(-31012, service="livekit", retryable="false", unset=unset)),
+        ok({}),
+    )
+    with pytest.raises(UnavailableError) as refused:
+        await script.caller().call("SendMessage", {})
+    assert (refused.value.retryable, refused.value.metadata["unset"]) == (False, unset)
+    assert len(script.requests) == 1
+    assert script.waits == []
+
+
+async def test_a_redirect_is_raised_and_never_followed_not_even_by_a_following_client():
+    moved = httpx.Response(307, headers={"Location": "http://elsewhere.test/a2a"})
+
+    async def call(caller: RpcCaller) -> None:
+        await caller.call("M", {})
+
+    async def follow(caller: RpcCaller) -> None:
+        [f async for f in TaskStream(caller, "t").frames()]
+
+    for attempt in (call, follow):
+        script = Script(moved, ok({}))
+        http = httpx.AsyncClient(transport=httpx.MockTransport(script.handle),
+                                 follow_redirects=True)  # fmt: skip
+        caller = RpcCaller("http://aim.test/a2a", token="secret", http=http, sleep=script.sleep)
+        with pytest.raises(RedirectError) as redirected:
+            await attempt(caller)
+        await http.aclose()
+        assert (redirected.value.http_status, redirected.value.reason) == (307, "REDIRECT")
+        assert not redirected.value.retryable
+        assert [r.url.host for r in script.requests] == ["aim.test"]
+        assert script.waits == []
