@@ -110,6 +110,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_max_connections_per_peer: int = 256
     http_max_header_bytes: int = 64 * 1024  # a request head: request line and header lines
     http_max_headers: int = 100
+    # a response none of whose bytes the client takes for this long is cut (a stalled reader)
+    http_write_timeout_s: float = 30.0
 
     metrics: bool = True  # GET /metrics (Prometheus text format)
     metrics_refresh_s: float = 15.0  # the gauges read from Redis are at most this old
@@ -369,6 +371,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             http_max_headers=reader.integer(
                 "AIM_HTTP_MAX_HEADERS", defaults.http_max_headers, low=16, high=10_000
+            ),
+            http_write_timeout_s=reader.number(
+                "AIM_HTTP_WRITE_TIMEOUT_S", defaults.http_write_timeout_s, low=1.0, high=3600.0
             ),
             metrics=reader.flag("AIM_METRICS", default=defaults.metrics),
             # 0: read on every scrape (one scraper, small deployments)

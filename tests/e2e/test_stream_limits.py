@@ -1,15 +1,17 @@
 """SSE streams are bounded per principal, per task and in time, over real loopback sockets: a
 stream past a cap is refused -31011 with Retry-After before it starts (SendStreamingMessage
 creates nothing then), a slot comes free whichever way a stream ends, a stream is closed after
-its lifetime once a whole event is out and resumed from there, and the Python client resumes
-a stream the service cut without the app noticing."""
+its lifetime once a whole event is out and resumed from there, a reader that stops reading is
+cut, and the Python client resumes a stream the service cut without the app noticing."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,8 +21,15 @@ import pytest
 from realtime.app import create_app
 from realtime.client import AimClient, RetryPolicy, StateChanged
 from realtime.settings import Settings
+from realtime.store import keys
+from tests.cli_processes import needs
+from tests.cli_processes import serving as serving_process
 from tests.conftest import (
+    LIVEKIT_KEY,
+    LIVEKIT_SECRET,
     REALTIME,
+    TEST_SECRET,
+    headers,
     livekit_settings,
     rpc,
     serving,
@@ -148,6 +157,71 @@ async def test_a_stream_is_closed_cleanly_after_its_lifetime_and_resumes_where_i
         ids = await server_event_ids(store, session_id)
         assert [event.id for event in resumed] == ids[ids.index(task_id) + 1 :]
         assert all("statusUpdate" in event.result for event in resumed)
+
+
+@pytest.mark.slow
+async def test_a_reader_that_stops_reading_is_cut_and_its_slot_freed(
+    tmp_path: Path, redis_url: str | None, livekit: Any, store: Any
+) -> None:
+    """A client that reads nothing more (a tiny receive window) while events pile up: its
+    connection is aborted once no byte went out for AIM_HTTP_WRITE_TIMEOUT_S, and its stream's
+    slot is free for the next one. `serve` as an operator runs it."""
+    with serving_process(
+        tmp_path,
+        AIM_REDIS_URL=needs(redis_url),
+        AIM_AUTH_HS256_SECRET=TEST_SECRET,
+        AIM_LIVEKIT_URL=livekit.ws_url,
+        AIM_LIVEKIT_API_KEY=LIVEKIT_KEY,
+        AIM_LIVEKIT_API_SECRET=LIVEKIT_SECRET,
+        AIM_RATE_LIMIT_RPS="0",
+        AIM_SSE_MAX_STREAMS_PER_PRINCIPAL="1",
+        AIM_HTTP_WRITE_TIMEOUT_S="1",
+    ) as svc:
+        await asyncio.to_thread(svc.wait_until_ready)
+        async with httpx.AsyncClient(base_url=svc.base_url, timeout=10) as client:
+            stalled, other = await new_task(client), await new_task(client)
+            loop = asyncio.get_running_loop()
+            raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+            raw.setblocking(False)
+            port = int(svc.base_url.rsplit(":", 1)[1])
+            await loop.sock_connect(raw, ("127.0.0.1", port))
+            body = msgspec.json.encode({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask",
+                                        "params": {"id": stalled["id"]}})  # fmt: skip
+            head = "".join(f"{k}: {v}\r\n" for k, v in headers().items())
+            request = (f"POST /a2a HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}"
+                       "Content-Type: application/json\r\n"
+                       f"Content-Length: {len(body)}\r\n\r\n").encode() + body  # fmt: skip
+            await loop.sock_sendall(raw, request)
+            first = await asyncio.wait_for(loop.sock_recv(raw, 1024), 5)
+            assert first.startswith(b"HTTP/1.1 200")
+            refused, _ = await refusal(client, "SubscribeToTask", {"id": other["id"]})
+            assert limit_of(refused) == "streams_per_principal"
+
+            # from here on the client reads nothing, while entries like the session's own
+            # pile up in its event stream
+            events_key = keys.events_key(stalled["metadata"][REALTIME]["sessionId"])
+            ((_, fields),) = await store.client.xrevrange(events_key, count=1)
+            deadline = time.monotonic() + 30
+            while True:
+                pipe = store.client.pipeline(transaction=False)
+                for _ in range(250):
+                    pipe.xadd(events_key, fields)
+                await pipe.execute()
+                async with stream(client, "SubscribeToTask", {"id": other["id"]}) as reader:
+                    if reader.response.headers["content-type"].startswith("text/event-stream"):
+                        break
+                assert time.monotonic() < deadline, "the stalled stream kept its slot"
+                await asyncio.sleep(0.2)
+
+            # the stalled connection was closed by the service (reset, or what it had sent
+            # and then its end; a connection still open fails here after 5 s of silence)
+            with contextlib.suppress(ConnectionResetError):
+                for _ in range(100_000):
+                    if not await asyncio.wait_for(loop.sock_recv(raw, 65536), 5):
+                        break
+            raw.close()
+        await asyncio.to_thread(svc.terminate)
 
 
 async def test_the_python_client_resumes_streams_the_service_cuts_without_the_app_noticing(
