@@ -100,6 +100,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     sse_heartbeat_s: float = 15.0
     sse_buffer_events: int = 256
+    # open SSE streams one principal, and one task, may hold in this process
+    sse_max_streams_per_principal: int = 16
+    sse_max_streams_per_task: int = 8
+    # a stream is closed this long after it opened (its client resumes with Last-Event-ID)
+    sse_max_lifetime_s: float = 3600.0
 
     # longer than common load balancers' 60 s, so that they close idle connections first
     http_idle_timeout_s: int = 75
@@ -109,6 +114,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_max_connections_per_peer: int = 256
     http_max_header_bytes: int = 64 * 1024  # a request head: request line and header lines
     http_max_headers: int = 100
+    # a response none of whose bytes the client takes for this long is cut (a stalled reader)
+    http_write_timeout_s: float = 30.0
 
     metrics: bool = True  # GET /metrics (Prometheus text format)
     metrics_refresh_s: float = 15.0  # the gauges read from Redis are at most this old
@@ -356,6 +363,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             sse_buffer_events=reader.integer(
                 "AIM_SSE_BUFFER_EVENTS", defaults.sse_buffer_events, low=1, high=100_000
             ),
+            sse_max_streams_per_principal=reader.integer(
+                "AIM_SSE_MAX_STREAMS_PER_PRINCIPAL",
+                defaults.sse_max_streams_per_principal,
+                low=1,
+                high=100_000,
+            ),
+            sse_max_streams_per_task=reader.integer(
+                "AIM_SSE_MAX_STREAMS_PER_TASK",
+                defaults.sse_max_streams_per_task,
+                low=1,
+                high=100_000,
+            ),
+            sse_max_lifetime_s=reader.number(
+                "AIM_SSE_MAX_LIFETIME_S", defaults.sse_max_lifetime_s, low=1.0, high=86400.0
+            ),
             http_idle_timeout_s=reader.integer(
                 "AIM_HTTP_IDLE_TIMEOUT_S", defaults.http_idle_timeout_s, low=1, high=3600
             ),
@@ -377,6 +399,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             http_max_headers=reader.integer(
                 "AIM_HTTP_MAX_HEADERS", defaults.http_max_headers, low=16, high=10_000
+            ),
+            http_write_timeout_s=reader.number(
+                "AIM_HTTP_WRITE_TIMEOUT_S", defaults.http_write_timeout_s, low=1.0, high=3600.0
             ),
             metrics=reader.flag("AIM_METRICS", default=defaults.metrics),
             # 0: read on every scrape (one scraper, small deployments)

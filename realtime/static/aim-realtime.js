@@ -20,6 +20,8 @@ const EVENTS = new Set(["state", "requirement", "interaction", "superseded", "re
                         "error"]);
 // reconnects: backoff and failures in a row; silence: three missed 15 s heartbeats
 const STREAM = {baseMs: 250, maxMs: 5000, failures: 10, silenceMs: 45000};
+// the service's last line of a stream it cut on purpose (lifetime, a reader that fell behind)
+const RECONNECT = ": reconnect";
 const POLL_MS = 250;
 const DEVICE = {audioInput: true, audioOutput: true, camera: false, screen: false,
                 interactions: ["text", "confirmation"]};
@@ -166,7 +168,8 @@ function requirementOf(status) {
   return {operationId, requirementId, action, actionDigest, expectedVersion};
 }
 
-/** The frames {id, data, event} of a text/event-stream body; `onChunk` is told of every chunk. */
+/** The frames {id, data, event} of a text/event-stream body, and {reconnect: true} for the
+ * service's `: reconnect`; `onChunk` is told of every chunk. */
 async function* sse(body, onChunk) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
@@ -188,7 +191,9 @@ async function* sse(body, onChunk) {
           if (data !== null) yield {id, data, event: event || "message"};
           data = null;
           event = "";
-        } else if (!line.startsWith(":")) {  // ": keepalive" is a comment
+        } else if (line.startsWith(":")) {  // a comment: ": keepalive", or ": reconnect"
+          if (line.trim() === RECONNECT) yield {reconnect: true};
+        } else {
           const colon = line.indexOf(":");
           const field = colon < 0 ? line : line.slice(0, colon);
           const text = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
@@ -488,12 +493,18 @@ export class Session {
     this.#abort?.abort();
   }
 
-  /** Reconnects (Last-Event-ID) after backoff until ended; `error` after 10 failures in a row. */
+  /** Reconnects (Last-Event-ID) after backoff until ended; `error` after 10 failures in a row.
+   * A stream the service cut on purpose (`: reconnect`) is resumed at once, and no failure. */
   async #run(live) {
     for (let failures = 0; live();) {
       let error = null;
       try {
-        if (await this.#streamOnce(live, () => { failures = 0; })) return;
+        const outcome = await this.#streamOnce(live, () => { failures = 0; });
+        if (outcome === true) return;
+        if (outcome === RECONNECT) {
+          failures = 0;
+          continue;
+        }
       } catch (caught) {
         error = caught;
       }
@@ -510,7 +521,8 @@ export class Session {
     }
   }
 
-  /** One SubscribeToTask: true once over (ended), false when it closed early; or throws. */
+  /** One SubscribeToTask: true once over (ended), RECONNECT when the service cut it on
+   * purpose, false when it closed early; or throws. */
   async #streamOnce(live, onFrame) {
     const wire = this.#wire;
     const controller = new AbortController();
@@ -535,9 +547,14 @@ export class Session {
         return await this.#refused(response);
       }
       let broken = null;  // an error frame: this connection is over
+      let cut = false;  // the service said `: reconnect`
       try {
         for await (const frame of sse(response.body, watch)) {
           if (!live()) return true;
+          if (frame.reconnect) {
+            cut = true;
+            continue;
+          }
           const message = parsed(frame.data);
           if (message === null) continue;  // not JSON-RPC: nothing this library understands
           if (message.error || frame.event === "error") {
@@ -554,7 +571,7 @@ export class Session {
       }
       if (broken?.code === -32004) return await this.#terminal(broken);
       if (broken) throw noAnswer("the stream sent an error frame", broken);  // reconnect
-      return false;
+      return cut ? RECONNECT : false;
     } finally {
       clearTimeout(timer);
       if (this.#abort === controller) this.#abort = null;

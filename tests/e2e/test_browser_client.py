@@ -223,6 +223,26 @@ async def test_a_command_whose_answer_is_lost_is_sent_again_and_applied_once(
         await same_as_the_service(one, http, task_id)
 
 
+async def test_streams_the_service_cuts_at_their_lifetime_are_resumed_unnoticed(
+    livekit, store, window
+):
+    """Each stream lives 0.3 s: the page's stream is cut more often than the library's ten
+    failed reconnects in a row, mostly with no event in between; it is resumed at once each
+    time, after the last event it got, and the page sees every event once and no error."""
+    async with origins(livekit, store, sse_max_lifetime_s=0.3, sse_heartbeat_s=0.1) as opened:
+        page_origin, service, _, http = opened
+        url = Device.url(page_origin, service, token("alice"), "device-1")
+        one = await run(Device, window, url, new_window=False)
+        _, task_id, _, _ = await joined(one, http, livekit)
+        await run(one.until_true, lambda: len(one.connections()) >= 12,
+                  "the stream was not resumed a dozen times")  # fmt: skip
+        await say(one, "still here", 1)
+        await run(one.click, "end")
+        await run(one.until, "ended", "ending TASK_STATE_COMPLETED ended on the page")
+        await same_as_the_service(one, http, task_id)
+        assert await run(one.events, "error") == []
+
+
 async def test_errors_come_typed_with_what_the_service_said(livekit, store, window):
     """What the library throws (read in the page: a person would see only its message)."""
     audio_only = frozenset({"audio_input", "audio_output"})

@@ -187,6 +187,38 @@ def test_sse_settings_default_and_refuse_out_of_range_values() -> None:
     assert "AIM_SSE_BUFFER_EVENTS" in only_problem({"AIM_SSE_BUFFER_EVENTS": "0"})
 
 
+def test_stream_bounds_default_are_read_and_refuse_out_of_range_values() -> None:
+    defaults = Settings.from_env({})
+    assert (
+        defaults.sse_max_streams_per_principal,
+        defaults.sse_max_streams_per_task,
+        defaults.sse_max_lifetime_s,
+        defaults.http_write_timeout_s,
+    ) == (16, 8, 3600.0, 30.0)
+    settings = Settings.from_env(
+        {
+            "AIM_SSE_MAX_STREAMS_PER_PRINCIPAL": "4",
+            "AIM_SSE_MAX_STREAMS_PER_TASK": "2",
+            "AIM_SSE_MAX_LIFETIME_S": "600",
+            "AIM_HTTP_WRITE_TIMEOUT_S": "5.5",
+        }
+    )
+    assert (
+        settings.sse_max_streams_per_principal,
+        settings.sse_max_streams_per_task,
+        settings.sse_max_lifetime_s,
+        settings.http_write_timeout_s,
+    ) == (4, 2, 600.0, 5.5)
+    for name, value in (
+        ("AIM_SSE_MAX_STREAMS_PER_PRINCIPAL", "0"),
+        ("AIM_SSE_MAX_STREAMS_PER_TASK", "0"),
+        ("AIM_SSE_MAX_LIFETIME_S", "0.5"),
+        ("AIM_SSE_MAX_LIFETIME_S", "86401"),
+        ("AIM_HTTP_WRITE_TIMEOUT_S", "0"),
+    ):
+        assert name in only_problem({name: value})
+
+
 def test_reconciler_settings_default_and_refuse_out_of_range_values() -> None:
     settings = Settings.from_env({})
     assert (settings.reconcile_interval_s, settings.reconcile_grace_s) == (60, 120)
