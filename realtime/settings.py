@@ -121,6 +121,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     events_retry_s: int = 24 * 3600  # an event is retried this long, then given up
     events_timeout_s: float = 10.0  # one delivery attempt
     events_max_per_session: int = 1000  # kept per session; past it new events are dropped
+    # attempts under way at once to one receiver URL, of the worker's 32 (decision 161)
+    events_max_per_destination: int = 8
+    # connecting to a receiver; at most events_timeout_s, which bounds the whole attempt
+    events_connect_timeout_s: float = 2.0
     # what from_env found acceptable but worth saying (a short LiveKit secret): one line each,
     # naming the variable and never its value; the CLI logs them at start-up
     warnings: tuple[str, ...] = ()
@@ -371,6 +375,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             events_max_per_session=reader.integer(
                 "AIM_EVENTS_MAX_PER_SESSION", defaults.events_max_per_session, low=1, high=100_000
+            ),
+            events_max_per_destination=reader.integer(
+                "AIM_EVENTS_MAX_PER_DESTINATION",
+                defaults.events_max_per_destination,
+                low=1,
+                high=32,
+            ),
+            events_connect_timeout_s=reader.number(
+                "AIM_EVENTS_CONNECT_TIMEOUT_S",
+                defaults.events_connect_timeout_s,
+                low=0.05,
+                high=60.0,
             ),
             warnings=tuple(reader.warnings),
         )

@@ -126,6 +126,13 @@ class DeliveryStore:
         async with translated_errors():
             await self._client.zadd(keys.deliveries_due_key(), {session_id: due_ms})
 
+    async def wait_each(self, due: dict[str, int]) -> None:
+        """Look at each session again at its time (ms): one command for all."""
+        if not due:
+            return
+        async with translated_errors():
+            await self._client.zadd(keys.deliveries_due_key(), dict(due))
+
     async def idle(self, session_id: str, now_ms: int) -> None:
         """Nothing is left to send: the session leaves the index, unless a commit stored an
         event after the last look (its own index entry may have been the one removed)."""
