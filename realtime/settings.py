@@ -120,7 +120,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     events_types: frozenset[str] = frozenset(SESSION_EVENT_TYPES)
     events_retry_s: int = 24 * 3600  # an event is retried this long, then given up
     events_timeout_s: float = 10.0  # one delivery attempt
-    events_max_per_session: int = 1000  # kept per session; past it new events are dropped
+    # kept per session; past it the oldest waiting go, never a lifecycle event (decision 162)
+    events_max_per_session: int = 1000
     # attempts under way at once to one receiver URL, of the worker's 32 (decision 161)
     events_max_per_destination: int = 8
     # connecting to a receiver; at most events_timeout_s, which bounds the whole attempt
