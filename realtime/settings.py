@@ -126,6 +126,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     events_max_per_destination: int = 8
     # connecting to a receiver; at most events_timeout_s, which bounds the whole attempt
     events_connect_timeout_s: float = 2.0
+    # JoinSessions that hand one session to another device, per minute; 0: no bound
+    max_handoffs_per_minute: int = 30
     # what from_env found acceptable but worth saying (a short LiveKit secret): one line each,
     # naming the variable and never its value; the CLI logs them at start-up
     warnings: tuple[str, ...] = ()
@@ -388,6 +390,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 defaults.events_connect_timeout_s,
                 low=0.05,
                 high=60.0,
+            ),
+            max_handoffs_per_minute=reader.integer(
+                "AIM_MAX_HANDOFFS_PER_MINUTE", defaults.max_handoffs_per_minute, low=0, high=10_000
             ),
             warnings=tuple(reader.warnings),
         )
