@@ -1,7 +1,8 @@
 """Session events to several receivers (profile §21) against a real Redis, on the worker's own
 clock: a failing destination is paused by its breaker without holding a slot, its sessions put
-back for when it may go, then tried one at a time; a receiver that takes no connection fails
-within the connect timeout, not the whole attempt's."""
+back for when it may go, then tried one at a time; due sessions are started in turns between
+destinations; a receiver that takes no connection fails within the connect timeout, not the
+whole attempt's."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from tests.event_receivers import SECRET
 pytestmark = pytest.mark.redis
 
 NOW_MS = 1_796_000_000_000
-FAILING = "https://failing.example/aim"
-HEALTHY = "https://healthy.example/aim"
+ACME = "https://acme.example/aim"
+GLOBEX = "https://globex.example/aim"
 
 
 def sid(n: int) -> str:
@@ -72,8 +73,8 @@ async def test_a_failing_destination_is_paused_and_tried_again_one_session_at_a_
     failing = [sid(n) for n in range(BREAKER_FAILURES)]
     for session_id in failing:
         await seed(store, session_id, None)
-    await seed(store, sid(99), "healthy")
-    answers = {FAILING: 503, HEALTHY: 200}
+    await seed(store, sid(99), "globex")
+    answers = {ACME: 503, GLOBEX: 200}
     asked: list[str] = []
 
     async def handle(request: httpx.Request) -> httpx.Response:
@@ -83,7 +84,7 @@ async def test_a_failing_destination_is_paused_and_tried_again_one_session_at_a_
 
     clock = Clock()
     settings = Settings(
-        events_url=FAILING, events_secret=SECRET, events_tenant_urls=(("healthy", HEALTHY),)
+        events_url=ACME, events_secret=SECRET, events_tenant_urls=(("globex", GLOBEX),)
     )
     sender = Deliverer(
         settings, DeliveryStore(store), clock=clock, transport=httpx.MockTransport(handle)
@@ -91,32 +92,87 @@ async def test_a_failing_destination_is_paused_and_tried_again_one_session_at_a_
     deliveries = DeliveryStore(store)
 
     await sweep(sender)
-    assert asked.count(FAILING) == len(failing)  # within its share: each tried once
-    assert asked.count(HEALTHY) == 1
-    assert sender.destination(FAILING).paused(clock.ms)
+    assert asked.count(ACME) == len(failing)  # within its share: each tried once
+    assert asked.count(GLOBEX) == 1
+    assert sender.destination(ACME).paused(clock.ms)
     resumes_ms = NOW_MS + int(BREAKER_PAUSE_S * 1000)
 
     clock.ms += 2_000  # each session's own retry is due, its destination is paused
     assert set(await deliveries.due(clock.ms)) == set(failing)
     assert await sweep(sender) == 0  # none started: no slot held
-    assert asked.count(FAILING) == len(failing)
+    assert asked.count(ACME) == len(failing)
     assert await deliveries.due(clock.ms) == []
     scores = await store.client.zmscore(keys.deliveries_due_key(), failing)
     assert set(scores) == {resumes_ms}  # put back for the pause's end, not polled meanwhile
 
     clock.ms = resumes_ms
     assert await sweep(sender) == 1  # one trial; it fails: paused again, twice as long
-    assert asked.count(FAILING) == len(failing) + 1
-    assert sender.destination(FAILING).paused_until_ms == resumes_ms + 2 * 5_000
+    assert asked.count(ACME) == len(failing) + 1
+    assert sender.destination(ACME).paused_until_ms == resumes_ms + 2 * 5_000
 
-    answers[FAILING] = 200  # the receiver is back
+    answers[ACME] = 200  # the receiver is back
     clock.ms = resumes_ms + 10_000
     await sweep(sender)  # the trial succeeds: the destination is closed again
-    assert not sender.destination(FAILING).pauses
+    assert not sender.destination(ACME).pauses
     clock.ms += int(settings.events_timeout_s * 1000)
     await sweep(sender)
     listed = [(await deliveries.listing(session_id)).deliveries for session_id in failing]
     assert [kept[0].state.status for kept in listed] == ["delivered"] * len(failing)
+    await sender.aclose()
+
+
+async def test_due_sessions_are_started_in_turns_between_destinations(store: RedisClient) -> None:
+    """More sessions due than slots: the one session of the second destination is not left
+    behind the first destination's forty, though all of theirs came due before it."""
+    crowd = [sid(n) for n in range(40)]
+    for session_id in crowd:
+        await seed(store, session_id, None)
+    await seed(store, sid(99), "globex")
+    asked: list[str] = []
+    gate = asyncio.Event()
+    answers = {ACME: 400, GLOBEX: 400}  # a refusal each: retried, no breaker
+
+    tried: set[str] = set()
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        url = str(request.url)
+        asked.append(url)
+        tried.add(json.loads(request.content)["sessionId"])
+        if url == ACME and answers[url] == 200:
+            await gate.wait()  # the crowd's receiver is slow: its sessions hold their slots
+        return httpx.Response(answers[url])
+
+    clock = Clock()
+    settings = Settings(
+        events_url=ACME,
+        events_secret=SECRET,
+        events_tenant_urls=(("globex", GLOBEX),),
+        events_max_per_destination=32,
+    )
+    sender = Deliverer(
+        settings, DeliveryStore(store), clock=clock, transport=httpx.MockTransport(handle)
+    )
+    for _ in range(5):  # each session tried: the worker knows where each one goes
+        await sweep(sender)
+        clock.ms += 2_000
+    assert tried == {*crowd, sid(99)}
+    clock.ms += 10_000
+    due = dict.fromkeys(crowd, clock.ms - 1000) | {sid(99): clock.ms}
+    await store.client.zadd(keys.deliveries_due_key(), due)  # the crowd's first, all due
+    answers.update({ACME: 200, GLOBEX: 200})
+    asked.clear()
+
+    sending: dict[str, asyncio.Task[None]] = {}
+    await sender.sweep(sending)
+    assert len(sending) == 32  # every slot
+    for _ in range(100):  # bounded: 1 s
+        if GLOBEX in asked:
+            break
+        await asyncio.sleep(0.01)
+    assert asked.count(GLOBEX) == 1  # its turn came among the first
+    assert asked.count(ACME) == 31
+    gate.set()
+    await asyncio.gather(*sending.values())
     await sender.aclose()
 
 
