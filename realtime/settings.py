@@ -131,7 +131,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     events_types: frozenset[str] = frozenset(SESSION_EVENT_TYPES)
     events_retry_s: int = 24 * 3600  # an event is retried this long, then given up
     events_timeout_s: float = 10.0  # one delivery attempt
-    events_max_per_session: int = 1000  # kept per session; past it new events are dropped
+    # kept per session; past it the oldest waiting go, never a lifecycle event (decision 162)
+    events_max_per_session: int = 1000
+    # attempts under way at once to one receiver URL, of the worker's 32 (decision 161)
+    events_max_per_destination: int = 8
+    # connecting to a receiver; at most events_timeout_s, which bounds the whole attempt
+    events_connect_timeout_s: float = 2.0
+    # JoinSessions that hand one session to another device, per minute; 0: no bound
+    max_handoffs_per_minute: int = 30
     # what from_env found acceptable but worth saying (a short LiveKit secret): one line each,
     # naming the variable and never its value; the CLI logs them at start-up
     warnings: tuple[str, ...] = ()
@@ -424,6 +431,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             events_max_per_session=reader.integer(
                 "AIM_EVENTS_MAX_PER_SESSION", defaults.events_max_per_session, low=1, high=100_000
+            ),
+            events_max_per_destination=reader.integer(
+                "AIM_EVENTS_MAX_PER_DESTINATION",
+                defaults.events_max_per_destination,
+                low=1,
+                high=32,
+            ),
+            events_connect_timeout_s=reader.number(
+                "AIM_EVENTS_CONNECT_TIMEOUT_S",
+                defaults.events_connect_timeout_s,
+                low=0.05,
+                high=60.0,
+            ),
+            max_handoffs_per_minute=reader.integer(
+                "AIM_MAX_HANDOFFS_PER_MINUTE", defaults.max_handoffs_per_minute, low=0, high=10_000
             ),
             warnings=tuple(reader.warnings),
         )

@@ -324,7 +324,11 @@ async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> A
         call,
         params.session_id,
         params.command_id,
-        machine.Join(params.session_epoch, params.endpoint_id),
+        machine.Join(
+            params.session_epoch,
+            params.endpoint_id,
+            max_handoffs_per_minute=services.settings.max_handoffs_per_minute,
+        ),
         render,
     )
 

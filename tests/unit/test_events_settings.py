@@ -118,3 +118,19 @@ def test_tenant_urls_follow_the_same_rules(raw: str, says: str) -> None:
 def test_tenant_urls_need_the_default_receiver() -> None:
     (problem,) = refused({"AIM_EVENTS_TENANT_URLS": '{"acme": "https://a.example/x"}'})
     assert "AIM_EVENTS_TENANT_URLS needs AIM_EVENTS_URL" in problem
+
+
+def test_a_destination_gets_a_share_of_the_slots_and_a_short_connect_timeout() -> None:
+    defaults = Settings.from_env({})
+    assert (defaults.events_max_per_destination, defaults.events_connect_timeout_s) == (8, 2.0)
+    read = Settings.from_env(
+        {"AIM_EVENTS_MAX_PER_DESTINATION": "4", "AIM_EVENTS_CONNECT_TIMEOUT_S": "0.5"}
+    )
+    assert (read.events_max_per_destination, read.events_connect_timeout_s) == (4, 0.5)
+    problems = refused(
+        {"AIM_EVENTS_MAX_PER_DESTINATION": "0", "AIM_EVENTS_CONNECT_TIMEOUT_S": "120"}
+    )
+    assert [p.split()[0] for p in problems] == [
+        "AIM_EVENTS_MAX_PER_DESTINATION",
+        "AIM_EVENTS_CONNECT_TIMEOUT_S",
+    ]
