@@ -197,7 +197,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             reader.problems.append(
                 f"AIM_AUTH_HS256_SECRET must be at least {MIN_HS256_SECRET_BYTES} bytes long"
             )
-        jwks = reader.url("AIM_AUTH_JWKS_URL", ("http", "https"))
+        # whoever can change the key set in transit can mint any token: https only (http to
+        # this machine, for development), and the fetch never follows a redirect (jwks.py)
+        jwks = reader.https_url("AIM_AUTH_JWKS_URL", allow_http=False, http_switch=None)
         issuer = reader.text("AIM_AUTH_ISSUER")
         audience = reader.text("AIM_AUTH_AUDIENCE")
         if jwks is not None and (issuer is None or audience is None):
