@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from realtime import supervisor
 from realtime.auth import CLIENT_SCOPES, OPERATOR_SCOPE, PROVIDER_SCOPE
-from realtime.environment import without_credentials
+from realtime.environment import EnvironmentReader, without_credentials
 from realtime.logs import JsonLogFormatter
 from realtime.settings import Settings, SettingsError
 from realtime.store.datadir import print_dev_secret, unsafe_data_dir
@@ -70,7 +70,19 @@ def _refuse_unsafe_data_dir(settings: Settings) -> None:
 
 
 def _dev_secret(args: argparse.Namespace) -> int:
-    _load_dotenv()  # for a service not configured yet: only AIM_DATA_DIR counts
+    _load_dotenv()  # for a service not configured yet: only AIM_DATA_DIR and production count
+    reader = EnvironmentReader(os.environ)
+    production = reader.flag("AIM_REQUIRE_REDIS")
+    if production or reader.problems:
+        # production never makes nor hands out a development key (scripts/serve, scripts/token)
+        print(
+            "AIM_REQUIRE_REDIS is set (production), so no development secret is made or used: "
+            "set AIM_AUTH_HS256_SECRET (at least 32 bytes) or AIM_AUTH_JWKS_URL"
+            if production
+            else "\n".join(reader.problems),
+            file=sys.stderr,
+        )
+        return BAD_CONFIGURATION
     return print_dev_secret(os.environ.get("AIM_DATA_DIR") or Settings().data_dir)
 
 

@@ -28,6 +28,7 @@ def test_an_http_jwks_url_to_another_host_is_refused_at_start_up_in_one_line(
     result = run_cli(
         command,
         cwd=tmp_path,
+        AIM_REDIS_URL="redis://127.0.0.1:9/0",  # never reached: the configuration is refused
         AIM_AUTH_JWKS_URL="http://idp.example.com/.well-known/jwks.json",
         **ISSUER_SETTINGS,
     )
