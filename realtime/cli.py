@@ -296,7 +296,8 @@ async def _check_async(settings: Settings) -> int:
             ok = False
         finally:
             await gateway.aclose()
-    print(f"events: {settings.events_target}")
+    for route in settings.events_routes:
+        print(f"events: {route}")
     return 0 if ok else 1
 
 

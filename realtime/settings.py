@@ -137,11 +137,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.events_url is not None and self.events_secret is not None
 
     @property
-    def events_target(self) -> str:
-        """Where session events go, as the log and `check` say it (never a credential)."""
+    def events_routes(self) -> tuple[str, ...]:
+        """Where session events go, one line per route (each tenant's, then the default), as
+        the log and `check` say it: never a credential."""
         if self.events_url is None:
-            return "not configured (AIM_EVENTS_URL unset); none are written"
-        return f"sent to {without_credentials(self.events_url)} (AIM_EVENTS_URL)"
+            return ("not configured (AIM_EVENTS_URL unset); none are written",)
+        default = f"sent to {without_credentials(self.events_url)} (AIM_EVENTS_URL)"
+        if not self.events_tenant_urls:
+            return (default,)
+        claim = self.auth_tenant_claim
+        return (
+            *(
+                f"tenant {tenant!r} ({claim} claim): sent to {without_credentials(url)} "
+                "(AIM_EVENTS_TENANT_URLS)"
+                for tenant, url in self.events_tenant_urls
+            ),
+            f"every other tenant: {default}",
+        )
 
     def events_url_for(self, tenant: str | None) -> str | None:
         """Where a session of `tenant` sends its events: the tenant's own URL, or AIM_EVENTS_URL."""
@@ -233,6 +245,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             reader.problems.append(
                 "AIM_EVENTS_TENANT_URLS needs AIM_EVENTS_URL (and AIM_EVENTS_SECRET): the events "
                 "of every other tenant go there"
+            )
+        if tenant_urls and reader.text("AIM_AUTH_TENANT_CLAIM") is None:
+            # no principal would have a tenant: every tenant's events would go to the default
+            reader.problems.append(
+                "AIM_EVENTS_TENANT_URLS needs AIM_AUTH_TENANT_CLAIM, the token claim naming a "
+                "principal's tenant: without it no session has a tenant and every event would go "
+                "to AIM_EVENTS_URL"
             )
         events_secret = reader.webhook_secret("AIM_EVENTS_SECRET")
         if (reader.text("AIM_EVENTS_URL") is None) != (reader.text("AIM_EVENTS_SECRET") is None):
