@@ -16,6 +16,13 @@ with that kid: fetches caused by tokens naming unknown kids leave the others rem
 Owner keys: `Principal.key` hashes `tenant NUL subject` (an absent tenant as empty). Since a
 principal holds no control character (so no NUL) and its tenant is None or non-empty, that
 text splits back into exactly one (tenant, subject) pair: distinct principals never share it.
+Nor does a principal hold a format character or a line or paragraph separator (Unicode Cf, Zl,
+Zp: bidi controls such as U+202E, zero-width characters), so what the console and the logs show
+of it is what it is.
+
+Lifetime: a client token's `exp - iat` is at most `AIM_AUTH_MAX_TOKEN_LIFETIME_S`; a token
+without `iat` counts from the moment it is first presented, so its `exp` must be that close
+(within the leeway), which is as strict for a token that never says when it was issued.
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import re
 import time
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
@@ -45,8 +52,20 @@ _MAX_TOKEN_CHARS = 8192  # far above any real token; stops huge headers reaching
 # when its key changes or the key set it was checked against grows that old (module docstring)
 VERIFIED_MAX: Final = 4096
 VERIFIED_TTL_S: Final = 300.0
-# C0 controls and DEL: refused in `sub` and the tenant, so the NUL of the owner key is unambiguous
-_CONTROL: Final = re.compile("[\x00-\x1f\x7f]")
+# refused in `sub` and the tenant: controls (C0, DEL, C1: the NUL of the owner key stays
+# unambiguous), format characters (bidi controls, zero-width ones) and U+2028/U+2029
+_REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Zl", "Zp"})
+_REFUSED_WHAT: Final = (
+    "control characters or format characters (C0/C1 controls, bidi controls, U+2028/U+2029)"
+)
+
+
+def unprintable(text: str) -> bool:
+    """Whether `text` holds a character a principal may not: Unicode Cc, Cf, Zl or Zp."""
+    # isprintable() is true of almost every real name: the per-character look is the rare path
+    return not text.isprintable() and any(
+        unicodedata.category(char) in _REFUSED_CATEGORIES for char in text
+    )
 
 
 # the scopes a bearer token may grant (profile §2): a client's three, and the operator's
@@ -66,10 +85,10 @@ class Principal(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         # what makes `key` injective (module docstring); the Authenticator refuses such tokens
-        if _CONTROL.search(self.subject):
-            raise ValueError("a principal's subject must not contain control characters")
-        if self.tenant is not None and (not self.tenant or _CONTROL.search(self.tenant)):
-            raise ValueError("a principal's tenant must be None or text without control characters")
+        if unprintable(self.subject):
+            raise ValueError(f"a principal's subject must not contain {_REFUSED_WHAT}")
+        if self.tenant is not None and (not self.tenant or unprintable(self.tenant)):
+            raise ValueError(f"a principal's tenant must be None or text without {_REFUSED_WHAT}")
 
     @property
     def key(self) -> str:
@@ -105,6 +124,7 @@ class Authenticator:
         self._now = now
         self._secret = settings.auth_hs256_secret
         self._leeway = min(max(settings.auth_leeway_s, 0), _MAX_LEEWAY_S)
+        self._max_lifetime_s = settings.auth_max_token_lifetime_s
         url = settings.auth_jwks_url
         self._jwks = JwksKeys(url, now, max_age_s=VERIFIED_TTL_S) if url else None
         accepted = (_HS_ALGS if self._secret else ()) + (
@@ -143,6 +163,7 @@ class Authenticator:
             _numeric_date(claims, "iat"),
         )
         self._check_times(times)
+        self._check_lifetime(times)
         principal = self._principal(claims)
         self._verified.pop(token, None)
         if len(self._verified) >= VERIFIED_MAX:
@@ -220,20 +241,35 @@ class Authenticator:
         if iat is not None and iat > now + leeway:
             raise _invalid("the token was issued in the future (iat); check clocks")
 
+    def _check_lifetime(self, times: tuple[float | None, float | None, float | None]) -> None:
+        """exp - iat at most the configured maximum; without iat, exp - now (with the leeway)."""
+        exp, _, iat = times
+        if exp is None:
+            return  # unreachable: `exp` is a required claim
+        if iat is not None:
+            lifetime, start, slack = exp - iat, "iat", 0
+        else:
+            lifetime, start, slack = exp - self._now(), "now (it has no iat)", self._leeway
+        if lifetime > self._max_lifetime_s + slack:
+            raise _invalid(
+                f"the token is valid for {lifetime:.0f} s (exp - {start}); this service accepts "
+                f"tokens valid for at most {self._max_lifetime_s} s: ask for a shorter-lived one"
+            )
+
     def _principal(self, claims: Mapping[str, Any]) -> Principal:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject.strip():
             raise _invalid("the token's 'sub' claim must be a non-empty string")
-        if _CONTROL.search(subject):
-            raise _invalid("the token's 'sub' claim must not contain control characters")
+        if unprintable(subject):
+            raise _invalid(f"the token's 'sub' claim must not contain {_REFUSED_WHAT}")
         tenant: str | None = None
         if tenant_claim := self._settings.auth_tenant_claim:
             value = claims.get(tenant_claim)
             if not isinstance(value, str) or not value:
                 raise _invalid(f"the token needs a non-empty string '{tenant_claim}' claim")
-            if _CONTROL.search(value):
+            if unprintable(value):
                 raise _invalid(
-                    f"the token's '{tenant_claim}' claim must not contain control characters"
+                    f"the token's '{tenant_claim}' claim must not contain {_REFUSED_WHAT}"
                 )
             tenant = value
         return Principal(subject=subject, tenant=tenant, scopes=_scopes(claims))

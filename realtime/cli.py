@@ -98,7 +98,13 @@ def _announce_dev_secret(settings: Settings, secret: str) -> None:
         )
         return
     token = mint_dev_token(
-        secret, subject="developer", scopes=ALL_SCOPES.split(), ttl_s=3600, now=time.time()
+        secret,
+        subject="developer",
+        scopes=ALL_SCOPES.split(),
+        ttl_s=3600,
+        now=time.time(),
+        issuer=settings.auth_issuer,
+        audience=settings.auth_audience,
     )
     print(
         "DEVELOPMENT MODE: AIM_AUTH_HS256_SECRET is not set, so this service signs development "
@@ -235,6 +241,13 @@ def _token(args: argparse.Namespace) -> int:
         print(
             "set AIM_AUTH_HS256_SECRET (at least 32 bytes) to the secret the service uses "
             "(scripts/token does so for the service scripts/serve runs)",
+            file=sys.stderr,
+        )
+        return BAD_CONFIGURATION
+    if args.ttl > settings.auth_max_token_lifetime_s:
+        print(
+            f"--ttl {args.ttl} is longer than the service accepts: at most "
+            f"{settings.auth_max_token_lifetime_s} s (AIM_AUTH_MAX_TOKEN_LIFETIME_S)",
             file=sys.stderr,
         )
         return BAD_CONFIGURATION
@@ -382,7 +395,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"space-separated scopes, of: {', '.join(KNOWN_SCOPES)} ({OPERATOR_SCOPE} opens "
         "the operations API and console, /ops)",
     )
-    token.add_argument("--ttl", type=_ttl, default=3600, help="lifetime in seconds")
+    token.add_argument(
+        "--ttl",
+        type=_ttl,
+        default=3600,
+        help="lifetime in seconds, at most AIM_AUTH_MAX_TOKEN_LIFETIME_S (24 h unless set)",
+    )
     token.add_argument(
         "--tenant",
         default=None,

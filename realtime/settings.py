@@ -61,6 +61,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     auth_audience: str | None = None
     auth_tenant_claim: str | None = None
     auth_leeway_s: int = 30
+    # a client token's exp - iat (a token without iat: exp - the time it is first presented)
+    auth_max_token_lifetime_s: int = 24 * 3600
 
     livekit_url: str | None = None
     livekit_public_url: str | None = None
@@ -201,6 +203,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 reader.problems.append(
                     "AIM_REQUIRE_REDIS is set (production) but neither AIM_AUTH_HS256_SECRET nor "
                     "AIM_AUTH_JWKS_URL is: configure the key that verifies client tokens"
+                    + (
+                        ""
+                        if reader.text("AIM_AUTH_AUDIENCE")
+                        else ", and AIM_AUTH_AUDIENCE, the audience (aud) they must carry"
+                    )
                 )
             else:
                 secret = secrets.token_urlsafe(48)
@@ -217,6 +224,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         if jwks is not None and (issuer is None or audience is None):
             reader.problems.append(
                 "AIM_AUTH_JWKS_URL needs AIM_AUTH_ISSUER and AIM_AUTH_AUDIENCE to be set as well"
+            )
+        elif require_redis and secret is not None and audience is None:
+            # production: a token minted for another service (another aud, or none) is refused
+            reader.problems.append(
+                "AIM_REQUIRE_REDIS is set (production) but AIM_AUTH_AUDIENCE is not: set the "
+                "audience (aud) client tokens must carry, so that a token minted for another "
+                "service is refused"
             )
         livekit_url = reader.url("AIM_LIVEKIT_URL", ("http", "https", "ws", "wss"))
         api_key = reader.text("AIM_LIVEKIT_API_KEY")
@@ -278,6 +292,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             auth_tenant_claim=reader.text("AIM_AUTH_TENANT_CLAIM"),
             auth_leeway_s=reader.integer(
                 "AIM_AUTH_LEEWAY_S", defaults.auth_leeway_s, low=0, high=30
+            ),
+            auth_max_token_lifetime_s=reader.integer(
+                "AIM_AUTH_MAX_TOKEN_LIFETIME_S",
+                defaults.auth_max_token_lifetime_s,
+                low=60,
+                high=365 * 86400,
             ),
             livekit_url=livekit_url,
             livekit_public_url=(
