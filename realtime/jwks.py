@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from realtime.environment import without_credentials
-from realtime.errors import REALM, AuthError
+from realtime.errors import REALM, AuthCause, AuthError
 
 JWKS_KEY_TYPES: Final = {"RS256": "RSA", "ES256": "EC"}
 JWKS_FETCH_OUTCOMES: Final = ("ok", "failed")
@@ -46,9 +46,10 @@ MAX_JWKS_BYTES: Final = 512 * 1024  # a key set is a few KiB; a larger answer is
 _log = logging.getLogger(__name__)
 
 
-def invalid_token(message: str) -> AuthError:
-    """401 `invalid_token`: the bearer token cannot be used; `message` says why."""
-    return AuthError(401, "invalid_token", message)
+def invalid_token(cause: AuthCause, message: str) -> AuthError:
+    """401 `invalid_token`: the bearer token cannot be used; `cause` says why in data,
+    `message` in words."""
+    return AuthError(401, "invalid_token", message, cause=cause)
 
 
 class JwksKeys:
@@ -76,7 +77,9 @@ class JwksKeys:
 
     async def key(self, kid: object, alg: str) -> jwt.PyJWK:
         if not isinstance(kid, str) or not kid:
-            raise invalid_token("the token header has no 'kid' naming its signing key")
+            raise invalid_token(
+                "unknown_key", "the token header has no 'kid' naming its signing key"
+            )
         # a request also waits for a fetch already in flight when that fetch may change its
         # answer: its kid is unknown, or the keys are stale and the last fetch did not fail
         if self._wants_fetch(kid) or (self._lock.locked() and self._waits_for_fetch(kid)):
@@ -87,11 +90,16 @@ class JwksKeys:
         if key is None:
             if self._last_fetch_failed:
                 raise invalid_token(
-                    "the token signing keys (JWKS) could not be fetched; retry later"
+                    "keys_unavailable",
+                    "the token signing keys (JWKS) could not be fetched; retry later",
                 )
-            raise invalid_token("the token's signing key (kid) is not in the issuer's key set")
+            raise invalid_token(
+                "unknown_key", "the token's signing key (kid) is not in the issuer's key set"
+            )
         if key.key_type != JWKS_KEY_TYPES[alg] or key.algorithm_name != alg:
-            raise invalid_token("the token's algorithm does not match its signing key")
+            raise invalid_token(
+                "invalid_signature", "the token's algorithm does not match its signing key"
+            )
         return key
 
     def holds(self, kid: str, key: jwt.PyJWK) -> bool:
