@@ -15,6 +15,7 @@ from realtime.client.dispatch import (
 from realtime.client.errors import (
     AimError,
     AuthError,
+    AuthMisconfiguredError,
     CommandConflictError,
     InvalidParamsError,
     InvalidStateError,
@@ -22,6 +23,7 @@ from realtime.client.errors import (
     NotFoundError,
     StaleEpochError,
     SupersededError,
+    TokenExpiredError,
     UnavailableError,
     Violation,
 )
@@ -51,6 +53,7 @@ __all__ = [
     "AimError",
     "AnyEvent",
     "AuthError",
+    "AuthMisconfiguredError",
     "Capabilities",
     "CommandConflictError",
     "DispatchMetadata",
@@ -73,6 +76,7 @@ __all__ = [
     "StreamFailed",
     "Superseded",
     "SupersededError",
+    "TokenExpiredError",
     "UnavailableError",
     "Update",
     "Violation",
