@@ -164,7 +164,8 @@ async def running(
     if run_worker and settings.events_enabled:
         deliverer = Deliverer(settings, services.delivery_store, metrics=metrics, clock=clock)
         loops.append(asyncio.create_task(deliverer.loop(stop)))
-        log.info("session events: %s", settings.events_target)
+        for route in settings.events_routes:
+            log.info("session events: %s", route)
     if metrics.pushes:  # an OTLP export cannot await a read: keep the Redis gauges current
         loops.append(asyncio.create_task(metrics.store.keep_fresh(stop)))
     if run_worker and settings.reconcile_interval_s and settings.livekit_configured:

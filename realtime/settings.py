@@ -61,6 +61,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     auth_audience: str | None = None
     auth_tenant_claim: str | None = None
     auth_leeway_s: int = 30
+    # a client token's exp - iat (a token without iat: exp - the time it is first presented)
+    auth_max_token_lifetime_s: int = 24 * 3600
 
     livekit_url: str | None = None
     livekit_public_url: str | None = None
@@ -160,11 +162,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.events_url is not None and self.events_secret is not None
 
     @property
-    def events_target(self) -> str:
-        """Where session events go, as the log and `check` say it (never a credential)."""
+    def events_routes(self) -> tuple[str, ...]:
+        """Where session events go, one line per route (each tenant's, then the default), as
+        the log and `check` say it: never a credential."""
         if self.events_url is None:
-            return "not configured (AIM_EVENTS_URL unset); none are written"
-        return f"sent to {without_credentials(self.events_url)} (AIM_EVENTS_URL)"
+            return ("not configured (AIM_EVENTS_URL unset); none are written",)
+        default = f"sent to {without_credentials(self.events_url)} (AIM_EVENTS_URL)"
+        if not self.events_tenant_urls:
+            return (default,)
+        claim = self.auth_tenant_claim
+        return (
+            *(
+                f"tenant {tenant!r} ({claim} claim): sent to {without_credentials(url)} "
+                "(AIM_EVENTS_TENANT_URLS)"
+                for tenant, url in self.events_tenant_urls
+            ),
+            f"every other tenant: {default}",
+        )
 
     def events_url_for(self, tenant: str | None) -> str | None:
         """Where a session of `tenant` sends its events: the tenant's own URL, or AIM_EVENTS_URL."""
@@ -222,6 +236,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 reader.problems.append(
                     "AIM_REQUIRE_REDIS is set (production) but neither AIM_AUTH_HS256_SECRET nor "
                     "AIM_AUTH_JWKS_URL is: configure the key that verifies client tokens"
+                    + (
+                        ""
+                        if reader.text("AIM_AUTH_AUDIENCE")
+                        else ", and AIM_AUTH_AUDIENCE, the audience (aud) they must carry"
+                    )
                 )
             else:
                 secret = secrets.token_urlsafe(48)
@@ -230,12 +249,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             reader.problems.append(
                 f"AIM_AUTH_HS256_SECRET must be at least {MIN_HS256_SECRET_BYTES} bytes long"
             )
-        jwks = reader.url("AIM_AUTH_JWKS_URL", ("http", "https"))
+        # whoever can change the key set in transit can mint any token: https only (http to
+        # this machine, for development), and the fetch never follows a redirect (jwks.py)
+        jwks = reader.https_url("AIM_AUTH_JWKS_URL", allow_http=False, http_switch=None)
         issuer = reader.text("AIM_AUTH_ISSUER")
         audience = reader.text("AIM_AUTH_AUDIENCE")
         if jwks is not None and (issuer is None or audience is None):
             reader.problems.append(
                 "AIM_AUTH_JWKS_URL needs AIM_AUTH_ISSUER and AIM_AUTH_AUDIENCE to be set as well"
+            )
+        elif require_redis and secret is not None and audience is None:
+            # production: a token minted for another service (another aud, or none) is refused
+            reader.problems.append(
+                "AIM_REQUIRE_REDIS is set (production) but AIM_AUTH_AUDIENCE is not: set the "
+                "audience (aud) client tokens must carry, so that a token minted for another "
+                "service is refused"
             )
         livekit_url = reader.url("AIM_LIVEKIT_URL", ("http", "https", "ws", "wss"))
         api_key = reader.text("AIM_LIVEKIT_API_KEY")
@@ -265,6 +293,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 "AIM_EVENTS_TENANT_URLS needs AIM_EVENTS_URL (and AIM_EVENTS_SECRET): the events "
                 "of every other tenant go there"
             )
+        if tenant_urls and reader.text("AIM_AUTH_TENANT_CLAIM") is None:
+            # no principal would have a tenant: every tenant's events would go to the default
+            reader.problems.append(
+                "AIM_EVENTS_TENANT_URLS needs AIM_AUTH_TENANT_CLAIM, the token claim naming a "
+                "principal's tenant: without it no session has a tenant and every event would go "
+                "to AIM_EVENTS_URL"
+            )
         events_secret = reader.webhook_secret("AIM_EVENTS_SECRET")
         if (reader.text("AIM_EVENTS_URL") is None) != (reader.text("AIM_EVENTS_SECRET") is None):
             reader.problems.append(
@@ -290,6 +325,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             auth_tenant_claim=reader.text("AIM_AUTH_TENANT_CLAIM"),
             auth_leeway_s=reader.integer(
                 "AIM_AUTH_LEEWAY_S", defaults.auth_leeway_s, low=0, high=30
+            ),
+            auth_max_token_lifetime_s=reader.integer(
+                "AIM_AUTH_MAX_TOKEN_LIFETIME_S",
+                defaults.auth_max_token_lifetime_s,
+                low=60,
+                high=365 * 86400,
             ),
             livekit_url=livekit_url,
             livekit_public_url=(

@@ -15,6 +15,7 @@ from realtime.client.dispatch import (
 from realtime.client.errors import (
     AimError,
     AuthError,
+    AuthMisconfiguredError,
     CommandConflictError,
     InvalidParamsError,
     InvalidStateError,
@@ -23,6 +24,7 @@ from realtime.client.errors import (
     RedirectError,
     StaleEpochError,
     SupersededError,
+    TokenExpiredError,
     UnavailableError,
     Violation,
 )
@@ -52,6 +54,7 @@ __all__ = [
     "AimError",
     "AnyEvent",
     "AuthError",
+    "AuthMisconfiguredError",
     "Capabilities",
     "CommandConflictError",
     "DispatchMetadata",
@@ -75,6 +78,7 @@ __all__ = [
     "StreamFailed",
     "Superseded",
     "SupersededError",
+    "TokenExpiredError",
     "UnavailableError",
     "Update",
     "Violation",

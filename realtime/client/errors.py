@@ -25,6 +25,15 @@ INVALID_PARAMS: Final = -32602
 UNSUPPORTED_OPERATION: Final = -32004
 NOT_FOUND_CODES: Final = frozenset({-32001, -31001, -31006, -31010, -31005})
 
+# why a 401, in its ErrorInfo metadata `reason` (docs/protocol.md, Authentication)
+TOKEN_EXPIRED: Final = "token_expired"  # noqa: S105 - a reason code, not a secret
+# the 401s a new token from the same source does not cure: the app's or the service's
+# configuration is wrong (another key, audience or issuer, a token that is no JWT, clocks)
+MISCONFIGURED: Final = frozenset({
+    "malformed_token", "token_not_yet_valid", "invalid_signature", "unknown_key",
+    "invalid_audience", "invalid_issuer", "invalid_claims",
+})  # fmt: skip
+
 ERROR_INFO: Final = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST: Final = "type.googleapis.com/google.rpc.BadRequest"
 
@@ -125,7 +134,26 @@ class UnavailableError(AimError):
 
 
 class AuthError(AimError):
-    """-31401 / -31403 (HTTP 401 / 403): get a token that is valid and has the scope."""
+    """-31401 / -31403 (HTTP 401 / 403): get a token that is valid and has the scope.
+    `auth_reason` says why a 401 (its metadata `reason`; "" when none): `token_expired` is a
+    `TokenExpiredError`, a misconfiguration an `AuthMisconfiguredError`; `missing_token`,
+    `keys_unavailable` (the service cannot read its issuer's keys) and 403s stay `AuthError`."""
+
+    @property
+    def auth_reason(self) -> str:
+        return self.metadata.get("reason", "")
+
+
+class TokenExpiredError(AuthError):
+    """401 `token_expired`: the token's `exp` has passed; get a new one. With a token function
+    the caller asks it again, once, and sends the call again before raising this."""
+
+
+class AuthMisconfiguredError(AuthError):
+    """401 that a new token from the same source will not cure (`auth_reason`: invalid_signature,
+    unknown_key, invalid_audience, invalid_issuer, invalid_claims, malformed_token,
+    token_not_yet_valid): the token's issuer, audience, key or clock does not match the
+    service's configuration; retrying does not help."""
 
 
 class InvalidParamsError(AimError):
@@ -152,6 +180,12 @@ _CLASSES: Final[dict[int, type[AimError]]] = {
     INVALID_PARAMS: InvalidParamsError,
     **dict.fromkeys(NOT_FOUND_CODES, NotFoundError),
 }
+
+
+def _auth_class(reason: str) -> type[AuthError]:
+    if reason == TOKEN_EXPIRED:
+        return TokenExpiredError
+    return AuthMisconfiguredError if reason in MISCONFIGURED else AuthError
 
 
 def retry_after_ms(header: str | None, metadata: Mapping[str, str]) -> int | None:
@@ -207,6 +241,8 @@ def error_from_rpc(
         cls = _CLASSES.get(code, AimError) if code is not None else AimError
     if cls is StaleEpochError and metadata.get("reason") == "superseded":
         cls = SupersededError
+    elif cls is AuthError and code != PERMISSION_DENIED and http_status != 403:
+        cls = _auth_class(metadata.get("reason", ""))
     raw_data = error.get("data")
     common: dict[str, Any] = {
         "code": code,

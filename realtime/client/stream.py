@@ -226,7 +226,7 @@ class TaskStream:
             if error.code == UNSUPPORTED_OPERATION:
                 self.refused_terminal, self.refusal = True, error
                 return
-            if error.retryable:
+            if error.retryable or self.caller.refreshes(error):  # reconnect (with a new token)
                 raise _BrokenError(error) from error
             raise
         raise http_error("SubscribeToTask", response.status_code)  # a result, but not a stream

@@ -59,7 +59,18 @@ export class NotFoundError extends AimError {}  // -32001 -31001 -31005 -31006 -
 export class CommandConflictError extends AimError {}  // -31004: an id reused for another call
 export class LimitExceededError extends AimError {}  // -31011 (retryAfterMs: the rate limit)
 export class UnavailableError extends AimError {}  // -31012; no answer after the last attempt
-export class AuthError extends AimError {}  // -31401/-31403, HTTP 401/403
+/** -31401/-31403, HTTP 401/403; `authReason` says why a 401 (metadata.reason, "" if none). */
+export class AuthError extends AimError {
+  constructor(message, fields = {}) {
+    super(message, fields);
+    this.authReason = this.metadata.reason ?? "";
+  }
+}
+export class TokenExpiredError extends AuthError {}  // 401 token_expired: get a new token
+/** A 401 no new token from the same source cures: another key, audience, issuer, clock… */
+export class AuthMisconfiguredError extends AuthError {}
+const MISCONFIGURED = new Set(["malformed_token", "token_not_yet_valid", "invalid_signature",
+  "unknown_key", "invalid_audience", "invalid_issuer", "invalid_claims"]);
 /** The service's URL answered a redirect: never followed (it would send the call's body and
  * token elsewhere), never retried; `baseUrl` is wrong, or something in between redirects. */
 export class RedirectError extends AimError {}
@@ -103,6 +114,10 @@ function errorOf(error, httpStatus, retryAfterHeader = null) {
   if (httpStatus === 401 || httpStatus === 403) Class = AuthError;  // whatever the code says
   else if (code === -31002) {
     Class = metadata.reason === "superseded" ? SupersededError : StaleEpochError;
+  }
+  if (Class === AuthError && httpStatus !== 403 && code !== -31403) {  // a 401: why, in data
+    if (metadata.reason === "token_expired") Class = TokenExpiredError;
+    else if (MISCONFIGURED.has(metadata.reason)) Class = AuthMisconfiguredError;
   }
   return new Class(String(error.message ?? ""), {
     code, reason: info.reason ?? "", metadata, retryAfterMs, retryable, httpStatus, data});
@@ -246,16 +261,28 @@ class Wire {
     return notRedirected(await this.#fetch(this.url, init));
   }
 
+  /** Whether a new token may cure `error`: it expired, and the token is a function. */
+  refreshes(error) {
+    return error instanceof TokenExpiredError && typeof this.#token === "function";
+  }
+
   /** One call: sent again (same bytes) after no answer, a gateway's 502/503/504, -31012 (unless
    * its metadata says `retryable: "false"`), or -31011 with a Retry-After (waited out, unless
-   * longer than `retry.maxRetryAfterMs`), up to `retry.attempts` times; else thrown, typed. */
+   * longer than `retry.maxRetryAfterMs`), up to `retry.attempts` times; after a 401
+   * token_expired once, at once, with the token function asked again; else thrown, typed. */
   async call(method, params) {
     const body = this.body(method, params);
     const {attempts, baseDelayMs, maxDelayMs, maxRetryAfterMs} = this.retry;
+    let refresh = true;
     for (let attempt = 1; ; attempt++) {
       try {
         return await this.#once(body);
       } catch (error) {
+        if (refresh && this.refreshes(error)) {
+          refresh = false;  // the next attempt asks the token function for a new token
+          attempt -= 1;
+          continue;
+        }
         if (!(error instanceof AimError) || !error.retryable || attempt >= attempts) throw error;
         const limited = error.code === -31011;
         if (limited && error.retryAfterMs > maxRetryAfterMs) throw error;  // the app decides
@@ -510,7 +537,8 @@ export class Session {
       }
       if (!live()) return;
       failures += 1;
-      const fatal = error !== null && !error.retryable;  // auth, not found, a bug, …
+      // auth (but an expired token, with a token function: a new one), not found, a bug, …
+      const fatal = error !== null && !error.retryable && !this.#wire.refreshes(error);
       if (fatal || failures >= STREAM.failures) {
         this.#following = false;
         const gaveUp = `the stream failed ${failures} times in a row`;

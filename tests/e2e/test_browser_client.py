@@ -31,6 +31,7 @@ from tests.e2e.agent_operation_helpers import (
     wait_for_data,
 )
 from tests.e2e.browser_client_helpers import (
+    AUTH_ERRORS,
     HOLD,
     RELEASE,
     SCRIPTED,
@@ -264,7 +265,11 @@ async def test_errors_come_typed_with_what_the_service_said(livekit, store, wind
     assert [v["field"] for v in invalid["violations"]] == ["params.clientEndpointKey"]
     assert (seen["notFound"]["name"], seen["notFound"]["code"]) == ("NotFoundError", -31001)
     auth = seen["auth"]
-    assert (auth["name"], auth["code"], auth["httpStatus"]) == ("AuthError", -31401, 401)
+    # "not-a-token" is no JWT: the service says malformed_token, which no new token from the
+    # same source cures
+    assert (auth["name"], auth["code"], auth["httpStatus"]) == ("AuthMisconfiguredError", -31401,
+                                                                401)  # fmt: skip
+    assert auth["metadata"] == {"reason": "malformed_token"}
     assert auth["retryable"] is False
     lost = seen["noAnswer"]
     assert (lost["name"], lost["code"], lost["retryable"]) == ("UnavailableError", None, True)
@@ -345,3 +350,35 @@ async def test_the_library_against_a_scripted_service(livekit, store, window):
     assert seen["streamEvents"][-1] == ["ended", {"state": "ending",
                                                   "taskState": "TASK_STATE_COMPLETED",
                                                   "endReason": "done"}]  # fmt: skip
+
+
+async def test_a_401_is_thrown_by_why_and_only_expiry_asks_for_a_new_token(livekit, store, window):
+    """What the library does with each reason of a 401 (its `fetch` a scripted service)."""
+    async with origins(livekit, store) as (page_origin, service, _, _):
+        url = Device.url(page_origin, service, token("alice"), "device-1")
+        one = await run(Device, window, url, new_window=False)
+        seen = await run(one.script, AUTH_ERRORS, service)
+
+    assert "crashed" not in seen, seen
+    # expired, with a token function: asked again, the call sent again at once, and answered
+    assert seen["refreshed"] == {"result": {"tasks": []}, "sent": ["Bearer t1", "Bearer t2"],
+                                 "asked": 2}  # fmt: skip
+    # expired again: thrown after that one new attempt, as TokenExpiredError
+    again = seen["expiredAgain"]
+    assert again["error"] == {"name": "TokenExpiredError", "authReason": "token_expired",
+                              "code": -31401, "httpStatus": 401, "auth": True}  # fmt: skip
+    assert (again["sent"], again["asked"]) == (["Bearer t1", "Bearer t2"], 2)
+    # a fixed token cannot be renewed by the library: thrown at once
+    fixed = seen["expiredFixed"]
+    assert (fixed["error"]["name"], fixed["sent"]) == ("TokenExpiredError", ["Bearer fixed"])
+    # misconfigured: thrown at once, the token function not asked again
+    for case, reason in (("misconfigured", "invalid_signature"),
+                         ("wrongAudience", "invalid_audience")):  # fmt: skip
+        wrong = seen[case]
+        assert (wrong["error"]["name"], wrong["error"]["authReason"]) == (
+            "AuthMisconfiguredError", reason)  # fmt: skip
+        assert wrong["error"]["auth"] is True
+        assert (wrong["sent"], wrong["asked"]) == (["Bearer t1"], 1)
+    missing = seen["missing"]["error"]
+    assert (missing["name"], missing["authReason"]) == ("AuthError", "missing_token")
+    assert seen["missing"]["asked"] == 1

@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 
 from realtime.client import (
     AuthError,
+    AuthMisconfiguredError,
     InvalidStateError,
     LimitExceededError,
     RedirectError,
     RetryPolicy,
+    TokenExpiredError,
     UnavailableError,
 )
 from realtime.client.rpc import RpcCaller
@@ -243,3 +245,70 @@ async def test_a_redirect_is_raised_and_never_followed_not_even_by_a_following_c
         assert not redirected.value.retryable
         assert [r.url.host for r in script.requests] == ["aim.test"]
         assert script.waits == []
+
+
+def refused(reason: str) -> httpx.Response:
+    return httpx.Response(401, json=error(-31401, reason=reason))
+
+
+class Tokens:
+    """A token function: hands out "t1", "t2", … and counts how often it was asked."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def __call__(self) -> str:
+        self.asked += 1
+        return f"t{self.asked}"
+
+
+async def test_an_expired_token_is_asked_again_once_and_the_call_sent_again_at_once():
+    tokens = Tokens()
+    script = Script(refused("token_expired"), ok({"tasks": []}))
+    assert await script.caller(token=tokens).call("ListTasks", {}) == {"tasks": []}
+    assert [r.headers["authorization"] for r in script.requests] == ["Bearer t1", "Bearer t2"]
+    assert script.requests[0].content == script.requests[1].content
+    assert script.waits == []
+
+    # a token that is expired again: raised after that one new attempt
+    script = Script(refused("token_expired"), refused("token_expired"))
+    with pytest.raises(TokenExpiredError):
+        await script.caller(token=Tokens()).call("ListTasks", {})
+    assert len(script.requests) == 2
+
+
+async def test_an_expired_fixed_token_is_raised_at_once():
+    script = Script(refused("token_expired"))
+    with pytest.raises(TokenExpiredError) as expired:
+        await script.caller(token="fixed").call("ListTasks", {})
+    assert expired.value.auth_reason == "token_expired"
+    assert len(script.requests) == 1
+
+
+@pytest.mark.parametrize("reason", ["invalid_signature", "unknown_key", "invalid_audience"])
+async def test_a_misconfigured_token_is_raised_at_once_without_asking_for_another(reason):
+    tokens = Tokens()
+    script = Script(refused(reason))
+    with pytest.raises(AuthMisconfiguredError) as wrong:
+        await script.caller(token=tokens).call("ListTasks", {})
+    assert wrong.value.auth_reason == reason
+    assert (len(script.requests), tokens.asked) == (1, 1)
+
+
+async def test_a_stream_whose_token_expired_reconnects_with_a_new_one():
+    tokens = Tokens()
+    script = Script(
+        sse(frame("1-0", "TASK_STATE_WORKING")),
+        refused("token_expired"),
+        sse(frame("2-0", "TASK_STATE_COMPLETED")),
+    )
+    got = [f.event_id async for f in TaskStream(script.caller(token=tokens), "t").frames()]
+    assert got == ["1-0", "2-0"]
+    assert [r.headers["authorization"] for r in script.requests] == [
+        "Bearer t1", "Bearer t2", "Bearer t3"]  # fmt: skip
+    assert [r.headers.get("last-event-id") for r in script.requests] == [None, "1-0", "1-0"]
+
+    script = Script(sse(frame("1-0", "TASK_STATE_WORKING")), refused("invalid_signature"))
+    with pytest.raises(AuthMisconfiguredError):
+        [f async for f in TaskStream(script.caller(token=Tokens()), "t").frames()]
+    assert len(script.requests) == 2

@@ -119,6 +119,7 @@ def test_valid_values_are_read() -> None:
             "AIM_REDIS_CLUSTER": "yes",
             "AIM_REQUIRE_REDIS": "TRUE",
             "AIM_AUTH_HS256_SECRET": SECRET,  # production refuses to start without a key
+            "AIM_AUTH_AUDIENCE": "aim-realtime",  # and without the audience tokens must carry
             "AIM_DATA_DIR": "/var/lib/aim",
             "AIM_PUBLIC_BASE_URL": "https://aim.example/",
             "AIM_AUTH_TENANT_CLAIM": "tid",
@@ -389,7 +390,7 @@ def test_a_jwks_url_with_the_wrong_scheme_is_reported_by_name() -> None:
         }
     )
 
-    assert any(p.startswith("AIM_AUTH_JWKS_URL") and "http/https URL" in p for p in problems)
+    assert any(p.startswith("AIM_AUTH_JWKS_URL") and "https URL" in p for p in problems)
 
 
 @pytest.mark.parametrize("length", [8, 20, MIN_HS256_SECRET_BYTES - 1])
@@ -682,11 +683,29 @@ def test_production_without_a_configured_key_is_refused() -> None:
 
     assert caught.value.problems == [
         "AIM_REQUIRE_REDIS is set (production) but neither AIM_AUTH_HS256_SECRET nor "
-        "AIM_AUTH_JWKS_URL is: configure the key that verifies client tokens"
+        "AIM_AUTH_JWKS_URL is: configure the key that verifies client tokens, and "
+        "AIM_AUTH_AUDIENCE, the audience (aud) they must carry"
     ]
 
 
-@pytest.mark.parametrize("key", [{"AIM_AUTH_HS256_SECRET": SECRET}, JWKS])
+def test_production_with_a_secret_but_no_audience_is_refused() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"AIM_REQUIRE_REDIS": "1", "AIM_AUTH_HS256_SECRET": SECRET})
+
+    assert caught.value.problems == [
+        "AIM_REQUIRE_REDIS is set (production) but AIM_AUTH_AUDIENCE is not: set the audience "
+        "(aud) client tokens must carry, so that a token minted for another service is refused"
+    ]
+    assert SECRET not in str(caught.value)
+
+
+def test_development_needs_no_audience() -> None:
+    assert Settings.from_env({"AIM_AUTH_HS256_SECRET": SECRET}).auth_audience is None
+
+
+@pytest.mark.parametrize(
+    "key", [{"AIM_AUTH_HS256_SECRET": SECRET, "AIM_AUTH_AUDIENCE": "aim-realtime"}, JWKS]
+)
 def test_production_with_a_configured_key_starts(key: dict[str, str]) -> None:
     settings = Settings.from_env({"AIM_REQUIRE_REDIS": "1", **key})
 
