@@ -53,15 +53,17 @@ _MAX_TOKEN_CHARS = 8192  # far above any real token; stops huge headers reaching
 VERIFIED_MAX: Final = 4096
 VERIFIED_TTL_S: Final = 300.0
 # refused in `sub` and the tenant: controls (C0, DEL, C1: the NUL of the owner key stays
-# unambiguous), format characters (bidi controls, zero-width ones) and U+2028/U+2029
-_REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Zl", "Zp"})
+# unambiguous), format characters (bidi controls, zero-width ones), U+2028/U+2029, and lone
+# surrogates (a JSON `\ud800` escape decodes to one; it has no UTF-8, so no owner key)
+_REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 _REFUSED_WHAT: Final = (
-    "control characters or format characters (C0/C1 controls, bidi controls, U+2028/U+2029)"
+    "control characters or format characters (C0/C1 controls, bidi controls, U+2028/U+2029, "
+    "lone surrogates)"
 )
 
 
 def unprintable(text: str) -> bool:
-    """Whether `text` holds a character a principal may not: Unicode Cc, Cf, Zl or Zp."""
+    """Whether `text` holds a character a principal may not: Unicode Cc, Cf, Zl, Zp or Cs."""
     # isprintable() is true of almost every real name: the per-character look is the rare path
     return not text.isprintable() and any(
         unicodedata.category(char) in _REFUSED_CATEGORIES for char in text

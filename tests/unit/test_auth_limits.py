@@ -30,6 +30,7 @@ UNPRINTABLE = [
     "\x85",  # NEXT LINE (Cc, C1)
     "\x9b",  # CONTROL SEQUENCE INTRODUCER (Cc, C1)
     "\x1b",  # ESCAPE (Cc, C0)
+    "\ud800",  # a lone surrogate (Cs): a JSON escape makes one; it has no UTF-8, so no owner key
 ]
 
 
