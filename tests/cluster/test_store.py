@@ -98,11 +98,12 @@ async def test_every_key_of_a_session_lives_on_its_slot_on_one_master(
         assert got["result"]["session"]["state"] == "joining"
     assert len(masters) >= 2, masters  # the sessions are spread: the pass uses the cluster
 
-    # a principal's keys (live sessions, tasks index, message and clientSessionId claims)
+    # a principal's keys (live sessions, the task index and what it filters on, message and
+    # clientSessionId claims)
     owners = await keys_per_master(store, "aim:{o:*}*")
     assert len(owners) == 1, owners
     [(master, owner_keys)] = owners.items()
-    assert len(owner_keys) == 2 + 2 * SESSIONS, owner_keys
+    assert len(owner_keys) == 3 + 2 * SESSIONS, owner_keys
     slots = {await slot_on(store, master, "CLUSTER", "KEYSLOT", key) for key in owner_keys}
     assert len(slots) == 1, slots
 
