@@ -100,10 +100,16 @@ class LiveKitGateway:
         if not self.settings.livekit_configured:
             raise LiveKitNotConfigured("LiveKit is not configured (AIM_LIVEKIT_URL and keys)")
         if self._api is None:
+            # failover off: livekit-api (since 1.2) replays any call that met a 5xx or a
+            # transport error against another LiveKit Cloud region, CreateDispatch included,
+            # and LiveKit does not de-duplicate dispatches, so a dispatch whose answer was lost
+            # would become a second agent in the room. The outbox is our one retry layer: it
+            # retries after a look at what LiveKit has (ensure_dispatch lists first).
             self._api = api.LiveKitAPI(
                 self.settings.livekit_url,
                 self.settings.livekit_api_key,
                 self.settings.livekit_api_secret,
+                failover=False,
             )
         return self._api
 
