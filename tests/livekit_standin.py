@@ -80,6 +80,13 @@ _GLOBAL_GRANTS = {
     "ListRooms": "room_list",
 }
 MAX_NAME_LENGTH = 256
+# a join token's canPublishSources names, as LiveKit reads them
+_SOURCE_VALUES = {
+    "microphone": api.TrackSource.MICROPHONE,
+    "camera": api.TrackSource.CAMERA,
+    "screen_share": api.TrackSource.SCREEN_SHARE,
+    "screen_share_audio": api.TrackSource.SCREEN_SHARE_AUDIO,
+}
 DEFAULT_EMPTY_TIMEOUT, DEFAULT_DEPARTURE_TIMEOUT = 300, 20  # livekit pkg/config defaults
 
 
@@ -94,6 +101,10 @@ class _NoResponseError(TwirpError):
 
     def __init__(self) -> None:
         super().__init__("unavailable", "no response from servers")
+
+
+class ConnectRefused(Exception):  # noqa: N818 - reads as what LiveKit answers the client
+    """A client's connect that LiveKit refuses (its signal connection's 401 / 404)."""
 
 
 class _AuthError(Exception):
@@ -188,6 +199,9 @@ class LiveKitStandin:
         self.participants: dict[str, dict[str, api.ParticipantInfo]] = {}
         self.dispatches: dict[str, dict[str, api.AgentDispatch]] = {}
         self.data_messages: list[api.SendDataRequest] = []
+        # (room, identity) → RemoveParticipant's revoke_token_ts: tokens with an earlier nbf
+        # are refused at connect from then on (protocol #1576)
+        self.revoked: dict[tuple[str, str], int] = {}
         self._rules: list[_Rule] = []
         self._answered = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -353,6 +367,45 @@ class LiveKitStandin:
         self.participants[room][identity] = info
         self._count(room)
         return info
+
+    def connect(self, token: str) -> api.ParticipantInfo:
+        """A client connecting with a join token, checked as LiveKit checks it at connect: the
+        signature and key, `exp` required and `nbf`, with LiveKit's 60 s leeway; `roomJoin`, a
+        room and an identity; a token issued (`nbf`) before a RemoveParticipant's
+        `revoke_token_ts` for that identity is refused. Then the participant joins as
+        `add_participant` has it. Raises `ConnectRefused` saying why."""
+        try:
+            key = str(jwt.decode(token, options={"verify_signature": False}).get("iss", ""))
+            if key not in self.keys:
+                raise ConnectRefused(f"invalid API key: {key}")
+            claims = api.TokenVerifier(key, self.keys[key]).verify(token)
+            nbf = int(jwt.decode(token, options={"verify_signature": False}).get("nbf", 0))
+        except (jwt.PyJWTError, ValueError, TypeError) as exc:
+            raise ConnectRefused(f"invalid token: {exc}") from exc
+        video = claims.video
+        if video is None or not video.room_join or not video.room or not claims.identity:
+            raise ConnectRefused("the token grants no room join (roomJoin, room and sub needed)")
+        room, identity = video.room, claims.identity
+        if nbf < self.revoked.get((room, identity), 0):
+            raise ConnectRefused("token revoked: issued before the participant's revocation")
+        try:
+            return self.add_participant(
+                room,
+                identity,
+                name=claims.name or "",
+                metadata=claims.metadata or "",
+                kind=(claims.kind or "standard"),
+                permission=api.ParticipantPermission(
+                    can_subscribe=bool(video.can_subscribe),
+                    can_publish=bool(video.can_publish),
+                    can_publish_data=bool(video.can_publish_data),
+                    can_publish_sources=[
+                        _SOURCE_VALUES[source] for source in video.can_publish_sources or ()
+                    ],
+                ),
+            )
+        except LookupError as exc:
+            raise ConnectRefused(str(exc)) from exc
 
     def add_track(
         self,
@@ -598,6 +651,9 @@ class LiveKitStandin:
 
     def _rpc_remove_participant(self, req: api.RoomParticipantIdentity) -> Message:
         self._participant_or_404(req.room, req.identity, "participant not found")
+        if req.revoke_token_ts:
+            key = (req.room, req.identity)
+            self.revoked[key] = max(self.revoked.get(key, 0), req.revoke_token_ts)
         self.leave(req.room, req.identity)
         return api.RemoveParticipantResponse()
 

@@ -6,13 +6,21 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import time
 from collections.abc import AsyncIterator
 
 import aiohttp
+import jwt
 import pytest
 from livekit import api
 
-from tests.livekit_standin import LiveKitStandin, running_standin, sign_webhook, webhook_headers
+from tests.livekit_standin import (
+    ConnectRefused,
+    LiveKitStandin,
+    running_standin,
+    sign_webhook,
+    webhook_headers,
+)
 
 KEY = "APIstandinTestKey"
 SECRET = "standin-test-secret-0123456789-abcdefghij"  # 32+ bytes: PyJWT warns on short keys
@@ -581,3 +589,79 @@ def headers_ok(headers: dict[str, str], auth: str) -> bool:
     return headers["Authorization"] == auth and headers["Content-Type"] == (
         "application/webhook+json"
     )
+
+
+def join_token(room: str, identity: str, *, nbf: int, ttl_s: int = 300, exp: bool = True) -> str:
+    """A join token as a client would hold it, issued (nbf) at `nbf`."""
+    claims: dict[str, object] = {
+        "iss": KEY,
+        "sub": identity,
+        "nbf": nbf,
+        "video": {"roomJoin": True, "room": room, "canSubscribe": True},
+    }
+    if exp:
+        claims["exp"] = nbf + ttl_s
+    return jwt.encode(claims, SECRET, algorithm="HS256")
+
+
+async def test_a_client_connects_with_a_join_token_into_an_existing_room(standin, lkapi):
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    now = int(time.time())
+
+    joined = standin.connect(join_token(ROOM, "ep-1", nbf=now))
+
+    assert joined.identity == "ep-1"
+    assert standin.participant(ROOM, "ep-1") is not None
+    listed = await lkapi.room.list_participants(api.ListParticipantsRequest(room=ROOM))
+    assert [p.identity for p in listed.participants] == ["ep-1"]
+
+
+async def test_a_connect_is_refused_without_exp_expired_forged_or_to_a_missing_room(standin, lkapi):
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    now = int(time.time())
+    refused = [
+        join_token(ROOM, "ep-1", nbf=now, exp=False),  # exp is required (protocol #1706)
+        join_token(ROOM, "ep-1", nbf=now - 1000, ttl_s=300),  # expired beyond the leeway
+        join_token(ROOM, "ep-1", nbf=now + 600),  # not valid yet beyond the leeway
+        join_token("aim-none-e1", "ep-1", nbf=now),  # no such room (no auto_create)
+        jwt.encode({"iss": KEY, "sub": "ep-1", "exp": now + 60}, SECRET, algorithm="HS256"),
+        jwt.encode(
+            {"iss": KEY, "sub": "ep-1", "nbf": now, "exp": now + 60, "video": {"room": ROOM}},
+            "another-secret-0123456789-abcdefghijklmnop",
+            algorithm="HS256",
+        ),
+    ]
+    for token in refused:
+        with pytest.raises(ConnectRefused):
+            standin.connect(token)
+    assert standin.participant(ROOM, "ep-1") is None
+
+
+async def test_remove_participant_with_revoke_token_ts_refuses_older_tokens_at_connect(
+    standin, lkapi
+):
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    now = int(time.time())
+    old = join_token(ROOM, "ep-1", nbf=now - 10)
+    standin.connect(old)
+
+    await lkapi.room.remove_participant(
+        api.RoomParticipantIdentity(room=ROOM, identity="ep-1", revoke_token_ts=now)
+    )
+
+    assert standin.participant(ROOM, "ep-1") is None
+    with pytest.raises(ConnectRefused, match="revoked"):
+        standin.connect(old)
+    # a token issued from the revocation on connects; so does another identity's older token
+    assert standin.connect(join_token(ROOM, "ep-1", nbf=now)).identity == "ep-1"
+    assert standin.connect(join_token(ROOM, "ep-2", nbf=now - 10)).identity == "ep-2"
+
+
+async def test_a_removal_without_revoke_token_ts_leaves_the_token_usable(standin, lkapi):
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    token = join_token(ROOM, "ep-1", nbf=int(time.time()) - 10)
+    standin.connect(token)
+
+    await lkapi.room.remove_participant(api.RoomParticipantIdentity(room=ROOM, identity="ep-1"))
+
+    assert standin.connect(token).identity == "ep-1"  # LiveKit before protocol #1576
