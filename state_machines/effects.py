@@ -34,10 +34,13 @@ class DispatchAgent(msgspec.Struct, frozen=True, tag=True):
 
 
 class RemoveParticipant(msgspec.Struct, frozen=True, tag=True):
-    """Remove participant `identity` from `room` (a missing participant counts as done)."""
+    """Remove participant `identity` from `room` (a missing participant counts as done). With
+    `revoke_before` (an RFC 3339 instant: the decision's), LiveKit also refuses every token of
+    that identity issued before it, so a superseded or ended device cannot connect again."""
 
     room: str
     identity: str
+    revoke_before: str | None = None
 
 
 class DeleteRoom(msgspec.Struct, frozen=True, tag=True):

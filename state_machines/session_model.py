@@ -258,8 +258,9 @@ def join_token(session: Session, joined: Endpoint) -> MintJoinToken:
     )
 
 
-def hand_off(session: Session, previous: str) -> tuple[Session, RemoveParticipant]:
-    """Another endpoint takes over: epoch + 1, the previous one superseded and removed."""
+def hand_off(session: Session, previous: str, now: str) -> tuple[Session, RemoveParticipant]:
+    """Another endpoint takes over: epoch + 1, the previous one superseded and removed, the
+    tokens it was issued until `now` revoked."""
     epoch = session.epoch + 1
     superseded = replace(
         session,
@@ -267,13 +268,24 @@ def hand_off(session: Session, previous: str) -> tuple[Session, RemoveParticipan
         bumps=(*session.bumps, EpochBump(epoch, "superseded")),
         endpoints=moved(session.endpoints, "supersede", (previous,)),
     )
-    return superseded, RemoveParticipant(session.room, previous)
+    return superseded, RemoveParticipant(session.room, previous, revoke_before=now)
 
 
-def end(session: Session, target: SessionState, reason: str) -> Accepted[Session]:
-    """Ending: the task is terminal from here, the room is deleted behind it."""
+# the endpoints that may hold a join token still valid for the room (a superseded one's were
+# revoked when it was superseded)
+_HOLDING_TOKENS: Final = (endpoints.JOINING, endpoints.CONNECTED, endpoints.DISCONNECTED)
+
+
+def end(session: Session, target: SessionState, reason: str, now: str) -> Accepted[Session]:
+    """Ending: the task is terminal from here; every device that holds a join token is removed
+    with its tokens revoked, then the room is deleted behind them."""
     ending = replace(session, state=target, end_reason=reason)
-    return Accepted(ending, (DeleteRoom(session.room, session.room_epoch),))
+    revoked = tuple(
+        RemoveParticipant(session.room, item.endpoint_id, revoke_before=now)
+        for item in session.endpoints
+        if item.state in _HOLDING_TOKENS
+    )
+    return Accepted(ending, (*revoked, DeleteRoom(session.room, session.room_epoch)))
 
 
 def finish(session: Session, target: SessionState, now: str) -> Session:

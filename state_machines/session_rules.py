@@ -94,7 +94,7 @@ def _rule(
         case Join():
             return _join(session, event, target, now)
         case ParticipantJoined():
-            return _participant_joined(session, event, target)
+            return _participant_joined(session, event, target, now)
         case ParticipantLeft():
             return _participant_left(session, event, target)
         case GraceExpired():
@@ -106,9 +106,9 @@ def _rule(
                 return invalid(session, "an endpoint is active: the session is not idle")
             if event.idle not in (-1, session.idles):
                 return invalid(session, "the session was active since this timer was armed")
-            return end(session, target, "idle_timeout")
+            return end(session, target, "idle_timeout", now)
         case MaxDuration():
-            return end(session, target, "max_duration")
+            return end(session, target, "max_duration", now)
         case RoomLost():
             if rebinds_exhausted(session):
                 return fail(session, FALLBACK[session.state, "room_lost"], "room_lost", now)
@@ -116,9 +116,9 @@ def _rule(
         case End():
             if (session.state, "end") in IDEMPOTENT:
                 return Accepted(session)
-            return end(session, target, event.reason)
+            return end(session, target, event.reason, now)
         case Cancel():
-            return end(replace(session, canceled=True), target, "canceled")
+            return end(replace(session, canceled=True), target, "canceled", now)
         case RoomDeleted():
             return Accepted(finish(session, target, now))
         case _:
@@ -165,7 +165,7 @@ def _join(
     outbox: tuple[OutboxEffect, ...] = ()
     previous = session.active_endpoint_id
     if previous is not None and is_handoff(session, known.endpoint_id):
-        session, removal = hand_off(session, previous)
+        session, removal = hand_off(session, previous, now)
         outbox = (removal,)
     joined = replace(joining.state, joined_at=now, joined_epoch=session.epoch)
     session = replace(
@@ -178,7 +178,7 @@ def _join(
 
 
 def _participant_joined(
-    session: Session, event: ParticipantJoined, target: SessionState
+    session: Session, event: ParticipantJoined, target: SessionState, now: str
 ) -> Accepted[Session] | Rejected:
     if event.is_agent:
         # whatever happened to its operations while it was away (or before it first joined)
@@ -194,8 +194,10 @@ def _participant_joined(
         )
         return Accepted(replace(session, state=target, endpoints=connected), (permission,))
     if is_superseded(session, event.identity):
-        # LiveKit cannot revoke a token: a superseded device that re-joins is removed again
-        return Accepted(session, (RemoveParticipant(session.room, event.identity),))
+        # a superseded device that re-joins (with a token its removal could not revoke: LiveKit
+        # records a revocation only for a participant in the room) is removed again, revoked
+        removal = RemoveParticipant(session.room, event.identity, revoke_before=now)
+        return Accepted(session, (removal,))
     return invalid(session, f"participant {event.identity} is not awaited in {session.state}")
 
 

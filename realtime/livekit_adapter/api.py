@@ -196,9 +196,16 @@ class LiveKitGateway:
         agent = api.ParticipantInfo.Kind.AGENT
         return [LiveParticipant(p.identity, p.kind == agent) for p in reply.participants]
 
-    async def remove_participant(self, room: str, identity: str) -> bool:
-        """False when the participant (or its room) was not there: nothing to do."""
-        request = api.RoomParticipantIdentity(room=room, identity=identity)
+    async def remove_participant(
+        self, room: str, identity: str, *, revoke_before_s: int | None = None
+    ) -> bool:
+        """False when the participant (or its room) was not there: nothing to do. With
+        `revoke_before_s` (Unix seconds), LiveKit refuses the identity's tokens whose `nbf` is
+        earlier from then on (`revoke_token_ts`; it records it only for a participant in the
+        room)."""
+        request = api.RoomParticipantIdentity(
+            room=room, identity=identity, revoke_token_ts=revoke_before_s or 0
+        )
         return await self._tolerate_missing(
             ROOMS + "RemoveParticipant", room, lambda c: c.room.remove_participant(request)
         )

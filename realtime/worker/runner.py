@@ -20,6 +20,7 @@ from realtime.auth import mint_provider_token
 from realtime.engine.core import Engine
 from realtime.engine.entries import Note
 from realtime.engine.outcomes import Applied, Contended
+from realtime.engine.schedule import ms_of
 from realtime.errors import Unavailable
 from realtime.livekit_adapter.api import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
 from realtime.metrics import Metrics
@@ -301,7 +302,12 @@ class Runner:
             )
             return Provisioned(effect.epoch)
         if isinstance(effect, RemoveParticipant):
-            await self.gateway.remove_participant(effect.room, effect.identity)
+            revoke = effect.revoke_before
+            await self.gateway.remove_participant(
+                effect.room,
+                effect.identity,
+                revoke_before_s=None if revoke is None else ms_of(revoke) // 1000,
+            )
             return None
         if isinstance(effect, DeleteRoom):
             await self.gateway.delete_room(effect.room)

@@ -280,7 +280,12 @@ def check_step(before: Session, event: SessionEvent, outcome: Accepted[Session] 
     effects = outcome.outbox
     for effect in effects:
         if isinstance(effect, RemoveParticipant):
-            assert effect.identity != after.active_endpoint_id
+            # a live session never removes its active device; its end removes every device,
+            # each with its tokens revoked, before the room is deleted
+            assert effect.identity != after.active_endpoint_id or after.state == "ending"
+            assert effect.revoke_before is not None
+        if isinstance(effect, RemoveParticipant) and after.state == "ending":
+            assert isinstance(effects[-1], DeleteRoom)
         if isinstance(effect, CreateRoom | DispatchAgent):
             assert (effect.room, effect.epoch) == (after.room, after.room_epoch)
         if isinstance(effect, DeleteRoom):
@@ -364,4 +369,4 @@ def test_a_superseded_endpoint_that_reconnects_is_removed_and_changes_nothing() 
     old = decide(session, ParticipantJoined(1, "ep-a", False), now=T0)
     assert isinstance(old, Accepted)
     assert old.state == session
-    assert old.outbox == (RemoveParticipant(session.room, "ep-a"),)
+    assert old.outbox == (RemoveParticipant(session.room, "ep-a", revoke_before=T0),)

@@ -483,7 +483,7 @@ def test_a_join_by_another_endpoint_hands_off_with_a_new_epoch() -> None:
     )
     assert [e.state for e in session.endpoints] == ["superseded", "joining"]
     assert (outcome.outbox, outcome.token) == (
-        (RemoveParticipant("aim-s1-e1", "ep-a"),),
+        (RemoveParticipant("aim-s1-e1", "ep-a", revoke_before=T1),),
         MintJoinToken("aim-s1-e1", "ep-b", 2, True, ("microphone",)),
     )
 
@@ -520,7 +520,7 @@ def test_a_superseded_device_entering_the_room_is_removed_again() -> None:
     outcome = outcome_of(session, ParticipantJoined(1, "ep-a", False))
 
     assert outcome.state is session
-    assert outcome.outbox == (RemoveParticipant("aim-s1-e1", "ep-a"),)
+    assert outcome.outbox == (RemoveParticipant("aim-s1-e1", "ep-a", revoke_before=T1),)
 
 
 def test_the_active_endpoint_with_a_token_of_an_older_epoch_is_not_counted() -> None:
@@ -654,6 +654,9 @@ def test_losing_the_room_once_too_often_fails_the_session() -> None:
     )
 
 
+HOLDING_TOKENS = ("joining", "connected", "disconnected")
+
+
 # --- end and cancel -----------------------------------------------------------------------------
 
 
@@ -664,7 +667,14 @@ def test_end_makes_the_task_completed_at_once_and_deletes_the_room(state: Sessio
     session = outcome.state
     assert (session.state, session.end_reason, session.canceled) == ("ending", "user_hangup", False)
     assert (session.task_state, session.task_version) == ("TASK_STATE_COMPLETED", 2)
-    assert outcome.outbox == (DeleteRoom("aim-s1-e1", 1),)
+    # every device that was issued a token is removed with its tokens revoked, then the room goes
+    holders = [e.endpoint_id for e in session.endpoints if e.state in HOLDING_TOKENS]
+    assert outcome.outbox == (
+        *(RemoveParticipant("aim-s1-e1", holder, revoke_before=T1) for holder in holders),
+        DeleteRoom("aim-s1-e1", 1),
+    )
+    if state == "active":
+        assert holders == ["ep-a"]
 
 
 @pytest.mark.parametrize("state", ENDED_LIKE)
