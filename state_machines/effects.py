@@ -20,10 +20,14 @@ SCREEN_SHARE_AUDIO: Final = "screen_share_audio"
 
 
 class CreateRoom(msgspec.Struct, frozen=True, tag=True):
-    """Create room `room` for `epoch` (metadata `{sessionId, sessionEpoch}`)."""
+    """Create room `room` for `epoch` (metadata `{sessionId, sessionEpoch}`). With `with_agent`,
+    LiveKit dispatches the agent as it creates the room (one call provisions the session: the
+    shell feeds `Provisioned(epoch)` back); without, a `DispatchAgent` follows it (outboxes
+    stored before rooms were created with their agent)."""
 
     room: str
     epoch: int
+    with_agent: bool = False
 
 
 class DispatchAgent(msgspec.Struct, frozen=True, tag=True):

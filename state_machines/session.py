@@ -20,7 +20,7 @@ from typing import Final, Literal, assert_never
 from state_machines import endpoint as endpoints
 from state_machines import task
 from state_machines._base import Accepted, Rejected, RejectReason
-from state_machines.effects import CreateRoom, DispatchAgent
+from state_machines.effects import CreateRoom
 from state_machines.session_events import (
     Cancel,
     End,
@@ -148,9 +148,10 @@ GUARDS: Final[dict[SessionEventName, str]] = {
     "register_endpoint": "client epoch current; same clientEndpointKey → same endpoint; "
     "at most max_endpoints",
     "join": "client epoch current; endpoint registered (not superseded/removed); another active "
-    "endpoint → handoff: epoch + 1, it is superseded and removed; token minted",
+    "endpoint → handoff: epoch + 1, it is superseded and removed, its tokens revoked; token "
+    "minted",
     "participant_joined": "the active endpoint at the current epoch → active; a superseded "
-    "endpoint → RemoveParticipant, state unchanged; else rejected",
+    "endpoint → RemoveParticipant with its tokens revoked, state unchanged; else rejected",
     "participant_left": "the active endpoint at the current epoch; the shell arms the grace timer",
     "agent_joined": "epoch = the room's epoch; agent joined; SendData `operation.update` "
     "(commandId `sync:<operationId>:<state>`) for each operation running or over",
@@ -160,9 +161,10 @@ GUARDS: Final[dict[SessionEventName, str]] = {
     "idle_timeout",
     "max_duration": "endReason max_duration",
     "room_lost": f"the current room, fewer than {MAX_REBINDS} rebinds so far: epoch + 1, "
-    "new room (CreateRoom, DispatchAgent)",
-    "end": "endReason given; DeleteRoom; task COMPLETED",
-    "cancel": "DeleteRoom; task CANCELED",
+    "new room (CreateRoom with the agent's dispatch)",
+    "end": "endReason given; every device with a token removed, its tokens revoked; DeleteRoom; "
+    "task COMPLETED",
+    "cancel": "every device with a token removed, its tokens revoked; DeleteRoom; task CANCELED",
     "room_deleted": "epoch = the room's epoch; endpoints removed",
 }
 
@@ -200,7 +202,7 @@ def new_session(
         task_version=started.version,
         room=room,
     )
-    return Accepted(session, (CreateRoom(room, 1), DispatchAgent(room, 1)))
+    return Accepted(session, (CreateRoom(room, 1, with_agent=True),))
 
 
 # --- guards -------------------------------------------------------------------------------------

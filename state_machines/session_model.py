@@ -19,7 +19,6 @@ from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import (
     CreateRoom,
     DeleteRoom,
-    DispatchAgent,
     MintJoinToken,
     RemoveParticipant,
 )
@@ -328,4 +327,4 @@ def rebind(session: Session, target: SessionState, now: str) -> Accepted[Session
         active_endpoint_id=None,
         endpoints=reset,
     )
-    return Accepted(rebound, (CreateRoom(room, epoch), DispatchAgent(room, epoch)))
+    return Accepted(rebound, (CreateRoom(room, epoch, with_agent=True),))

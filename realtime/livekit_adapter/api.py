@@ -149,16 +149,41 @@ class LiveKitGateway:
             lambda c: c.room.list_rooms(api.ListRoomsRequest(names=["aim-check"])),
         )
 
-    async def create_room(self, room: str, *, metadata: dict[str, Any]) -> None:
-        """Create (or, since CreateRoom is an upsert, refresh) the session's room."""
+    async def create_room(
+        self,
+        room: str,
+        *,
+        metadata: dict[str, Any],
+        agent: dict[str, Any] | None = None,
+        retry: bool = False,
+    ) -> None:
+        """Create (or, since CreateRoom is an upsert, refresh) the session's room. With `agent`
+        (the dispatch metadata), LiveKit dispatches our agent as it creates the room: one round
+        trip provisions the session, and since a room's agents are dispatched only when it is
+        created, repeating the call never dispatches twice. A `retry` (an earlier attempt may
+        have created the room without its dispatch, or its answer was lost) then makes sure of
+        the dispatch, as `ensure_dispatch` does."""
+        agents = (
+            [
+                api.RoomAgentDispatch(
+                    agent_name=self.settings.agent_name,
+                    metadata=json.dumps(agent, separators=(",", ":")),
+                )
+            ]
+            if agent is not None
+            else []
+        )
         request = api.CreateRoomRequest(
             name=room,
             empty_timeout=ROOM_EMPTY_TIMEOUT_S,
             departure_timeout=ROOM_DEPARTURE_TIMEOUT_S,
             max_participants=ROOM_MAX_PARTICIPANTS,
             metadata=json.dumps(metadata, separators=(",", ":")),
+            agents=agents,
         )
         await self._call(ROOMS + "CreateRoom", room, lambda c: c.room.create_room(request))
+        if agent is not None and retry:
+            await self.ensure_dispatch(room, metadata=agent)
 
     async def ensure_dispatch(self, room: str, *, metadata: dict[str, Any]) -> str:
         """Dispatch the agent into `room` once: LiveKit does not de-duplicate dispatches, so an

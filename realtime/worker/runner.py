@@ -116,11 +116,13 @@ class Runner:
             self.start(outcome.session.session_id)
         return outcome
 
-    def start(self, session_id: str) -> None:
-        """Run the session's outbox in the background; the task is kept until it finishes."""
+    def start(self, session_id: str) -> asyncio.Task[bool]:
+        """Run the session's outbox in the background; the task is kept until it finishes (a
+        caller may wait for it: it ends once the outbox is carried out, or left to a retry)."""
         task = asyncio.get_running_loop().create_task(self.run(session_id))
         self._started.add(task)
         task.add_done_callback(self._finished)
+        return task
 
     def _finished(self, task: asyncio.Task[bool]) -> None:
         self._started.discard(task)
@@ -187,7 +189,9 @@ class Runner:
         call = livekit_call(entry.effect)
         started_ms, started = self.engine.now_ms(), time.perf_counter()
         try:
-            follow_up = await self._perform(session_id, entry.effect, session)
+            follow_up = await self._perform(
+                session_id, entry.effect, session, retry=entry.attempts > 0
+            )
         except (LiveKitUnavailable, LiveKitRejected) as exc:
             await self._failed(session_id, effect_id, entry, exc, started_ms, started)
             return False
@@ -289,13 +293,22 @@ class Runner:
         }
 
     async def _perform(
-        self, session_id: str, effect: OutboxEffect, session: Session | None
+        self, session_id: str, effect: OutboxEffect, session: Session | None, *, retry: bool
     ) -> SessionEvent | None:
+        """Carry out `effect` (`retry`: an earlier attempt failed, and may have been applied)
+        and return the event it feeds back, if any."""
         if isinstance(effect, CreateRoom):
             await self.gateway.create_room(
-                effect.room, metadata={"sessionId": session_id, "sessionEpoch": effect.epoch}
+                effect.room,
+                metadata={"sessionId": session_id, "sessionEpoch": effect.epoch},
+                agent=(
+                    self.dispatch_metadata(session_id, effect.epoch, session)
+                    if effect.with_agent
+                    else None
+                ),
+                retry=retry,
             )
-            return None
+            return Provisioned(effect.epoch) if effect.with_agent else None
         if isinstance(effect, DispatchAgent):
             await self.gateway.ensure_dispatch(
                 effect.room, metadata=self.dispatch_metadata(session_id, effect.epoch, session)

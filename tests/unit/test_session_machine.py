@@ -271,7 +271,8 @@ def test_a_new_session_provisions_a_room_of_epoch_one_and_dispatches_the_agent()
     )
     assert (session.task_state, session.task_version) == ("TASK_STATE_WORKING", 1)
     assert (session.created_at, session.updated_at, session.agent_state) == (T0, T0, "dispatching")
-    assert created.outbox == (CreateRoom("aim-s1-e1", 1), DispatchAgent("aim-s1-e1", 1))
+    # one call provisions it: the room is created with the agent's dispatch in it
+    assert created.outbox == (CreateRoom("aim-s1-e1", 1, with_agent=True),)
 
 
 def test_room_names_carry_the_epoch() -> None:
@@ -631,7 +632,7 @@ def test_losing_the_room_rebinds_to_a_new_room_at_a_new_epoch() -> None:
         ("superseded", 1),
         ("registered", None),
     ]
-    assert outcome.outbox == (CreateRoom("aim-s1-e3", 3), DispatchAgent("aim-s1-e3", 3))
+    assert outcome.outbox == (CreateRoom("aim-s1-e3", 3, with_agent=True),)
     assert session.task_state == "TASK_STATE_WORKING"
 
 
