@@ -78,6 +78,16 @@ class LiveParticipant(NamedTuple):
 
     identity: str
     is_agent: bool  # kind AGENT: joined with the token LiveKit minted for a dispatched agent
+    joined_ms: int = 0  # when it joined, by LiveKit's clock
+
+
+def dispatch_attributes(metadata: dict[str, Any]) -> dict[str, str]:
+    """The attributes that mark a dispatch as the one of a session's room epoch, so that the
+    agent and the reconciler tell ours apart without parsing the metadata."""
+    return {
+        "aim.sessionId": str(metadata.get("sessionId", "")),
+        "aim.sessionEpoch": str(metadata.get("sessionEpoch", "")),
+    }
 
 
 class LiveKitGateway:
@@ -168,6 +178,7 @@ class LiveKitGateway:
                 api.RoomAgentDispatch(
                     agent_name=self.settings.agent_name,
                     metadata=json.dumps(agent, separators=(",", ":")),
+                    attributes=dispatch_attributes(agent),
                 )
             ]
             if agent is not None
@@ -196,7 +207,10 @@ class LiveKitGateway:
             if dispatch.agent_name == agent:
                 return str(dispatch.id)
         request = api.CreateAgentDispatchRequest(
-            agent_name=agent, room=room, metadata=json.dumps(metadata, separators=(",", ":"))
+            agent_name=agent,
+            room=room,
+            metadata=json.dumps(metadata, separators=(",", ":")),
+            attributes=dispatch_attributes(metadata),
         )
         created = await self._call(
             DISPATCH + "CreateDispatch", room, lambda c: c.agent_dispatch.create_dispatch(request)
@@ -219,7 +233,10 @@ class LiveKitGateway:
             ROOMS + "ListParticipants", room, lambda c: c.room.list_participants(request)
         )
         agent = api.ParticipantInfo.Kind.AGENT
-        return [LiveParticipant(p.identity, p.kind == agent) for p in reply.participants]
+        return [
+            LiveParticipant(p.identity, p.kind == agent, p.joined_at_ms or p.joined_at * 1000)
+            for p in reply.participants
+        ]
 
     async def remove_participant(
         self, room: str, identity: str, *, revoke_before_s: int | None = None

@@ -96,10 +96,10 @@ async def test_rooms_and_participants_are_listed_as_plain_values(gateway, liveki
         made.creation_time * 1000
     ]
     assert await gateway.list_rooms(["aim-missing-e1"]) == []
-    assert sorted(await gateway.list_participants(ROOM)) == [
-        ("agent-AJ_1", True),
-        ("device-1", False),
-    ]
+    listed = sorted(await gateway.list_participants(ROOM))
+    assert [(p.identity, p.is_agent) for p in listed] == [("agent-AJ_1", True), ("device-1", False)]
+    joined = {p.identity: p.joined_ms for p in listed}
+    assert joined["agent-AJ_1"] == livekit.participant(ROOM, "agent-AJ_1").joined_at_ms
     assert await gateway.list_participants("aim-missing-e1") == []
 
 

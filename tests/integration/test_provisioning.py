@@ -36,6 +36,9 @@ async def test_a_session_is_ready_after_one_livekit_call_and_its_first_join_make
     (dispatch,) = livekit.dispatches_in(room, AGENT)
     assert '"sessionId":"' + session_id in dispatch.metadata
     assert '"sessionEpoch":1' in dispatch.metadata
+    # the dispatch is marked as this session's, of this room's epoch
+    (asked,) = livekit.calls_to("CreateRoom")[0].request.agents
+    assert dict(asked.attributes) == {"aim.sessionId": session_id, "aim.sessionEpoch": "1"}
 
     endpoint = (await register(rt_client, session_id, 1, "phone"))["result"]["endpoint"]
     joined = await join(rt_client, session_id, endpoint["endpointId"], 1)
