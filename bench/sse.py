@@ -110,6 +110,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, float]:
             # every subscriber comes from 127.0.0.1: no per-address bound, room for them all
             "AIM_HTTP_MAX_CONNECTIONS_PER_PEER": "0",
             "AIM_HTTP_MAX_CONNECTIONS": str(max(2048, args.subscribers + 256)),
+            # one principal holds every stream, several on each task
+            "AIM_SSE_MAX_STREAMS_PER_PRINCIPAL": str(max(16, args.subscribers)),
+            "AIM_SSE_MAX_STREAMS_PER_TASK": str(max(8, args.subscribers)),
         }
         service = subprocess.Popen(
             [sys.executable, "-m", "realtime.cli", "serve", "--port", str(port)],

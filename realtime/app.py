@@ -25,7 +25,7 @@ from realtime.a2a import projection
 from realtime.agent_card import build_agent_card
 from realtime.auth import Authenticator
 from realtime.engine.core import Engine
-from realtime.fanout import EventHub
+from realtime.fanout import EventHub, StreamSlots
 from realtime.front import RpcFront
 from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.logs import ACCESS_LOG
@@ -134,6 +134,10 @@ async def running(
         timer_store=timers,
         delivery_store=DeliveryStore(redis),
         metrics=metrics,
+        streams=StreamSlots(
+            per_principal=settings.sse_max_streams_per_principal,
+            per_task=settings.sse_max_streams_per_task,
+        ),
         clock=clock,
     )
     metrics.store.attach(
@@ -160,7 +164,8 @@ async def running(
     if run_worker and settings.events_enabled:
         deliverer = Deliverer(settings, services.delivery_store, metrics=metrics, clock=clock)
         loops.append(asyncio.create_task(deliverer.loop(stop)))
-        log.info("session events: %s", settings.events_target)
+        for route in settings.events_routes:
+            log.info("session events: %s", route)
     if metrics.pushes:  # an OTLP export cannot await a read: keep the Redis gauges current
         loops.append(asyncio.create_task(metrics.store.keep_fresh(stop)))
     if run_worker and settings.reconcile_interval_s and settings.livekit_configured:

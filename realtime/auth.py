@@ -16,6 +16,13 @@ with that kid: fetches caused by tokens naming unknown kids leave the others rem
 Owner keys: `Principal.key` hashes `tenant NUL subject` (an absent tenant as empty). Since a
 principal holds no control character (so no NUL) and its tenant is None or non-empty, that
 text splits back into exactly one (tenant, subject) pair: distinct principals never share it.
+Nor does a principal hold a format character or a line or paragraph separator (Unicode Cf, Zl,
+Zp: bidi controls such as U+202E, zero-width characters), so what the console and the logs show
+of it is what it is.
+
+Lifetime: a client token's `exp - iat` is at most `AIM_AUTH_MAX_TOKEN_LIFETIME_S`; a token
+without `iat` counts from the moment it is first presented, so its `exp` must be that close
+(within the leeway), which is as strict for a token that never says when it was issued.
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import re
 import time
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
@@ -33,7 +40,7 @@ import msgspec
 from jwt.exceptions import InvalidSubjectError
 
 from realtime.environment import MIN_HS256_SECRET_BYTES
-from realtime.errors import AuthError
+from realtime.errors import AuthCause, AuthError
 from realtime.jwks import JWKS_KEY_TYPES, JwksKeys, invalid_token
 from realtime.settings import Settings
 
@@ -45,8 +52,22 @@ _MAX_TOKEN_CHARS = 8192  # far above any real token; stops huge headers reaching
 # when its key changes or the key set it was checked against grows that old (module docstring)
 VERIFIED_MAX: Final = 4096
 VERIFIED_TTL_S: Final = 300.0
-# C0 controls and DEL: refused in `sub` and the tenant, so the NUL of the owner key is unambiguous
-_CONTROL: Final = re.compile("[\x00-\x1f\x7f]")
+# refused in `sub` and the tenant: controls (C0, DEL, C1: the NUL of the owner key stays
+# unambiguous), format characters (bidi controls, zero-width ones), U+2028/U+2029, and lone
+# surrogates (a JSON `\ud800` escape decodes to one; it has no UTF-8, so no owner key)
+_REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+_REFUSED_WHAT: Final = (
+    "control characters or format characters (C0/C1 controls, bidi controls, U+2028/U+2029, "
+    "lone surrogates)"
+)
+
+
+def unprintable(text: str) -> bool:
+    """Whether `text` holds a character a principal may not: Unicode Cc, Cf, Zl, Zp or Cs."""
+    # isprintable() is true of almost every real name: the per-character look is the rare path
+    return not text.isprintable() and any(
+        unicodedata.category(char) in _REFUSED_CATEGORIES for char in text
+    )
 
 
 # the scopes a bearer token may grant (profile §2): a client's three, and the operator's
@@ -66,10 +87,10 @@ class Principal(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         # what makes `key` injective (module docstring); the Authenticator refuses such tokens
-        if _CONTROL.search(self.subject):
-            raise ValueError("a principal's subject must not contain control characters")
-        if self.tenant is not None and (not self.tenant or _CONTROL.search(self.tenant)):
-            raise ValueError("a principal's tenant must be None or text without control characters")
+        if unprintable(self.subject):
+            raise ValueError(f"a principal's subject must not contain {_REFUSED_WHAT}")
+        if self.tenant is not None and (not self.tenant or unprintable(self.tenant)):
+            raise ValueError(f"a principal's tenant must be None or text without {_REFUSED_WHAT}")
 
     @property
     def key(self) -> str:
@@ -91,10 +112,34 @@ class _Verified(NamedTuple):
 
 
 def _missing(message: str) -> AuthError:
-    return AuthError(401, "missing_credentials", message)
+    return AuthError(401, "missing_credentials", message, cause="missing_token")
 
 
 _invalid = invalid_token
+# a required claim that is missing, by the cause it makes (any other: invalid_claims)
+_CLAIM_CAUSES: Final[Mapping[str, AuthCause]] = {"aud": "invalid_audience", "iss": "invalid_issuer"}
+
+
+def _refusal(
+    exc: jwt.PyJWTError, *, issuer: str | None, audience: str | None, what: str = "token"
+) -> AuthError:
+    """The 401 of what pyjwt refused while decoding (`what`: the token's name in messages)."""
+    # most specific first: InvalidSignatureError is a DecodeError
+    if isinstance(exc, jwt.InvalidSignatureError):
+        return _invalid(
+            "invalid_signature", f"the {what} signature does not verify with the configured keys"
+        )
+    if isinstance(exc, jwt.DecodeError):
+        return _invalid("malformed_token", f"the {what} is not a well-formed JWT")
+    if isinstance(exc, jwt.InvalidIssuerError):
+        return _invalid("invalid_issuer", f"the {what} issuer (iss) must be '{issuer}'")
+    if isinstance(exc, jwt.InvalidAudienceError):
+        return _invalid("invalid_audience", f"the {what} audience (aud) must include '{audience}'")
+    if isinstance(exc, InvalidSubjectError):
+        return _invalid("invalid_claims", f"the {what}'s 'sub' claim must be a non-empty string")
+    if isinstance(exc, jwt.InvalidKeyError | jwt.InvalidAlgorithmError):
+        return _invalid("invalid_signature", f"the {what} cannot be verified with its algorithm")
+    return _invalid("invalid_claims", f"the {what} could not be verified; get a new one")
 
 
 class Authenticator:
@@ -105,6 +150,7 @@ class Authenticator:
         self._now = now
         self._secret = settings.auth_hs256_secret
         self._leeway = min(max(settings.auth_leeway_s, 0), _MAX_LEEWAY_S)
+        self._max_lifetime_s = settings.auth_max_token_lifetime_s
         url = settings.auth_jwks_url
         self._jwks = JwksKeys(url, now, max_age_s=VERIFIED_TTL_S) if url else None
         accepted = (_HS_ALGS if self._secret else ()) + (
@@ -123,7 +169,7 @@ class Authenticator:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
-            raise _invalid("the bearer token is not a well-formed JWT") from None
+            raise _invalid("malformed_token", "the bearer token is not a well-formed JWT") from None
         alg = header.get("alg")
         alg = alg if isinstance(alg, str) else ""
         key: str | jwt.PyJWK
@@ -135,7 +181,10 @@ class Authenticator:
             key = await self._jwks.key(header.get("kid"), alg)
             kid = header["kid"]
         else:
-            raise _invalid(f"the token's signing algorithm is not accepted; use {self._accepted}")
+            raise _invalid(
+                "invalid_signature",
+                f"the token's signing algorithm is not accepted; use {self._accepted}",
+            )
         claims = self._decode(token, key, alg)
         times = (
             _numeric_date(claims, "exp"),
@@ -143,6 +192,7 @@ class Authenticator:
             _numeric_date(claims, "iat"),
         )
         self._check_times(times)
+        self._check_lifetime(times)
         principal = self._principal(claims)
         self._verified.pop(token, None)
         if len(self._verified) >= VERIFIED_MAX:
@@ -198,42 +248,63 @@ class Authenticator:
                 },
             )
         except jwt.MissingRequiredClaimError as exc:
-            raise _invalid(f"the token lacks the required '{exc.claim}' claim") from None
-        except jwt.InvalidSignatureError:
-            raise _invalid("the token signature does not verify with the configured keys") from None
-        except jwt.InvalidIssuerError:
-            raise _invalid(f"the token issuer (iss) must be '{issuer}'") from None
-        except jwt.InvalidAudienceError:
-            raise _invalid(f"the token audience (aud) must include '{audience}'") from None
-        except InvalidSubjectError:
-            raise _invalid("the token's 'sub' claim must be a non-empty string") from None
-        except jwt.PyJWTError:
-            raise _invalid("the bearer token could not be verified; get a new one") from None
+            raise _invalid(
+                _CLAIM_CAUSES.get(exc.claim, "invalid_claims"),
+                f"the token lacks the required '{exc.claim}' claim",
+            ) from None
+        except jwt.PyJWTError as exc:
+            raise _refusal(exc, issuer=issuer, audience=audience) from None
 
     def _check_times(self, times: tuple[float | None, float | None, float | None]) -> None:
         now, leeway = self._now(), self._leeway
         exp, nbf, iat = times
         if exp is not None and now >= exp + leeway:
-            raise _invalid("the token has expired; get a new one")
+            raise _invalid("token_expired", "the token has expired; get a new one")
         if nbf is not None and nbf > now + leeway:
-            raise _invalid("the token is not valid yet (nbf is in the future); check clocks")
+            raise _invalid(
+                "token_not_yet_valid",
+                "the token is not valid yet (nbf is in the future); check clocks",
+            )
         if iat is not None and iat > now + leeway:
-            raise _invalid("the token was issued in the future (iat); check clocks")
+            raise _invalid(
+                "token_not_yet_valid", "the token was issued in the future (iat); check clocks"
+            )
+
+    def _check_lifetime(self, times: tuple[float | None, float | None, float | None]) -> None:
+        """exp - iat at most the configured maximum; without iat, exp - now (with the leeway)."""
+        exp, _, iat = times
+        if exp is None:
+            return  # unreachable: `exp` is a required claim
+        if iat is not None:
+            lifetime, start, slack = exp - iat, "iat", 0
+        else:
+            lifetime, start, slack = exp - self._now(), "now (it has no iat)", self._leeway
+        if lifetime > self._max_lifetime_s + slack:
+            raise _invalid(
+                "invalid_claims",
+                f"the token is valid for {lifetime:.0f} s (exp - {start}); this service accepts "
+                f"tokens valid for at most {self._max_lifetime_s} s: ask for a shorter-lived one",
+            )
 
     def _principal(self, claims: Mapping[str, Any]) -> Principal:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject.strip():
-            raise _invalid("the token's 'sub' claim must be a non-empty string")
-        if _CONTROL.search(subject):
-            raise _invalid("the token's 'sub' claim must not contain control characters")
+            raise _invalid("invalid_claims", "the token's 'sub' claim must be a non-empty string")
+        if unprintable(subject):
+            raise _invalid(
+                "invalid_claims", f"the token's 'sub' claim must not contain {_REFUSED_WHAT}"
+            )
         tenant: str | None = None
         if tenant_claim := self._settings.auth_tenant_claim:
             value = claims.get(tenant_claim)
             if not isinstance(value, str) or not value:
-                raise _invalid(f"the token needs a non-empty string '{tenant_claim}' claim")
-            if _CONTROL.search(value):
                 raise _invalid(
-                    f"the token's '{tenant_claim}' claim must not contain control characters"
+                    "invalid_claims", f"the token needs a non-empty string '{tenant_claim}' claim"
+                )
+            if unprintable(value):
+                raise _invalid(
+                    "invalid_claims",
+                    f"the token's '{tenant_claim}' claim must not contain {_REFUSED_WHAT}",
                 )
             tenant = value
         return Principal(subject=subject, tenant=tenant, scopes=_scopes(claims))
@@ -247,7 +318,10 @@ def _bearer_token(authorization: str | None) -> str:
         # no token68 holds a comma: this is two header lines joined (RFC 9110 §5.3), or two
         # credentials in one, and a proxy may have checked the other one (profile §16)
         raise AuthError(
-            401, "invalid_request", "send exactly one Authorization header with one Bearer token"
+            401,
+            "invalid_request",
+            "send exactly one Authorization header with one Bearer token",
+            cause="malformed_token",
         )
     parts = authorization.split(None, 1)
     if parts[0].lower() != "bearer":
@@ -255,7 +329,9 @@ def _bearer_token(authorization: str | None) -> str:
         raise _missing("the Authorization header must use the Bearer scheme")
     token = parts[1].strip() if len(parts) == 2 else ""
     if not token or len(token) > _MAX_TOKEN_CHARS or len(token.split(None, 1)) != 1:
-        raise _invalid("the Authorization header must be 'Bearer' followed by one JWT")
+        raise _invalid(
+            "malformed_token", "the Authorization header must be 'Bearer' followed by one JWT"
+        )
     return token
 
 
@@ -265,7 +341,10 @@ def _numeric_date(claims: Mapping[str, Any], name: str) -> float | None:
         return None
     # NaN/Infinity parse from JSON and would make a token that never expires
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _invalid(f"the token's '{name}' claim must be a number of seconds since the epoch")
+        raise _invalid(
+            "invalid_claims",
+            f"the token's '{name}' claim must be a number of seconds since the epoch",
+        )
     return float(value)
 
 
@@ -285,7 +364,10 @@ def _scopes(claims: Mapping[str, Any]) -> frozenset[str]:
         elif isinstance(value, list) and all(isinstance(item, str) for item in value):
             found.update(item for item in value if item)
         else:
-            raise _invalid(f"the token's '{name}' claim must be a string or an array of strings")
+            raise _invalid(
+                "invalid_claims",
+                f"the token's '{name}' claim must be a string or an array of strings",
+            )
     return frozenset(found)
 
 
@@ -375,20 +457,25 @@ def verify_provider_token(
         )
     except jwt.InvalidAudienceError:
         raise _invalid(
-            f"this is not a provider token (aud must be '{PROVIDER_AUDIENCE}')"
+            "invalid_audience", f"this is not a provider token (aud must be '{PROVIDER_AUDIENCE}')"
         ) from None
     except jwt.MissingRequiredClaimError as exc:
-        raise _invalid(f"the provider token lacks the '{exc.claim}' claim") from None
-    except jwt.PyJWTError:
         raise _invalid(
-            "the provider token could not be verified; use the session's token"
+            _CLAIM_CAUSES.get(exc.claim, "invalid_claims"),
+            f"the provider token lacks the '{exc.claim}' claim",
+        ) from None
+    except jwt.PyJWTError as exc:
+        cause = _refusal(exc, issuer=PROVIDER_ISSUER, audience=PROVIDER_AUDIENCE).cause
+        raise _invalid(
+            cause or "invalid_claims",
+            "the provider token could not be verified; use the session's token",
         ) from None
     exp = _numeric_date(claims, "exp")
     if exp is None or now >= exp + min(leeway, _MAX_LEEWAY_S):
-        raise _invalid("the provider token has expired")
+        raise _invalid("token_expired", "the provider token has expired")
     session_id, epoch = claims.get("sid"), claims.get("epoch")
     if not isinstance(session_id, str) or not isinstance(epoch, int) or isinstance(epoch, bool):
-        raise _invalid("the provider token's sid and epoch claims are malformed")
+        raise _invalid("invalid_claims", "the provider token's sid and epoch claims are malformed")
     if PROVIDER_SCOPE not in _scopes(claims):
         raise AuthError(
             403,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from realtime import supervisor
 from realtime.auth import CLIENT_SCOPES, OPERATOR_SCOPE, PROVIDER_SCOPE
-from realtime.environment import without_credentials
+from realtime.environment import EnvironmentReader, without_credentials
 from realtime.logs import JsonLogFormatter
 from realtime.settings import Settings, SettingsError
 from realtime.store.datadir import print_dev_secret, unsafe_data_dir
@@ -70,7 +70,19 @@ def _refuse_unsafe_data_dir(settings: Settings) -> None:
 
 
 def _dev_secret(args: argparse.Namespace) -> int:
-    _load_dotenv()  # for a service not configured yet: only AIM_DATA_DIR counts
+    _load_dotenv()  # for a service not configured yet: only AIM_DATA_DIR and production count
+    reader = EnvironmentReader(os.environ)
+    production = reader.flag("AIM_REQUIRE_REDIS")
+    if production or reader.problems:
+        # production never makes nor hands out a development key (scripts/serve, scripts/token)
+        print(
+            "AIM_REQUIRE_REDIS is set (production), so no development secret is made or used: "
+            "set AIM_AUTH_HS256_SECRET (at least 32 bytes) or AIM_AUTH_JWKS_URL"
+            if production
+            else "\n".join(reader.problems),
+            file=sys.stderr,
+        )
+        return BAD_CONFIGURATION
     return print_dev_secret(os.environ.get("AIM_DATA_DIR") or Settings().data_dir)
 
 
@@ -86,7 +98,13 @@ def _announce_dev_secret(settings: Settings, secret: str) -> None:
         )
         return
     token = mint_dev_token(
-        secret, subject="developer", scopes=ALL_SCOPES.split(), ttl_s=3600, now=time.time()
+        secret,
+        subject="developer",
+        scopes=ALL_SCOPES.split(),
+        ttl_s=3600,
+        now=time.time(),
+        issuer=settings.auth_issuer,
+        audience=settings.auth_audience,
     )
     print(
         "DEVELOPMENT MODE: AIM_AUTH_HS256_SECRET is not set, so this service signs development "
@@ -226,6 +244,13 @@ def _token(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return BAD_CONFIGURATION
+    if args.ttl > settings.auth_max_token_lifetime_s:
+        print(
+            f"--ttl {args.ttl} is longer than the service accepts: at most "
+            f"{settings.auth_max_token_lifetime_s} s (AIM_AUTH_MAX_TOKEN_LIFETIME_S)",
+            file=sys.stderr,
+        )
+        return BAD_CONFIGURATION
     tenant_claim = settings.auth_tenant_claim
     if tenant_claim is not None and not (args.tenant or "").strip():
         print(
@@ -284,7 +309,8 @@ async def _check_async(settings: Settings) -> int:
             ok = False
         finally:
             await gateway.aclose()
-    print(f"events: {settings.events_target}")
+    for route in settings.events_routes:
+        print(f"events: {route}")
     return 0 if ok else 1
 
 
@@ -369,7 +395,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"space-separated scopes, of: {', '.join(KNOWN_SCOPES)} ({OPERATOR_SCOPE} opens "
         "the operations API and console, /ops)",
     )
-    token.add_argument("--ttl", type=_ttl, default=3600, help="lifetime in seconds")
+    token.add_argument(
+        "--ttl",
+        type=_ttl,
+        default=3600,
+        help="lifetime in seconds, at most AIM_AUTH_MAX_TOKEN_LIFETIME_S (24 h unless set)",
+    )
     token.add_argument(
         "--tenant",
         default=None,

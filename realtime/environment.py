@@ -225,12 +225,24 @@ class EnvironmentReader:
             found.append((tenant, checked))
         return tuple(found)
 
-    def https_url(self, name: str, *, allow_http: bool) -> str | None:
-        """An https:// URL; http:// only to a loopback host, or anywhere with `allow_http`."""
+    def https_url(
+        self, name: str, *, allow_http: bool, http_switch: str | None = "AIM_EVENTS_ALLOW_HTTP"
+    ) -> str | None:
+        """An https:// URL; http:// only to a loopback host, or anywhere with `allow_http` (the
+        flag `http_switch` names; None: no switch, http:// elsewhere is always refused)."""
         raw = self.text(name)
-        return None if raw is None else self._https(name, raw, allow_http=allow_http)
+        if raw is None:
+            return None
+        return self._https(name, raw, allow_http=allow_http, http_switch=http_switch)
 
-    def _https(self, name: str, raw: str, *, allow_http: bool) -> str | None:
+    def _https(
+        self,
+        name: str,
+        raw: str,
+        *,
+        allow_http: bool,
+        http_switch: str | None = "AIM_EVENTS_ALLOW_HTTP",
+    ) -> str | None:
         url = EnvironmentReader({name: raw}).url(name, ("http", "https"))
         if url is None:
             self.problems.append(
@@ -246,9 +258,13 @@ class EnvironmentReader:
         except ValueError:
             loopback = False
         if not loopback:
+            escape = (
+                f", or set {http_switch}=1 to send unencrypted on a network you trust"
+                if http_switch
+                else " (http:// is accepted only to this machine, for development)"
+            )
             self.problems.append(
-                f"{name} is an http:// URL to a host other than this machine: use https://, or "
-                "set AIM_EVENTS_ALLOW_HTTP=1 to send unencrypted on a network you trust"
+                f"{name} is an http:// URL to a host other than this machine: use https://{escape}"
             )
             return None
         return url

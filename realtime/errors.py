@@ -24,9 +24,12 @@ The tree::
      ├── CommandConflict           an id reused with other params
      ├── LimitExceeded             retry_after: seconds, when waiting helps
      ├── Unavailable               service: the upstream (redis | livekit) that failed; retry
+     │    └── NotConfigured        the service is not configured for it (unset: the variables);
+     │                             not retryable
      ├── InternalError             a bug: logged, never leaked
 
-     └── AuthError                 401 or 403, with the WWW-Authenticate challenge (RFC 6750)
+     └── AuthError                 401 or 403, with the WWW-Authenticate challenge (RFC 6750);
+                                   a 401 says why in details["reason"] (`AuthCause`)
 
 Any other exception that escapes a handler is a bug, answered as InternalError.
 
@@ -46,6 +49,19 @@ from typing import Final, Literal
 Service = Literal["redis", "livekit"]
 AuthReason = Literal[
     "missing_credentials", "invalid_token", "invalid_request", "insufficient_scope"
+]
+# why a 401: ErrorInfo metadata `reason`, so a client acts on data, not on the message
+AuthCause = Literal[
+    "missing_token",  # no Authorization header, or not the Bearer scheme: send one
+    "malformed_token",  # not one well-formed JWT (two headers, garbage): the app's token is wrong
+    "token_expired",  # exp passed: get a new token (the one cause a refresh cures)
+    "token_not_yet_valid",  # nbf or iat in the future: clocks disagree
+    "invalid_signature",  # not signed by a configured key, or an algorithm not accepted
+    "unknown_key",  # its kid is not in the issuer's key set (or it names none)
+    "keys_unavailable",  # the issuer's key set could not be fetched: retry later
+    "invalid_audience",  # aud missing or not this service's
+    "invalid_issuer",  # iss missing or not the configured issuer
+    "invalid_claims",  # sub, tenant, scope, times or lifetime unusable
 ]
 REALM: Final = "aim-realtime"
 SERVER_GOING_AWAY: Final = "The server is shutting down; reconnect."
@@ -287,6 +303,17 @@ class Unavailable(ServiceError):
         self.service: Service = service
 
 
+class NotConfigured(Unavailable):
+    """The service is not configured for an upstream (`service`): `unset` names the variables
+    its operator sets. The same request fails the same way until then, so it is not retryable
+    (`retryable: false`, where `Unavailable` says true)."""
+
+    def __init__(self, message: str | Text, *, service: Service, unset: Sequence[str]) -> None:
+        super().__init__(message, service=service)
+        self.details = {"service": service, "retryable": False, "unset": tuple(unset)}
+        self.unset = tuple(unset)
+
+
 class InternalError(ServiceError):
     """A bug; the message never carries its text."""
 
@@ -307,7 +334,8 @@ def invalid_params(path: str, description: str | Text) -> InvalidParams:
 
 
 class AuthError(ServiceError):
-    """A 401 or 403 answer, with the `WWW-Authenticate` value RFC 6750 asks for."""
+    """A 401 or 403 answer, with the `WWW-Authenticate` value RFC 6750 asks for (`reason`, its
+    error code) and, for a 401, why in data (`cause`, ErrorInfo metadata `reason`)."""
 
     def __init__(
         self,
@@ -316,10 +344,17 @@ class AuthError(ServiceError):
         message: str,
         *,
         required_scope: str | None = None,
+        cause: AuthCause | None = None,
     ) -> None:
-        super().__init__(message, details={"scope": required_scope} if required_scope else {})
+        details: dict[str, object] = {}
+        if required_scope:
+            details["scope"] = required_scope
+        if cause is not None:
+            details["reason"] = cause
+        super().__init__(message, details=details)
         self.status = status
         self.reason = reason
+        self.cause = cause
         self.required_scope = required_scope
         self.www_authenticate = _challenge(reason, message, required_scope)
 

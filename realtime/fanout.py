@@ -9,6 +9,9 @@ Each subscriber has a bounded buffer. The reader never waits for a subscriber: o
 is full is dropped (`lagged`), its stream ends, and the client resumes with `Last-Event-ID`.
 A new stream joins the blocking read at once: the reader's in-flight XREAD is cancelled and
 re-issued with the new key.
+
+`StreamSlots` counts the open streams of each principal and each task in this process; one
+more past either cap is refused before it starts.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
+from collections import Counter, deque
 from typing import Final
 
-from realtime.errors import SERVER_GOING_AWAY, Unavailable
+from realtime.errors import SERVER_GOING_AWAY, LimitExceeded, Unavailable, task_ref
 from realtime.store import keys
 from realtime.store.events import Entry, EventStore, parse_id
 from realtime.store.redis_client import SOCKET_TIMEOUT_S
@@ -32,6 +35,9 @@ BLOCK_MS: Final = int(SOCKET_TIMEOUT_S * 1000) - 1000
 POLL_S: Final = 0.05  # Cluster and the embedded store: how often the reader looks
 READ_COUNT: Final = 500  # entries per stream per read
 RETRY_S: Final = 0.5  # after Redis failed a read
+# what a stream refused for the caps is told to wait: a slot frees when another stream of the
+# caller ends, which the server cannot foresee; the same short wait as the live-sessions limit
+STREAM_RETRY_AFTER_S: Final = 5
 
 
 class Subscription:
@@ -235,3 +241,81 @@ class EventHub:
                         "dropping an SSE subscriber that fell behind on %s", subscription.stream
                     )
                     self.unsubscribe(subscription)
+
+
+class StreamSlot:
+    """One open stream's place in `StreamSlots`: its principal's, and its task's once known."""
+
+    def __init__(self, slots: StreamSlots, principal: str) -> None:
+        self._slots = slots
+        self.principal: str | None = principal
+        self.task_id: str | None = None
+
+    def attach(self, task_id: str) -> None:
+        """Count the stream against `task_id` as well; LimitExceeded (the slot released) when
+        the task has its cap of streams already."""
+        try:
+            self._slots.check_task(task_id)
+        except LimitExceeded:
+            self.release()
+            raise
+        self._slots.tasks[task_id] += 1
+        self.task_id = task_id
+
+    def release(self) -> None:
+        """Free the places this stream held; once, whatever the path that ended it."""
+        if self.principal is not None:
+            _drop(self._slots.principals, self.principal)
+            self.principal = None
+        if self.task_id is not None:
+            _drop(self._slots.tasks, self.task_id)
+            self.task_id = None
+
+
+class StreamSlots:
+    """Open streams counted per principal and per task, in this process (as the per-peer
+    connection cap and the rate limit are): one more past either cap is `LimitExceeded`."""
+
+    def __init__(self, *, per_principal: int = 16, per_task: int = 8) -> None:
+        self.per_principal = per_principal
+        self.per_task = per_task
+        self.principals: Counter[str] = Counter()
+        self.tasks: Counter[str] = Counter()
+
+    def take(self, principal: str, task_id: str | None = None) -> StreamSlot:
+        """A slot for one more stream of `principal` (on `task_id`, when it is known yet), or
+        LimitExceeded, nothing taken."""
+        if self.principals[principal] >= self.per_principal:
+            raise LimitExceeded(
+                f"You already have {self.per_principal} open streams; close one before opening "
+                f"another, or retry after {STREAM_RETRY_AFTER_S} s.",
+                limit="streams_per_principal",
+                retry_after=STREAM_RETRY_AFTER_S,
+            )
+        if task_id is not None:
+            self.check_task(task_id)
+        self.principals[principal] += 1
+        slot = StreamSlot(self, principal)
+        if task_id is not None:
+            slot.attach(task_id)
+        return slot
+
+    def check_task(self, task_id: str) -> None:
+        """LimitExceeded when `task_id` has its cap of open streams."""
+        if self.tasks[task_id] >= self.per_task:
+            raise LimitExceeded(
+                (
+                    "Task ",
+                    task_ref(task_id),
+                    f" already has {self.per_task} open streams; close one before opening "
+                    f"another, or retry after {STREAM_RETRY_AFTER_S} s.",
+                ),
+                limit="streams_per_task",
+                retry_after=STREAM_RETRY_AFTER_S,
+            )
+
+
+def _drop(counts: Counter[str], key: str) -> None:
+    counts[key] -= 1
+    if counts[key] <= 0:
+        del counts[key]  # bounded: only keys with open streams are kept

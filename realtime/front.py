@@ -25,7 +25,6 @@ Send = Callable[[Any], Awaitable[None]]
 
 JSON: Final = b"application/json"
 EVENT_STREAM: Final = b"text/event-stream; charset=utf-8"
-KEEPALIVE: Final = b": keepalive\n\n"
 # no caching, and no buffering by proxies (nginx honours X-Accel-Buffering)
 SSE_HEADERS: Final = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
 
@@ -87,9 +86,9 @@ def one_line(data: bytes) -> bytes:
 
 def sse_frame(event: SseEvent) -> bytes:
     """SSE framing: `id:`, `event:` and one `data:` line (compact JSON has no newlines); a
-    heartbeat is a comment line."""
+    heartbeat (and the `reconnect` that ends a stream the server cut) is a comment line."""
     if event.data is None:
-        return KEEPALIVE
+        return f": {event.comment}\n\n".encode()
     frame = b""
     if event.id is not None:
         frame += b"id: " + event.id.encode() + b"\n"

@@ -16,6 +16,11 @@
   else: 503 with `Retry-After`); beyond those, and past `AIM_HTTP_MAX_CONNECTIONS_PER_PEER`
   from one address, a connection is answered 503 and closed the moment it opens, so refused
   sockets hold no descriptor.
+- A response whose client takes none of its waiting bytes for `AIM_HTTP_WRITE_TIMEOUT_S` (a
+  reader that stopped reading, an SSE stream's above all) has its connection aborted: the
+  app sees the client gone and ends the stream, freeing its slot. The transport counts as
+  waiting as soon as one byte stays unsent (not only past 64 KiB), so a close that would
+  wait for ever behind unread bytes is bounded the same way.
 """
 
 from __future__ import annotations
@@ -77,8 +82,11 @@ class GuardedProtocol(HttpToolsProtocol):
     max_per_peer: ClassVar[int] = 256  # 0: no per-address bound
     max_header_bytes: ClassVar[int] = 64 * 1024
     max_headers: ClassVar[int] = 100
+    write_timeout_s: ClassVar[float] = 30.0
     peers: ClassVar[Counter[str]] = Counter()  # open connections by peer address
     _deadline: asyncio.TimerHandle | None = None
+    _stall: asyncio.TimerHandle | None = None  # armed while bytes wait to be sent
+    _unsent = 0  # bytes waiting when `_stall` was armed
     _pending = False  # bytes of a request that is not complete yet have arrived
     _over_limit = False  # admitted over the limit: only the liveness probe is answered
     _refused = False  # answered 503 when it opened, or its head was too large: not read
@@ -91,6 +99,9 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # writing pauses (and the stall timer runs) whenever a byte is left unsent: the
+        # kernel's buffers are the only ones, and a response's next write waits for them
+        transport.set_write_buffer_limits(high=0)
         peer = self.client[0] if self.client else ""
         total = len(self.connections)  # itself included
         crowded = self.max_per_peer > 0 and self.peers[peer] >= self.max_per_peer
@@ -169,8 +180,38 @@ class GuardedProtocol(HttpToolsProtocol):
         else:
             super().send_400_response(msg)
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._watch_writes()
+
+    def resume_writing(self) -> None:
+        self._unwatch_writes()
+        super().resume_writing()
+
+    def _watch_writes(self) -> None:
+        if self._stall is None:
+            self._unsent = self.transport.get_write_buffer_size()
+            self._stall = self.loop.call_later(self.write_timeout_s, self._check_writes)
+
+    def _unwatch_writes(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _check_writes(self) -> None:
+        """No new bytes are written while paused: fewer waiting means the client read some."""
+        self._stall = None
+        unsent = self.transport.get_write_buffer_size()
+        if unsent == 0:
+            return
+        if unsent < self._unsent:  # a slow reader, but a reader: another period
+            self._watch_writes()
+            return
+        self.transport.abort()  # connection_lost follows: the app sees the client gone
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._unwatch_writes()
         if self._peer is not None:
             self.peers[self._peer] -= 1
             if self.peers[self._peer] <= 0:
@@ -239,6 +280,7 @@ def guarded_protocol(settings: Settings) -> type[GuardedProtocol]:
         max_per_peer = settings.http_max_connections_per_peer
         max_header_bytes = settings.http_max_header_bytes
         max_headers = settings.http_max_headers
+        write_timeout_s = settings.http_write_timeout_s
         peers: ClassVar[Counter[str]] = Counter()  # this server's own
 
     return Configured

@@ -10,33 +10,46 @@ Outage: if a fetch fails, the keys already held keep working, stale or not, so a
 outage does not log everyone out. This is a deliberate trade-off: a failed fetch cannot show a
 removal, so while the issuer cannot be reached a removed key is honoured until the next fetch
 that answers. A well-formed key set that answers counts, even an empty one.
+
+Transport: whoever can answer in the issuer's place can mint any token, so the URL is https
+(http only to this machine; `Settings.from_env` refuses anything else) and the fetch is ours,
+not a library's default: a redirect is never followed (it counts as a failed fetch, naming the
+status), and at most `MAX_JWKS_BYTES` of the answer are read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import logging
+import urllib.error
+import urllib.request
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NoReturn
+from urllib.parse import urlsplit
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from realtime.errors import REALM, AuthError
+from realtime.environment import without_credentials
+from realtime.errors import REALM, AuthCause, AuthError
 
 JWKS_KEY_TYPES: Final = {"RS256": "RSA", "ES256": "EC"}
 JWKS_FETCH_OUTCOMES: Final = ("ok", "failed")
 _REFRESH_THROTTLE_S: Final = 30.0  # at most one JWKS fetch per window, whatever kids tokens name
 _FETCH_TIMEOUT_S: Final = 5.0
+MAX_JWKS_BYTES: Final = 512 * 1024  # a key set is a few KiB; a larger answer is refused
 
 _log = logging.getLogger(__name__)
 
 
-def invalid_token(message: str) -> AuthError:
-    """401 `invalid_token`: the bearer token cannot be used; `message` says why."""
-    return AuthError(401, "invalid_token", message)
+def invalid_token(cause: AuthCause, message: str) -> AuthError:
+    """401 `invalid_token`: the bearer token cannot be used; `cause` says why in data,
+    `message` in words."""
+    return AuthError(401, "invalid_token", message, cause=cause)
 
 
 class JwksKeys:
@@ -51,10 +64,7 @@ class JwksKeys:
     def __init__(self, url: str, now: Callable[[], float], *, max_age_s: float) -> None:
         if max_age_s <= _REFRESH_THROTTLE_S:
             raise ValueError(f"max_age_s must exceed the {_REFRESH_THROTTLE_S:g} s throttle")
-        # pyjwt's own caches are off: caching and throttling live here, on the injectable clock
-        self._client = jwt.PyJWKClient(
-            url, cache_jwk_set=False, timeout=_FETCH_TIMEOUT_S, headers={"User-Agent": REALM}
-        )
+        self._url = url
         self._now = now
         self._max_age_s = max_age_s
         self._keys: dict[str, jwt.PyJWK] = {}
@@ -67,7 +77,9 @@ class JwksKeys:
 
     async def key(self, kid: object, alg: str) -> jwt.PyJWK:
         if not isinstance(kid, str) or not kid:
-            raise invalid_token("the token header has no 'kid' naming its signing key")
+            raise invalid_token(
+                "unknown_key", "the token header has no 'kid' naming its signing key"
+            )
         # a request also waits for a fetch already in flight when that fetch may change its
         # answer: its kid is unknown, or the keys are stale and the last fetch did not fail
         if self._wants_fetch(kid) or (self._lock.locked() and self._waits_for_fetch(kid)):
@@ -78,11 +90,16 @@ class JwksKeys:
         if key is None:
             if self._last_fetch_failed:
                 raise invalid_token(
-                    "the token signing keys (JWKS) could not be fetched; retry later"
+                    "keys_unavailable",
+                    "the token signing keys (JWKS) could not be fetched; retry later",
                 )
-            raise invalid_token("the token's signing key (kid) is not in the issuer's key set")
+            raise invalid_token(
+                "unknown_key", "the token's signing key (kid) is not in the issuer's key set"
+            )
         if key.key_type != JWKS_KEY_TYPES[alg] or key.algorithm_name != alg:
-            raise invalid_token("the token's algorithm does not match its signing key")
+            raise invalid_token(
+                "invalid_signature", "the token's algorithm does not match its signing key"
+            )
         return key
 
     def holds(self, kid: str, key: jwt.PyJWK) -> bool:
@@ -108,14 +125,14 @@ class JwksKeys:
         started = self._attempted_at = self._now()
         try:
             # urllib blocks, so it runs in a worker thread to keep the event loop free
-            data = await asyncio.to_thread(self._client.fetch_data)
+            data = await asyncio.to_thread(fetch_key_set, self._url)
             members = data.get("keys")
             if not isinstance(members, list):
                 raise ValueError("the JWKS has no 'keys' array")
-        except (jwt.PyJWTError, ValueError, OSError) as exc:
+        except (ValueError, OSError, http.client.HTTPException) as exc:
             self._last_fetch_failed = True
             self.fetches["failed"] += 1
-            _log.warning("could not fetch JWKS from %s: %s", self._client.uri, exc)
+            _log.warning("could not fetch JWKS from %s: %s", without_credentials(self._url), exc)
             return
         keys: dict[str, jwt.PyJWK] = {}
         for member in members:
@@ -132,6 +149,49 @@ class JwksKeys:
     async def aclose(self) -> None:
         async with self._lock:
             self._keys = {}
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect ends the fetch: the key set is taken from the configured URL or not at all."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> NoReturn:
+        raise urllib.error.HTTPError(
+            req.full_url,
+            code,
+            f"the JWKS URL answered a redirect ({code}), which is not followed: set "
+            "AIM_AUTH_JWKS_URL to the URL that serves the key set",
+            headers,
+            None,
+        )
+
+
+# no redirect handler but ours; urllib's others (proxies from the environment, https) stay
+_OPENER: Final = urllib.request.build_opener(_RefuseRedirects())
+
+
+def fetch_key_set(url: str) -> dict[str, Any]:
+    """GET the key set at `url` (blocking): its JSON object; OSError (urllib's errors, a
+    redirect among them) or ValueError (too large, not a JSON object) when there is none."""
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise ValueError("the JWKS URL must be an https:// URL")
+    headers = {"User-Agent": REALM, "Accept": "application/json"}
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - scheme checked above
+    with _OPENER.open(request, timeout=_FETCH_TIMEOUT_S) as response:
+        body = response.read(MAX_JWKS_BYTES + 1)
+    if len(body) > MAX_JWKS_BYTES:
+        raise ValueError(f"the JWKS answer is larger than {MAX_JWKS_BYTES} bytes")
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise ValueError("the JWKS answer is not a JSON object")
+    return data
 
 
 def _signing_key(member: object) -> jwt.PyJWK | None:

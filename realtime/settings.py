@@ -61,6 +61,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     auth_audience: str | None = None
     auth_tenant_claim: str | None = None
     auth_leeway_s: int = 30
+    # a client token's exp - iat (a token without iat: exp - the time it is first presented)
+    auth_max_token_lifetime_s: int = 24 * 3600
 
     livekit_url: str | None = None
     livekit_public_url: str | None = None
@@ -100,6 +102,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     sse_heartbeat_s: float = 15.0
     sse_buffer_events: int = 256
+    # open SSE streams one principal, and one task, may hold in this process
+    sse_max_streams_per_principal: int = 16
+    sse_max_streams_per_task: int = 8
+    # a stream is closed this long after it opened (its client resumes with Last-Event-ID)
+    sse_max_lifetime_s: float = 3600.0
 
     # longer than common load balancers' 60 s, so that they close idle connections first
     http_idle_timeout_s: int = 75
@@ -109,6 +116,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_max_connections_per_peer: int = 256
     http_max_header_bytes: int = 64 * 1024  # a request head: request line and header lines
     http_max_headers: int = 100
+    # a response none of whose bytes the client takes for this long is cut (a stalled reader)
+    http_write_timeout_s: float = 30.0
 
     metrics: bool = True  # GET /metrics (Prometheus text format)
     metrics_refresh_s: float = 15.0  # the gauges read from Redis are at most this old
@@ -124,7 +133,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     events_types: frozenset[str] = frozenset(SESSION_EVENT_TYPES)
     events_retry_s: int = 24 * 3600  # an event is retried this long, then given up
     events_timeout_s: float = 10.0  # one delivery attempt
-    events_max_per_session: int = 1000  # kept per session; past it new events are dropped
+    # kept per session; past it the oldest waiting go, never a lifecycle event (decision 162)
+    events_max_per_session: int = 1000
+    # attempts under way at once to one receiver URL, of the worker's 32 (decision 161)
+    events_max_per_destination: int = 8
+    # connecting to a receiver; at most events_timeout_s, which bounds the whole attempt
+    events_connect_timeout_s: float = 2.0
+    # JoinSessions that hand one session to another device, per minute; 0: no bound
+    max_handoffs_per_minute: int = 30
     # what from_env found acceptable but worth saying (a short LiveKit secret): one line each,
     # naming the variable and never its value; the CLI logs them at start-up
     warnings: tuple[str, ...] = ()
@@ -146,11 +162,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.events_url is not None and self.events_secret is not None
 
     @property
-    def events_target(self) -> str:
-        """Where session events go, as the log and `check` say it (never a credential)."""
+    def events_routes(self) -> tuple[str, ...]:
+        """Where session events go, one line per route (each tenant's, then the default), as
+        the log and `check` say it: never a credential."""
         if self.events_url is None:
-            return "not configured (AIM_EVENTS_URL unset); none are written"
-        return f"sent to {without_credentials(self.events_url)} (AIM_EVENTS_URL)"
+            return ("not configured (AIM_EVENTS_URL unset); none are written",)
+        default = f"sent to {without_credentials(self.events_url)} (AIM_EVENTS_URL)"
+        if not self.events_tenant_urls:
+            return (default,)
+        claim = self.auth_tenant_claim
+        return (
+            *(
+                f"tenant {tenant!r} ({claim} claim): sent to {without_credentials(url)} "
+                "(AIM_EVENTS_TENANT_URLS)"
+                for tenant, url in self.events_tenant_urls
+            ),
+            f"every other tenant: {default}",
+        )
 
     def events_url_for(self, tenant: str | None) -> str | None:
         """Where a session of `tenant` sends its events: the tenant's own URL, or AIM_EVENTS_URL."""
@@ -159,7 +187,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def livekit_configured(self) -> bool:
         """Whether LiveKit's server API can be called (its URL and credentials are set)."""
-        return bool(self.livekit_url and self.livekit_api_key and self.livekit_api_secret)
+        return not self.livekit_unset
+
+    @property
+    def livekit_unset(self) -> tuple[str, ...]:
+        """The variables LiveKit's server API still needs (none once it is configured)."""
+        values = (
+            ("AIM_LIVEKIT_URL", self.livekit_url),
+            ("AIM_LIVEKIT_API_KEY", self.livekit_api_key),
+            ("AIM_LIVEKIT_API_SECRET", self.livekit_api_secret),
+        )
+        return tuple(name for name, value in values if not value)
 
     @property
     def provider_url(self) -> str:
@@ -198,6 +236,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 reader.problems.append(
                     "AIM_REQUIRE_REDIS is set (production) but neither AIM_AUTH_HS256_SECRET nor "
                     "AIM_AUTH_JWKS_URL is: configure the key that verifies client tokens"
+                    + (
+                        ""
+                        if reader.text("AIM_AUTH_AUDIENCE")
+                        else ", and AIM_AUTH_AUDIENCE, the audience (aud) they must carry"
+                    )
                 )
             else:
                 secret = secrets.token_urlsafe(48)
@@ -206,12 +249,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             reader.problems.append(
                 f"AIM_AUTH_HS256_SECRET must be at least {MIN_HS256_SECRET_BYTES} bytes long"
             )
-        jwks = reader.url("AIM_AUTH_JWKS_URL", ("http", "https"))
+        # whoever can change the key set in transit can mint any token: https only (http to
+        # this machine, for development), and the fetch never follows a redirect (jwks.py)
+        jwks = reader.https_url("AIM_AUTH_JWKS_URL", allow_http=False, http_switch=None)
         issuer = reader.text("AIM_AUTH_ISSUER")
         audience = reader.text("AIM_AUTH_AUDIENCE")
         if jwks is not None and (issuer is None or audience is None):
             reader.problems.append(
                 "AIM_AUTH_JWKS_URL needs AIM_AUTH_ISSUER and AIM_AUTH_AUDIENCE to be set as well"
+            )
+        elif require_redis and secret is not None and audience is None:
+            # production: a token minted for another service (another aud, or none) is refused
+            reader.problems.append(
+                "AIM_REQUIRE_REDIS is set (production) but AIM_AUTH_AUDIENCE is not: set the "
+                "audience (aud) client tokens must carry, so that a token minted for another "
+                "service is refused"
             )
         livekit_url = reader.url("AIM_LIVEKIT_URL", ("http", "https", "ws", "wss"))
         api_key = reader.text("AIM_LIVEKIT_API_KEY")
@@ -241,6 +293,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 "AIM_EVENTS_TENANT_URLS needs AIM_EVENTS_URL (and AIM_EVENTS_SECRET): the events "
                 "of every other tenant go there"
             )
+        if tenant_urls and reader.text("AIM_AUTH_TENANT_CLAIM") is None:
+            # no principal would have a tenant: every tenant's events would go to the default
+            reader.problems.append(
+                "AIM_EVENTS_TENANT_URLS needs AIM_AUTH_TENANT_CLAIM, the token claim naming a "
+                "principal's tenant: without it no session has a tenant and every event would go "
+                "to AIM_EVENTS_URL"
+            )
         events_secret = reader.webhook_secret("AIM_EVENTS_SECRET")
         if (reader.text("AIM_EVENTS_URL") is None) != (reader.text("AIM_EVENTS_SECRET") is None):
             reader.problems.append(
@@ -266,6 +325,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             auth_tenant_claim=reader.text("AIM_AUTH_TENANT_CLAIM"),
             auth_leeway_s=reader.integer(
                 "AIM_AUTH_LEEWAY_S", defaults.auth_leeway_s, low=0, high=30
+            ),
+            auth_max_token_lifetime_s=reader.integer(
+                "AIM_AUTH_MAX_TOKEN_LIFETIME_S",
+                defaults.auth_max_token_lifetime_s,
+                low=60,
+                high=365 * 86400,
             ),
             livekit_url=livekit_url,
             livekit_public_url=(
@@ -346,6 +411,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             sse_buffer_events=reader.integer(
                 "AIM_SSE_BUFFER_EVENTS", defaults.sse_buffer_events, low=1, high=100_000
             ),
+            sse_max_streams_per_principal=reader.integer(
+                "AIM_SSE_MAX_STREAMS_PER_PRINCIPAL",
+                defaults.sse_max_streams_per_principal,
+                low=1,
+                high=100_000,
+            ),
+            sse_max_streams_per_task=reader.integer(
+                "AIM_SSE_MAX_STREAMS_PER_TASK",
+                defaults.sse_max_streams_per_task,
+                low=1,
+                high=100_000,
+            ),
+            sse_max_lifetime_s=reader.number(
+                "AIM_SSE_MAX_LIFETIME_S", defaults.sse_max_lifetime_s, low=1.0, high=86400.0
+            ),
             http_idle_timeout_s=reader.integer(
                 "AIM_HTTP_IDLE_TIMEOUT_S", defaults.http_idle_timeout_s, low=1, high=3600
             ),
@@ -368,6 +448,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             http_max_headers=reader.integer(
                 "AIM_HTTP_MAX_HEADERS", defaults.http_max_headers, low=16, high=10_000
             ),
+            http_write_timeout_s=reader.number(
+                "AIM_HTTP_WRITE_TIMEOUT_S", defaults.http_write_timeout_s, low=1.0, high=3600.0
+            ),
             metrics=reader.flag("AIM_METRICS", default=defaults.metrics),
             # 0: read on every scrape (one scraper, small deployments)
             metrics_refresh_s=reader.number(
@@ -389,6 +472,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             events_max_per_session=reader.integer(
                 "AIM_EVENTS_MAX_PER_SESSION", defaults.events_max_per_session, low=1, high=100_000
+            ),
+            events_max_per_destination=reader.integer(
+                "AIM_EVENTS_MAX_PER_DESTINATION",
+                defaults.events_max_per_destination,
+                low=1,
+                high=32,
+            ),
+            events_connect_timeout_s=reader.number(
+                "AIM_EVENTS_CONNECT_TIMEOUT_S",
+                defaults.events_connect_timeout_s,
+                low=0.05,
+                high=60.0,
+            ),
+            max_handoffs_per_minute=reader.integer(
+                "AIM_MAX_HANDOFFS_PER_MINUTE", defaults.max_handoffs_per_minute, low=0, high=10_000
             ),
             warnings=tuple(reader.warnings),
         )

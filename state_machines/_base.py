@@ -57,8 +57,9 @@ class Rejected(msgspec.Struct, frozen=True):
 
     The defaulted fields carry the `data` of specific errors: `current_epoch` and `epoch_reason`
     (superseded | rebound | ended | ahead) for STALE_EPOCH, `missing` for REQUIREMENT_MISMATCH /
-    CAPABILITY_UNAVAILABLE, `limit` (the name of the limit) for LIMIT_EXCEEDED,
-    `current_version` (the task's) for VERSION_MISMATCH.
+    CAPABILITY_UNAVAILABLE, `limit` (the name of the limit) and `retry_after` (seconds until
+    it allows the event again; 0: waiting does not help) for LIMIT_EXCEEDED, `current_version`
+    (the task's) for VERSION_MISMATCH.
     """
 
     reason: RejectReason
@@ -70,3 +71,4 @@ class Rejected(msgspec.Struct, frozen=True):
     missing: tuple[str, ...] = ()
     limit: str = ""
     current_version: int = 0
+    retry_after: int = 0

@@ -148,8 +148,8 @@ GUARDS: Final[dict[SessionEventName, str]] = {
     "register_endpoint": "client epoch current; same clientEndpointKey → same endpoint; "
     "at most max_endpoints",
     "join": "client epoch current; endpoint registered (not superseded/removed); another active "
-    "endpoint → handoff: epoch + 1, it is superseded and removed, its tokens revoked; token "
-    "minted",
+    "endpoint → handoff (at most max_handoffs_per_minute in any minute): epoch + 1, it is "
+    "superseded and removed, its tokens revoked; token minted",
     "participant_joined": "the active endpoint at the current epoch → active; a superseded "
     "endpoint → RemoveParticipant with its tokens revoked, state unchanged; else rejected",
     "participant_left": "the active endpoint at the current epoch; the shell arms the grace timer",

@@ -70,10 +70,12 @@ class RegisterEndpoint(msgspec.Struct, frozen=True, tag=True):
 
 
 class Join(msgspec.Struct, frozen=True, tag=True):
-    """aim.realtime.JoinSession by `endpoint_id`."""
+    """aim.realtime.JoinSession by `endpoint_id`; a join that hands the session off is refused
+    past `max_handoffs_per_minute` handoffs in the last minute (0: no bound)."""
 
     epoch: int
     endpoint_id: str
+    max_handoffs_per_minute: int = 0
 
 
 class ParticipantJoined(msgspec.Struct, frozen=True, tag=True):

@@ -7,7 +7,9 @@ guard has let an event through, so none of them returns a rejection. Import the 
 
 from __future__ import annotations
 
+import math
 import re
+from datetime import datetime, timedelta
 from typing import Final, Literal, NamedTuple
 
 import msgspec
@@ -104,6 +106,9 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     idles: int = 0  # times the session became idle (ready, no active endpoint); names idle timers
     # the requirement the task's status message shows (INPUT_REQUIRED); a new one is a task change
     task_requirement: str | None = None
+    # when the latest handoffs happened, while handoffs are bounded per minute: at most the
+    # bound's count of them, none older than HANDOFF_WINDOW_S
+    handoffs: tuple[str, ...] = ()
 
 
 replace = msgspec.structs.replace
@@ -140,15 +145,36 @@ def parse_room_name(name: str) -> RoomName | None:
     return None if match is None else RoomName(match["sid"], int(match["epoch"]))
 
 
-def limit_exceeded(session: Session, limit: str, detail: str) -> Rejected:
-    """The refusal of a command that would pass one of the session's limits (named `limit`)."""
+def limit_exceeded(session: Session, limit: str, detail: str, retry_after: int = 0) -> Rejected:
+    """The refusal of a command that would pass one of the session's limits (named `limit`);
+    `retry_after`: the seconds after which it would not (0: waiting does not help)."""
     return Rejected(
         reason=RejectReason.LIMIT_EXCEEDED,
         state=session.state,
         current_epoch=session.epoch,
         limit=limit,
         detail=detail,
+        retry_after=retry_after,
     )
+
+
+# handoffs are bounded per this many seconds (Join.max_handoffs_per_minute)
+HANDOFF_WINDOW_S: Final = 60
+
+
+def recent_handoffs(session: Session, now: str) -> tuple[str, ...]:
+    """The session's handoffs of the last HANDOFF_WINDOW_S before `now`, oldest first."""
+    since = datetime.fromisoformat(now) - timedelta(seconds=HANDOFF_WINDOW_S)
+    return tuple(at for at in session.handoffs if datetime.fromisoformat(at) > since)
+
+
+def handoff_wait(recent: tuple[str, ...], now: str, limit: int) -> int:
+    """Whole seconds until one more handoff fits in the window (0: it fits now), given the
+    `recent` handoffs and at most `limit` of them per window."""
+    if len(recent) < limit:
+        return 0
+    frees = datetime.fromisoformat(recent[-limit]) + timedelta(seconds=HANDOFF_WINDOW_S)
+    return max(1, math.ceil((frees - datetime.fromisoformat(now)).total_seconds()))
 
 
 def open_requirement(session: Session) -> Operation | None:

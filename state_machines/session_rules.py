@@ -54,11 +54,13 @@ from state_machines.session_model import (
     fail,
     finish,
     hand_off,
+    handoff_wait,
     join_token,
     limit_exceeded,
     moved,
     put,
     rebind,
+    recent_handoffs,
     replace,
 )
 
@@ -165,6 +167,19 @@ def _join(
     outbox: tuple[OutboxEffect, ...] = ()
     previous = session.active_endpoint_id
     if previous is not None and is_handoff(session, known.endpoint_id):
+        limit = event.max_handoffs_per_minute
+        if limit:
+            recent = recent_handoffs(session, now)
+            wait = handoff_wait(recent, now, limit)
+            if wait:
+                return limit_exceeded(
+                    session,
+                    "handoffs_per_minute",
+                    f"A session is handed to another device at most {limit} times a minute; "
+                    f"try again in {wait} s.",
+                    retry_after=wait,
+                )
+            session = replace(session, handoffs=(*recent, now)[-limit:])
         session, removal = hand_off(session, previous, now)
         outbox = (removal,)
     joined = replace(joining.state, joined_at=now, joined_epoch=session.epoch)

@@ -1,6 +1,6 @@
 """A JWKS endpoint on 127.0.0.1 for the authentication tests: a `ThreadingHTTPServer` in a
 thread serving a key set the test changes between calls, counting its requests, that can be
-made to fail (503) or to hold each request until released."""
+made to fail (503), to hold each request until released, or to answer with a redirect."""
 
 from __future__ import annotations
 
@@ -67,12 +67,14 @@ def signed(key: PrivateKey, kid: str, **claims: Any) -> str:
 
 class JwksServer:
     """The endpoint's state, shared with its handler threads: `keys` served, `requests` seen,
-    `down` to answer 503, `gate` cleared to hold requests, `arrived` set when one comes in."""
+    `down` to answer 503, `gate` cleared to hold requests, `arrived` set when one comes in,
+    `redirect` (status, location) to answer with that redirect instead of the keys."""
 
     def __init__(self, keys: list[dict[str, Any]]) -> None:
         self.keys = keys
         self.requests = 0
         self.down = False  # answer 503
+        self.redirect: tuple[int, str] | None = None
         self.gate = threading.Event()  # requests wait for it
         self.gate.set()
         self.arrived = threading.Event()  # set by each request as it comes in
@@ -92,6 +94,13 @@ class JwksServer:
                 server.gate.wait(10)
                 if server.down:
                     self.send_error(503)
+                    return
+                if server.redirect is not None:
+                    status, location = server.redirect
+                    self.send_response(status)
+                    self.send_header("Location", location)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                     return
                 body = json.dumps({"keys": server.keys}).encode()
                 self.send_response(200)

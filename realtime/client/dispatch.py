@@ -75,16 +75,25 @@ def _decoded(raw: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
     return value
 
 
+def _shape(value: Any) -> str:
+    """What a value is, without its content."""
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters, {value.count('.') + 1} dot-separated parts"
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
 def parse_metadata(raw: str | bytes | Mapping[str, Any]) -> DispatchMetadata:
     """The job metadata checked member by member; AgentMetadataError names every problem."""
     data = _decoded(raw)
     problems: list[str] = []
 
-    def need(name: str, ok: bool, what: str) -> None:
+    def need(name: str, ok: bool, what: str, *, secret: bool = False) -> None:
         if name not in data:
             problems.append(f"{name}: missing")
         elif not ok:
-            problems.append(f"{name}: must be {what}, got {data[name]!r}")
+            # a secret's value is never said, not even a malformed one: its shape only
+            got = _shape(data[name]) if secret else repr(data[name])
+            problems.append(f"{name}: must be {what}, got {got}")
 
     epoch = data.get("sessionEpoch")
     retention = data.get("retention")
@@ -100,7 +109,7 @@ def parse_metadata(raw: str | bytes | Mapping[str, Any]) -> DispatchMetadata:
     need("providerUrl", isinstance(url, str) and url.startswith(("http://", "https://")),
          "an http(s) URL")  # fmt: skip
     token = data.get("providerToken")
-    need("providerToken", isinstance(token, str) and token.count(".") == 2, "a JWT")
+    need("providerToken", isinstance(token, str) and token.count(".") == 2, "a JWT", secret=True)
     if problems:
         raise AgentMetadataError(problems)
     return DispatchMetadata(

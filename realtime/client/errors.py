@@ -25,6 +25,15 @@ INVALID_PARAMS: Final = -32602
 UNSUPPORTED_OPERATION: Final = -32004
 NOT_FOUND_CODES: Final = frozenset({-32001, -31001, -31006, -31010, -31005})
 
+# why a 401, in its ErrorInfo metadata `reason` (docs/protocol.md, Authentication)
+TOKEN_EXPIRED: Final = "token_expired"  # noqa: S105 - a reason code, not a secret
+# the 401s a new token from the same source does not cure: the app's or the service's
+# configuration is wrong (another key, audience or issuer, a token that is no JWT, clocks)
+MISCONFIGURED: Final = frozenset({
+    "malformed_token", "token_not_yet_valid", "invalid_signature", "unknown_key",
+    "invalid_audience", "invalid_issuer", "invalid_claims",
+})  # fmt: skip
+
 ERROR_INFO: Final = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST: Final = "type.googleapis.com/google.rpc.BadRequest"
 
@@ -69,10 +78,11 @@ class AimError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """True when sending the very same request again may succeed."""
-        return self.code == UPSTREAM_UNAVAILABLE or (
-            self.code == LIMIT_EXCEEDED and self.retry_after_ms is not None
-        )
+        """True when sending the very same request again may succeed (a -31012 whose metadata
+        says `retryable: "false"`, a service not configured for LiveKit, is not)."""
+        if self.code == UPSTREAM_UNAVAILABLE:
+            return self.metadata.get("retryable") != "false"
+        return self.code == LIMIT_EXCEEDED and self.retry_after_ms is not None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code}, reason={self.reason!r}, {self.message!r})"
@@ -114,15 +124,36 @@ class LimitExceededError(AimError):
 
 class UnavailableError(AimError):
     """-31012 (an upstream of the service is unreachable), or no usable answer after the last
-    attempt (`code` None: the transport failed, or an HTTP 502/503/504 without JSON-RPC)."""
+    attempt (`code` None: the transport failed, or an HTTP 502/503/504 without JSON-RPC).
+    Retryable, but for a -31012 whose metadata says `retryable: "false"` (`unset` names what
+    the service's operator must configure)."""
 
     @property
     def retryable(self) -> bool:
-        return True
+        return self.metadata.get("retryable") != "false"
 
 
 class AuthError(AimError):
-    """-31401 / -31403 (HTTP 401 / 403): get a token that is valid and has the scope."""
+    """-31401 / -31403 (HTTP 401 / 403): get a token that is valid and has the scope.
+    `auth_reason` says why a 401 (its metadata `reason`; "" when none): `token_expired` is a
+    `TokenExpiredError`, a misconfiguration an `AuthMisconfiguredError`; `missing_token`,
+    `keys_unavailable` (the service cannot read its issuer's keys) and 403s stay `AuthError`."""
+
+    @property
+    def auth_reason(self) -> str:
+        return self.metadata.get("reason", "")
+
+
+class TokenExpiredError(AuthError):
+    """401 `token_expired`: the token's `exp` has passed; get a new one. With a token function
+    the caller asks it again, once, and sends the call again before raising this."""
+
+
+class AuthMisconfiguredError(AuthError):
+    """401 that a new token from the same source will not cure (`auth_reason`: invalid_signature,
+    unknown_key, invalid_audience, invalid_issuer, invalid_claims, malformed_token,
+    token_not_yet_valid): the token's issuer, audience, key or clock does not match the
+    service's configuration; retrying does not help."""
 
 
 class InvalidParamsError(AimError):
@@ -131,6 +162,11 @@ class InvalidParamsError(AimError):
     def __init__(self, message: str, *, violations: tuple[Violation, ...] = (), **kw: Any):
         super().__init__(message, **kw)
         self.violations = violations
+
+
+class RedirectError(AimError):
+    """The service's URL answered a redirect (`reason="REDIRECT"`): not followed, since that
+    would send the call's body and token to another URL, and not retried."""
 
 
 _CLASSES: Final[dict[int, type[AimError]]] = {
@@ -144,6 +180,12 @@ _CLASSES: Final[dict[int, type[AimError]]] = {
     INVALID_PARAMS: InvalidParamsError,
     **dict.fromkeys(NOT_FOUND_CODES, NotFoundError),
 }
+
+
+def _auth_class(reason: str) -> type[AuthError]:
+    if reason == TOKEN_EXPIRED:
+        return TokenExpiredError
+    return AuthMisconfiguredError if reason in MISCONFIGURED else AuthError
 
 
 def retry_after_ms(header: str | None, metadata: Mapping[str, str]) -> int | None:
@@ -199,6 +241,8 @@ def error_from_rpc(
         cls = _CLASSES.get(code, AimError) if code is not None else AimError
     if cls is StaleEpochError and metadata.get("reason") == "superseded":
         cls = SupersededError
+    elif cls is AuthError and code != PERMISSION_DENIED and http_status != 403:
+        cls = _auth_class(metadata.get("reason", ""))
     raw_data = error.get("data")
     common: dict[str, Any] = {
         "code": code,
@@ -230,4 +274,10 @@ def http_error(method: str, status: int, retry_after: str | None = None) -> AimE
                                 retry_after_ms=wait)  # fmt: skip
     if status in (401, 403):
         return AuthError(message, reason="HTTP", http_status=status, method=method)
+    if 300 <= status < 400:
+        return RedirectError(
+            f"HTTP {status}: the service answered with a redirect, which this client does not "
+            "follow (it would send the request's body and token to another URL); check its URL",
+            reason="REDIRECT", http_status=status, method=method,
+        )  # fmt: skip
     return AimError(message, reason="HTTP", http_status=status, method=method)

@@ -100,10 +100,11 @@ AnyEvent = Event | Update
 
 @dataclass(frozen=True)
 class JoinResult:
-    """JoinSession's media: what livekit's `room.connect(url, token)` needs."""
+    """JoinSession's media: what livekit's `room.connect(url, token)` needs. Its repr leaves
+    the token out (a log line or a traceback may show it)."""
 
     url: str
-    token: str
+    token: str = field(repr=False)
     room: str
     expires_at: str
     epoch: int

@@ -7,13 +7,17 @@ once, when the call is made; retries send those bytes again. What is retried, up
 - no answer (connection refused or cut, a timeout): the call may have applied, and the same
   ids make the retry answer its stored outcome;
 - HTTP 502/503/504 without a JSON-RPC body (a proxy in between);
-- -31012 UPSTREAM_UNAVAILABLE;
+- -31012 UPSTREAM_UNAVAILABLE, unless its metadata says `retryable: "false"` (the service is
+  not configured for LiveKit: the same request fails the same way);
 - -31011 LIMIT_EXCEEDED with retry advice (`Retry-After`, `retryAfterSeconds`): waited out as
-  advised instead of backing off.
+  advised instead of backing off;
+- a 401 `token_expired`, once per call and at once, when the token comes from a function: the
+  next attempt asks it for a new token (no other 401 asks it again).
 
 The others wait an exponential backoff with full jitter: a random delay between 0 and
 `min(max_delay_ms, base_delay_ms * 2**(n-1))` before the n-th retry. Anything else is raised at
-once as a typed error (`realtime.client.errors`).
+once as a typed error (`realtime.client.errors`); a redirect is never followed (it would send
+the body and the token to another URL) but raised, as `RedirectError`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import httpx
 from realtime.client.errors import (
     LIMIT_EXCEEDED,
     AimError,
+    TokenExpiredError,
     error_from_rpc,
     http_error,
     transport_error,
@@ -139,15 +144,24 @@ class RpcCaller:
         """The call's `result`, retried as the module says; else its typed error."""
         body = encode(self.next_id(), method, params)
         retry = 0
+        refreshed = False
         while True:
             try:
                 return await self.attempt(method, body)
             except AimError as error:
+                if self.refreshes(error) and not refreshed:
+                    refreshed = True
+                    continue
                 retry += 1
                 delay_ms = self.delay_ms(error, retry)
                 if delay_ms is None:
                     raise
             await self.sleep(delay_ms / 1000)
+
+    def refreshes(self, error: AimError) -> bool:
+        """Whether a new token may cure `error`: it expired, and the token comes from a function
+        (which the next attempt asks again)."""
+        return isinstance(error, TokenExpiredError) and callable(self.token)
 
     def delay_ms(self, error: AimError, retry: int) -> float | None:
         """How long to wait before the `retry`-th retry after `error`; None: raise it."""
@@ -163,7 +177,11 @@ class RpcCaller:
         """One POST of `body`: its result, or the error it answered (or its lack of one)."""
         try:
             response = await self.http.post(
-                self.url, content=body, headers=await self.headers(), timeout=self.timeout
+                self.url,
+                content=body,
+                headers=await self.headers(),
+                timeout=self.timeout,
+                follow_redirects=False,  # a redirect is raised (RedirectError), never followed
             )
         except httpx.TransportError as exc:
             raise transport_error(method, exc) from exc

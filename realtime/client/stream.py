@@ -4,7 +4,9 @@
 WHATWG rules: lines end in CRLF, LF or CR; `:` starts a comment; `data` lines join with LF; an
 event is dispatched at a blank line; `id` persists). `TaskStream.frames()` yields the JSON-RPC
 results of one task's stream until the task is terminal, reconnecting after a failure with the
-last id it got: the service continues right after it, nothing lost or doubled.
+last id it got: the service continues right after it, nothing lost or doubled. A stream the
+service cut on purpose (its lifetime, or a reader that fell behind) ends with the comment
+`: reconnect`: it is resumed at once, and is no failure.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ TERMINAL_TASK_STATES: Final = frozenset({
 })  # fmt: skip
 STREAM_BACKOFF: Final = RetryPolicy(attempts=10, base_delay_ms=250, max_delay_ms=5000)
 IDLE_TIMEOUT_S: Final = 45.0  # three missed 15 s heartbeats: the connection is dead
+RECONNECT_COMMENT: Final = "reconnect"  # the service's last line of a stream it cut on purpose
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class SseParser:
         self._data: list[str] = []
         self._event = ""
         self.last_id: str | None = None
+        self.reconnect = False  # the service said it cuts the stream: resume at once
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         text = self._decoder.decode(chunk)
@@ -73,8 +77,9 @@ class SseParser:
     def _line(self, line: str) -> SseEvent | None:
         if line == "":
             return self._dispatch()
-        if line.startswith(":"):
-            return None  # a comment: `: keepalive`
+        if line.startswith(":"):  # a comment: `: keepalive`, or `: reconnect` before the end
+            self.reconnect = self.reconnect or line[1:].strip() == RECONNECT_COMMENT
+            return None
         name, colon, value = line.partition(":")
         if colon and value.startswith(" "):
             value = value[1:]
@@ -150,6 +155,7 @@ class TaskStream:
         self.refused_terminal = False
         self.refusal: AimError | None = None
         self.connections = 0
+        self._cut = False  # the last connection ended with the service's `: reconnect`
         self._body = encode(caller.next_id(), "SubscribeToTask", {"id": task_id,
                                                                   "historyLength": 0})  # fmt: skip
 
@@ -165,6 +171,9 @@ class TaskStream:
                         return
                 if self.refused_terminal:
                     return
+                if self._cut:  # cut on purpose (lifetime, fell behind): resume now
+                    failures = 0
+                    continue
                 failure: AimError = transport_error(
                     "SubscribeToTask", EOFError("the stream closed")
                 )
@@ -183,6 +192,7 @@ class TaskStream:
             extra["Last-Event-ID"] = self.last_event_id
         timeout = httpx.Timeout(self.caller.timeout.connect, read=self.idle_timeout_s)
         self.connections += 1
+        self._cut = False
         try:
             async with self.caller.http.stream(
                 "POST",
@@ -190,6 +200,7 @@ class TaskStream:
                 content=self._body,
                 headers=await self.caller.headers(**extra),
                 timeout=timeout,
+                follow_redirects=False,
             ) as response:
                 kind = response.headers.get("content-type", "")
                 if not kind.startswith("text/event-stream"):
@@ -201,6 +212,7 @@ class TaskStream:
                         frame = self._frame(event)
                         if frame is not None:
                             yield frame
+                self._cut = parser.reconnect
         except httpx.TransportError as exc:
             raise _BrokenError(transport_error("SubscribeToTask", exc)) from exc
 
@@ -214,7 +226,7 @@ class TaskStream:
             if error.code == UNSUPPORTED_OPERATION:
                 self.refused_terminal, self.refusal = True, error
                 return
-            if error.retryable:
+            if error.retryable or self.caller.refreshes(error):  # reconnect (with a new token)
                 raise _BrokenError(error) from error
             raise
         raise http_error("SubscribeToTask", response.status_code)  # a result, but not a stream

@@ -23,6 +23,9 @@ from state_machines import Session
 
 _ENCODER: Final = msgspec.json.Encoder()
 NO_DELIVERIES: Final = Deliveries()
+# kept whatever the backlog (decision 162): how a session starts and how it ends (its task's end
+# comes with session.ended or session.failed); the others may be dropped when it is full
+LASTING: Final = frozenset({"session.created", "session.ready", "session.ended", "session.failed"})
 # the event of an operation leaving its question: confirmed (it runs, or a media request
 # allowed at once is over), canceled (denied, or canceled), expired (unanswered)
 _ANSWERED: Final = {
@@ -61,11 +64,14 @@ def notices(
     if not settings.events_enabled:
         return record, NO_DELIVERIES
     last = record.events_seq if isinstance(record.events_seq, int) else 0
-    found = session_events(old, new, record, seq=last, now_ms=now_ms, types=settings.events_types)
+    found = _numbered(old, new, record, seq=last, now_ms=now_ms, types=settings.events_types)
     if not found:
         return record, NO_DELIVERIES
     kept = Deliveries(
-        found, settings.events_max_per_session, max(window_s, settings.events_retry_s)
+        [(seq, body) for seq, _, body in found],
+        settings.events_max_per_session,
+        max(window_s, settings.events_retry_s),
+        frozenset(seq for seq, kind, _ in found if kind in LASTING),
     )
     return msgspec.structs.replace(record, events_seq=found[-1][0]), kept
 
@@ -86,12 +92,27 @@ def session_events(
 ) -> list[tuple[int, bytes]]:
     """The encoded events of the move `old` → `new` (None: created) that `types` asks for,
     numbered from `seq` + 1."""
+    found = _numbered(old, new, record, seq=seq, now_ms=now_ms, types=types)
+    return [(number, body) for number, _, body in found]
+
+
+def _numbered(
+    old: Session | None,
+    new: Session,
+    record: SessionRecord,
+    *,
+    seq: int,
+    now_ms: int,
+    types: Set[str],
+) -> list[tuple[int, str, bytes]]:
+    """(seq, type, body) of each event `session_events` gives."""
     found = [(kind, data) for kind, data in _moves(old, new) if kind in types]
     principal = {"tenant": record.tenant, "sub": record.principal_name}
     at = timestamp(now_ms)
     return [
         (
             seq + index,
+            kind,
             _ENCODER.encode(
                 SessionEvent(
                     type=kind,

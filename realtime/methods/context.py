@@ -13,7 +13,7 @@ from realtime.a2a.params import Params
 from realtime.a2a.types import timestamp
 from realtime.auth import Principal
 from realtime.engine.core import Engine
-from realtime.fanout import EventHub
+from realtime.fanout import EventHub, StreamSlots
 from realtime.metrics import Metrics
 from realtime.settings import Settings
 from realtime.store.cards import CardStore
@@ -55,6 +55,7 @@ class Services:
     timer_store: TimerStore  # the durable timers (the worker's)
     delivery_store: DeliveryStore  # the session events for the app's backend
     metrics: Metrics = field(default_factory=lambda: Metrics(None))
+    streams: StreamSlots = field(default_factory=StreamSlots)  # the open SSE streams' caps
     clock: Callable[[], float] = time.time
     new_id: Callable[[], str] = field(default=_new_id)
 

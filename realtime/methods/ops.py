@@ -2,8 +2,9 @@
 
 - `list_sessions`: live and recent sessions, newest commit first, filtered by state and
   principal, paged with an opaque cursor (a position in `aim:{ops}:sessions`);
-- `session_detail`: the Session object of §4 with its principal, outbox, armed timers and
-  pending operations;
+- `session_detail`: the Session object of §4 with its principal, outbox, armed timers (each
+  marked `stale` when the session has moved past it: it will be refused when it comes due)
+  and pending operations;
 - `timeline`: what happened to a session, oldest first, merged from its event stream (one
   entry per commit, carrying the cause, the call or webhook behind it and the trace id) and its
   timeline stream (what no commit carries: replays, rejections, other webhooks, LiveKit calls,
@@ -36,6 +37,8 @@ from realtime.store.records import EVENT_DECODER, Cause, EventEntry, PendingEffe
 from realtime.store.timeline import TIMELINE_DECODER
 from realtime.timestamps import timestamp
 from realtime.worker.runner import livekit_call
+from realtime.worker.timers import fires
+from state_machines import Session
 from state_machines import operation as operations
 from state_machines.session_model import SESSION_STATES
 
@@ -155,7 +158,7 @@ async def session_detail(
     )
     view["principal"] = record.principal_name
     view["outbox"] = [outbox_item(effect_id, entry) for effect_id, entry in detail.outbox]
-    view["timers"] = timers_of(detail.timers)
+    view["timers"] = timers_of(detail.timers, session, detail.version, services.now_ms())
     view["pendingOperations"] = [
         operation_item(op) for op in session.operations if not operations.is_terminal(op.state)
     ]
@@ -183,8 +186,12 @@ def outbox_item(effect_id: str, entry: PendingEffect) -> dict[str, Any]:
     return item
 
 
-def timers_of(armed: Mapping[str, int]) -> list[dict[str, Any]]:
-    """Armed timers, soonest first: kind, due time, the epoch they were armed at."""
+def timers_of(
+    armed: Mapping[str, int], session: Session, version: int, now_ms: int
+) -> list[dict[str, Any]]:
+    """Armed timers, soonest first: kind, due time, the epoch they were armed at, and `stale`:
+    the session (as it is now, at `version`) has moved past it, so it will be refused when it
+    comes due (an older epoch, a kind its state no longer accepts, …)."""
     found = []
     for member, due_ms in armed.items():
         try:
@@ -194,7 +201,12 @@ def timers_of(armed: Mapping[str, int]) -> list[dict[str, Any]]:
         found.append((due_ms, timer))
     found.sort()
     return [
-        {"kind": timer.kind, "dueAt": timestamp(due_ms), "epoch": timer.epoch}
+        {
+            "kind": timer.kind,
+            "dueAt": timestamp(due_ms),
+            "epoch": timer.epoch,
+            "stale": not fires(timer, session, version, max(now_ms, due_ms)),
+        }
         for due_ms, timer in found
     ]
 

@@ -35,13 +35,16 @@ async def _visible_session(services: Services, operator: Principal, session_id: 
 
 
 async def deliveries(services: Services, operator: Principal, session_id: str) -> dict[str, Any]:
-    """`{enabled, deliveries: [...]}`: each kept event with how sending it fared."""
+    """`{enabled, dropped, deliveries: [...]}`: each kept event with how sending it fared (and
+    `droppedBefore`, the events just before it that the backlog's bound dropped), and how many
+    of the session's events were dropped in all."""
     await _visible_session(services, operator, session_id)
     kept = await services.delivery_store.listing(session_id)
     items = []
-    for item in kept:
+    for item in kept.deliveries:
         body = msgspec.json.decode(item.body)
         state = msgspec.to_builtins(item.state)
+        gap = {"droppedBefore": item.dropped_before} if item.dropped_before else {}
         items.append(
             {
                 "seq": item.seq,
@@ -49,10 +52,15 @@ async def deliveries(services: Services, operator: Principal, session_id: str) -
                 "webhookId": webhook_id(session_id, item.seq),
                 "occurredAt": body.get("occurredAt"),
                 **state,
+                **gap,
                 "event": body,
             }
         )
-    return {"enabled": services.settings.events_enabled, "deliveries": items}
+    return {
+        "enabled": services.settings.events_enabled,
+        "dropped": kept.dropped,
+        "deliveries": items,
+    }
 
 
 async def redeliver(

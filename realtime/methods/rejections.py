@@ -39,6 +39,7 @@ def reject(rejection: Rejected, session: Session) -> ServiceError:
         return LimitExceeded(
             f"Limit reached: {rejection.limit}. {rejection.detail}".strip(),
             limit=rejection.limit,
+            retry_after=rejection.retry_after or None,
         )
     if reason is RejectReason.OPERATION_NOT_FOUND:
         return OperationNotFound(

@@ -21,6 +21,7 @@ from realtime.errors import (
     InternalError,
     InvalidState,
     LimitExceeded,
+    NotConfigured,
     TaskNotCancelable,
     TaskNotFound,
     Unavailable,
@@ -96,14 +97,17 @@ async def create_session(
                 + ". Remove these from the request or ask the operator to enable them."
             ),
         )
-    if not services.settings.livekit_configured:
+    unset = services.settings.livekit_unset
+    if unset:
         # said at once, before anything is stored, rather than after the blocking wait as if
-        # LiveKit were briefly down (profile §14: media calls fail with -31012)
-        raise Unavailable(
-            "LiveKit is not configured on this service (AIM_LIVEKIT_URL, AIM_LIVEKIT_API_KEY, "
-            "AIM_LIVEKIT_API_SECRET), so no realtime session can start; nothing was stored. "
-            "Its operator sets them (docs/local-livekit.md runs one locally).",
+        # LiveKit were briefly down (profile §14: media calls fail with -31012); not retryable:
+        # the same request fails the same way until the operator configures LiveKit
+        raise NotConfigured(
+            f"LiveKit is not configured on this service ({', '.join(unset)} unset), so no "
+            "realtime session can start; nothing was stored, and repeating the request will "
+            "not help. Its operator sets them (docs/local-livekit.md runs one locally).",
             service="livekit",
+            unset=unset,
         )
     owner = call.principal.key
     digest = "sha256:" + hashlib.sha256(_CANONICAL.encode(data)).hexdigest()
@@ -324,7 +328,11 @@ async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> A
         call,
         params.session_id,
         params.command_id,
-        machine.Join(params.session_epoch, params.endpoint_id),
+        machine.Join(
+            params.session_epoch,
+            params.endpoint_id,
+            max_handoffs_per_minute=services.settings.max_handoffs_per_minute,
+        ),
         render,
     )
 

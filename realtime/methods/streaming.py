@@ -6,11 +6,19 @@ is decided before the handler returns, so such errors are answered as plain JSON
 the event that makes the task terminal. SSE ids are the ids of the session's event stream
 entries (`aim:{sid}:events`), so a reconnect with Last-Event-ID resumes right after the last
 event the client got. The Task frame sent first carries the id of the entry it reflects.
+
+A stream holds a slot of the process's `StreamSlots` (its principal's and its task's) from the
+moment its handler admits it to its end, whatever the path: a stream past a cap is refused
+before it starts, and before SendStreamingMessage stores anything. It lives at most
+`AIM_SSE_MAX_LIFETIME_S`: then, after a complete event, it sends the comment `: reconnect`
+and closes, as it does when it fell too far behind; the client resumes with Last-Event-ID.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import enum
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
 
 import msgspec
@@ -26,7 +34,7 @@ from realtime.errors import (
     task_ref,
     task_state,
 )
-from realtime.fanout import LaggedError
+from realtime.fanout import LaggedError, StreamSlot
 from realtime.methods import messages, tasks
 from realtime.methods.context import Call, Services
 from realtime.store import keys
@@ -41,6 +49,13 @@ START: Final = "0-0"
 # a resumed stream first reads what it missed in pages, at the client's own pace, and joins the
 # hub (whose per-subscriber buffers are sized for what is new) only once it has caught up
 CATCH_UP_PAGE: Final = 100
+
+
+class Comment(enum.Enum):
+    """An SSE comment line of a stream: no event, but the client may act on it."""
+
+    KEEPALIVE = "keepalive"  # an idle stream's heartbeat
+    RECONNECT = "reconnect"  # the last line of a stream the server cut: resume at once
 
 
 class TaskStream:
@@ -60,34 +75,64 @@ class TaskStream:
         self.task_id, self.context_id = task.id, task.context_id
         self.first = first
         self.follow_after = follow_after  # None: the stream ends after `first`
+        self.deadline = services.clock() + services.settings.sse_max_lifetime_s
+        self.slot: StreamSlot | None = None
 
-    async def frames(self) -> AsyncIterator[Frame | None]:
-        first, self.first = self.first, []  # each frame let go of once it is sent
-        while first:
-            yield first.pop(0)
-        if self.follow_after is None:
-            return
-        after = self.follow_after
-        session_id = keys.tag_for_task(self.task_id)
-        events = self.services.event_store
-        while True:
-            page = await events.after(session_id, after, count=CATCH_UP_PAGE)
-            for entry_id, raw in page:
-                event = EVENT_DECODER.decode(raw)
-                yield entry_id, status_update(self.task_id, self.context_id, event)
-                if event.status.get("state") in wire.TERMINAL_STATES:
-                    return
-                after = entry_id
-            if len(page) < CATCH_UP_PAGE:
-                break
+    def admit(self, slot: StreamSlot) -> TaskStream:
+        """The stream holds `slot` until it is closed."""
+        self.slot = slot
+        return self
+
+    def close(self) -> None:
+        """Free the stream's slot (also when its frames were never read)."""
+        if self.slot is not None:
+            self.slot.release()
+            self.slot = None
+
+    def _expired(self) -> bool:
+        return self.services.clock() >= self.deadline
+
+    async def frames(self) -> AsyncIterator[Frame | Comment]:
+        try:
+            first, self.first = self.first, []  # each frame let go of once it is sent
+            while first:
+                yield first.pop(0)
+            if self.follow_after is None:
+                return
+            after = self.follow_after
+            session_id = keys.tag_for_task(self.task_id)
+            events = self.services.event_store
+            while True:
+                page = await events.after(session_id, after, count=CATCH_UP_PAGE)
+                for entry_id, raw in page:
+                    event = EVENT_DECODER.decode(raw)
+                    yield entry_id, status_update(self.task_id, self.context_id, event)
+                    if event.status.get("state") in wire.TERMINAL_STATES:
+                        return
+                    after = entry_id
+                    if self._expired():
+                        yield Comment.RECONNECT
+                        return
+                if len(page) < CATCH_UP_PAGE:
+                    break
+            async with contextlib.aclosing(self._live(session_id, after)) as live:
+                async for frame in live:
+                    yield frame
+        finally:
+            self.close()
+
+    async def _live(self, session_id: str, after: str) -> AsyncGenerator[Frame | Comment]:
+        """The events after `after` as the hub hands them over, until the terminal one, the
+        stream's lifetime, or the subscriber falling behind (then `RECONNECT`)."""
         hub = self.services.hub
         heartbeat = self.services.settings.sse_heartbeat_s
         subscription = await hub.subscribe(session_id, after)
         try:
-            while True:
-                entries = await subscription.next(heartbeat)
+            while (left := self.deadline - self.services.clock()) > 0:
+                entries = await subscription.next(min(heartbeat, left))
                 if entries is None:
-                    yield None
+                    if not self._expired():
+                        yield Comment.KEEPALIVE
                     continue
                 for entry_id, raw in entries:
                     event = EVENT_DECODER.decode(raw)
@@ -95,9 +140,10 @@ class TaskStream:
                     if event.status.get("state") in wire.TERMINAL_STATES:
                         return
         except LaggedError:
-            return  # the client reconnects with the Last-Event-ID it got
+            pass  # it fell behind: the client resumes with the Last-Event-ID it got
         finally:
             hub.unsubscribe(subscription)
+        yield Comment.RECONNECT
 
 
 def event_metadata(session_id: str, event: EventEntry) -> dict[str, Any]:
@@ -208,7 +254,13 @@ async def _own_snapshot(services: Services, call: Call[Any], task_id: str) -> Sn
 
 async def subscribe_to_task(services: Services, call: Call[p.TaskParams]) -> TaskStream:
     """The current Task, then its updates; -32004 on a terminal task, unless Last-Event-ID
-    names an event before the end: then the missed events are replayed up to the terminal one."""
+    names an event before the end: then the missed events are replayed up to the terminal one.
+    -31011 past the caller's or the task's cap of open streams (after the checks above)."""
+    stream = await _subscription(services, call)
+    return stream.admit(services.streams.take(call.principal.key, stream.task_id))
+
+
+async def _subscription(services: Services, call: Call[p.TaskParams]) -> TaskStream:
     last = _last_event_id(call)
     snapshot = await _own_snapshot(services, call, call.params.id)
     assert snapshot.task is not None  # noqa: S101 - checked by _own_snapshot
@@ -223,9 +275,22 @@ async def subscribe_to_task(services: Services, call: Call[p.TaskParams]) -> Tas
 
 async def send_streaming_message(services: Services, call: Call[p.SendParams]) -> TaskStream:
     """SendMessage that never blocks, streamed: a realtime task from its creation event on
-    (every event of the session follows); a REJECTED task as the single event."""
-    params = call.params
+    (every event of the session follows); a REJECTED task as the single event. -31011 past the
+    caller's cap of open streams before anything is created, or past the task's (a repeated
+    message: nothing new is stored then)."""
     last = _last_event_id(call)  # before anything is created
+    slot = services.streams.take(call.principal.key)
+    try:
+        stream = await _sent(services, call, last)
+        slot.attach(stream.task_id)
+    except BaseException:
+        slot.release()
+        raise
+    return stream.admit(slot)
+
+
+async def _sent(services: Services, call: Call[p.SendParams], last: str | None) -> TaskStream:
+    params = call.params
     config = params.configuration
     immediate = (
         p.SendConfiguration(return_immediately=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -39,7 +39,7 @@ from realtime.errors import (
 )
 from realtime.logs import ACCESS_LOG
 from realtime.methods.context import Call, Services
-from realtime.methods.streaming import TaskStream
+from realtime.methods.streaming import Comment, TaskStream
 from realtime.rpc.codec import V03, V10, Codec
 from realtime.rpc.envelope import (
     Envelope,
@@ -59,11 +59,12 @@ LAST_EVENT_ID_HEADER: Final = "last-event-id"
 
 
 class SseEvent(NamedTuple):
-    """One SSE event: `data` None is a heartbeat comment."""
+    """One SSE event: `data` None is the comment line `comment` (a heartbeat by default)."""
 
     data: bytes | None
     id: str | None = None
     event: str | None = None
+    comment: str = Comment.KEEPALIVE.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,16 +99,37 @@ def error_reply(error: ServiceError, served: Served) -> Reply:
     return Reply(row(error).status, error_body(error, served.request_id, served.codec), headers)
 
 
+class Events:
+    """The SSE events of a stream (`events`); `aclose` ends it and frees its slot, also when
+    it never began (a client that left before the first event)."""
+
+    def __init__(self, codec: Codec, stream: TaskStream, request_id: RequestId) -> None:
+        self._stream = stream
+        self._events = events(codec, stream, request_id)
+
+    def __aiter__(self) -> Events:
+        return self
+
+    async def __anext__(self) -> SseEvent:
+        return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        try:
+            await self._events.aclose()
+        finally:
+            self._stream.close()
+
+
 async def events(
     codec: Codec, stream: TaskStream, request_id: RequestId
-) -> AsyncIterator[SseEvent]:
+) -> AsyncGenerator[SseEvent]:
     """The stream's frames as JSON-RPC responses in the codec's shapes (a frame's SSE id on
     the last event made of it); a failure after the first event becomes one more event
     carrying a JSON-RPC error response (named `codec.error_event`), and ends the stream."""
     try:
         async for frame in stream.frames():
-            if frame is None:
-                yield SseEvent(None)
+            if isinstance(frame, Comment):
+                yield SseEvent(None, comment=frame.value)
                 continue
             event_id, value = frame
             encoded = [result_response(request_id, event) for event in codec.events(value)]
@@ -287,7 +309,7 @@ class Dispatcher(Endpoint):
         served.codec = codec = self.choose_codec(envelope.method, headers, span)
         result = await self._call(codec, envelope, headers, span, served)
         if isinstance(result, TaskStream):
-            return Reply(200, b"", served.headers, stream=events(codec, result, envelope.id))
+            return Reply(200, b"", served.headers, stream=Events(codec, result, envelope.id))
         return Reply(200, result_response(envelope.id, result), served.headers)
 
     async def _call(

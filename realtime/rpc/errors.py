@@ -53,6 +53,8 @@ TABLE: Final[Mapping[type[e.ServiceError], Row]] = {
     e.EndpointNotFound: Row(-31010, AIM_DOMAIN, "ENDPOINT_NOT_FOUND"),
     e.LimitExceeded: Row(-31011, AIM_DOMAIN, "LIMIT_EXCEEDED"),
     e.Unavailable: Row(-31012, AIM_DOMAIN, "UPSTREAM_UNAVAILABLE"),
+    # the profile's code and reason; its metadata says `retryable: false` and what to set
+    e.NotConfigured: Row(-31012, AIM_DOMAIN, "UPSTREAM_UNAVAILABLE"),
 }
 # A2A defines no JSON-RPC code for authentication (it travels as HTTP 401/403 with a JSON-RPC
 # body); -32001..-32099 belong to A2A, so these live in the AIM range

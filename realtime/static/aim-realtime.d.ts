@@ -13,6 +13,9 @@ export interface RetryOptions {
   baseDelayMs?: number;
   /** Largest backoff cap in ms (default 5000). */
   maxDelayMs?: number;
+  /** The longest Retry-After of a -31011 waited out, in ms (default 60000): a longer one is
+   * thrown at once (a LimitExceededError with its `retryAfterMs`), for the app to decide. */
+  maxRetryAfterMs?: number;
 }
 
 export interface AimClientOptions {
@@ -235,7 +238,18 @@ export class NotFoundError extends AimError {}
 export class CommandConflictError extends AimError {}
 export class LimitExceededError extends AimError {}
 export class UnavailableError extends AimError {}
-export class AuthError extends AimError {}
+/** -31401/-31403, HTTP 401/403. `authReason`: why a 401 (metadata.reason; "" if none). */
+export class AuthError extends AimError {
+  readonly authReason: string;
+}
+/** 401 token_expired: get a new token (a token function is asked again once, by itself). */
+export class TokenExpiredError extends AuthError {}
+/** 401 that a new token from the same source does not cure: invalid_signature, unknown_key,
+ * invalid_audience, invalid_issuer, invalid_claims, malformed_token, token_not_yet_valid. */
+export class AuthMisconfiguredError extends AuthError {}
+/** The service's URL answered a redirect (reason "REDIRECT"): not followed, since that would
+ * send the call's body and token to another URL, and not retried. */
+export class RedirectError extends AimError {}
 export class InvalidParamsError extends AimError {
   readonly violations: { field: string; description: string }[];
 }

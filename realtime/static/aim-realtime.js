@@ -20,6 +20,8 @@ const EVENTS = new Set(["state", "requirement", "interaction", "superseded", "re
                         "error"]);
 // reconnects: backoff and failures in a row; silence: three missed 15 s heartbeats
 const STREAM = {baseMs: 250, maxMs: 5000, failures: 10, silenceMs: 45000};
+// the service's last line of a stream it cut on purpose (lifetime, a reader that fell behind)
+const RECONNECT = ": reconnect";
 const POLL_MS = 250;
 const DEVICE = {audioInput: true, audioOutput: true, camera: false, screen: false,
                 interactions: ["text", "confirmation"]};
@@ -57,7 +59,21 @@ export class NotFoundError extends AimError {}  // -32001 -31001 -31005 -31006 -
 export class CommandConflictError extends AimError {}  // -31004: an id reused for another call
 export class LimitExceededError extends AimError {}  // -31011 (retryAfterMs: the rate limit)
 export class UnavailableError extends AimError {}  // -31012; no answer after the last attempt
-export class AuthError extends AimError {}  // -31401/-31403, HTTP 401/403
+/** -31401/-31403, HTTP 401/403; `authReason` says why a 401 (metadata.reason, "" if none). */
+export class AuthError extends AimError {
+  constructor(message, fields = {}) {
+    super(message, fields);
+    this.authReason = this.metadata.reason ?? "";
+  }
+}
+export class TokenExpiredError extends AuthError {}  // 401 token_expired: get a new token
+/** A 401 no new token from the same source cures: another key, audience, issuer, clock… */
+export class AuthMisconfiguredError extends AuthError {}
+const MISCONFIGURED = new Set(["malformed_token", "token_not_yet_valid", "invalid_signature",
+  "unknown_key", "invalid_audience", "invalid_issuer", "invalid_claims"]);
+/** The service's URL answered a redirect: never followed (it would send the call's body and
+ * token elsewhere), never retried; `baseUrl` is wrong, or something in between redirects. */
+export class RedirectError extends AimError {}
 /** -32602: `violations` lists the bad fields, [{field, description}]. */
 export class InvalidParamsError extends AimError {
   constructor(message, fields = {}) {
@@ -91,11 +107,17 @@ function errorOf(error, httpStatus, retryAfterHeader = null) {
   const metadata = info.metadata ?? {};
   const code = error.code ?? null;
   const retryAfterMs = retryAfter(retryAfterHeader, metadata);
-  const retryable = code === -31012 || (code === -31011 && retryAfterMs !== null);
+  // -31012 unless its metadata says otherwise (a service not configured for LiveKit)
+  const retryable = (code === -31012 && metadata.retryable !== "false")
+    || (code === -31011 && retryAfterMs !== null);
   let Class = CLASSES.get(code) ?? AimError;
   if (httpStatus === 401 || httpStatus === 403) Class = AuthError;  // whatever the code says
   else if (code === -31002) {
     Class = metadata.reason === "superseded" ? SupersededError : StaleEpochError;
+  }
+  if (Class === AuthError && httpStatus !== 403 && code !== -31403) {  // a 401: why, in data
+    if (metadata.reason === "token_expired") Class = TokenExpiredError;
+    else if (MISCONFIGURED.has(metadata.reason)) Class = AuthMisconfiguredError;
   }
   return new Class(String(error.message ?? ""), {
     code, reason: info.reason ?? "", metadata, retryAfterMs, retryable, httpStatus, data});
@@ -104,6 +126,18 @@ function errorOf(error, httpStatus, retryAfterHeader = null) {
 /** No answer (or a gateway's 502/503/504, `httpStatus`): the call may have applied. */
 function noAnswer(message, cause, httpStatus = null) {
   return new UnavailableError(message, {retryable: true, cause, httpStatus});
+}
+
+/** The answer itself, unless it is a redirect: fetch was told not to follow it ("manual": the
+ * browser hands back an opaque redirect, with neither status nor Location; a fetch of the
+ * app's may hand back the 3xx as it came). Nothing was sent to where it points. */
+function notRedirected(response) {
+  const status = response.status;
+  if (response.type !== "opaqueredirect" && !(status >= 300 && status < 400)) return response;
+  throw new RedirectError(
+    "the service answered with a redirect, which this library does not follow (it would send " +
+    "the request's body and token to another URL): check baseUrl",
+    {reason: "REDIRECT", httpStatus: status || null});
 }
 
 /** The error of an HTTP answer without a JSON-RPC body. */
@@ -149,7 +183,8 @@ function requirementOf(status) {
   return {operationId, requirementId, action, actionDigest, expectedVersion};
 }
 
-/** The frames {id, data, event} of a text/event-stream body; `onChunk` is told of every chunk. */
+/** The frames {id, data, event} of a text/event-stream body, and {reconnect: true} for the
+ * service's `: reconnect`; `onChunk` is told of every chunk. */
 async function* sse(body, onChunk) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
@@ -171,7 +206,9 @@ async function* sse(body, onChunk) {
           if (data !== null) yield {id, data, event: event || "message"};
           data = null;
           event = "";
-        } else if (!line.startsWith(":")) {  // ": keepalive" is a comment
+        } else if (line.startsWith(":")) {  // a comment: ": keepalive", or ": reconnect"
+          if (line.trim() === RECONNECT) yield {reconnect: true};
+        } else {
           const colon = line.indexOf(":");
           const field = colon < 0 ? line : line.slice(0, colon);
           const text = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
@@ -198,7 +235,8 @@ class Wire {
     if (!baseUrl) throw new TypeError("AimClient: baseUrl is required");
     if (token === undefined || token === null) throw new TypeError("AimClient: token is required");
     this.url = `${String(baseUrl).replace(/\/+$/, "")}/a2a`;
-    this.retry = {attempts: 5, baseDelayMs: 250, maxDelayMs: 5000, ...retry};
+    this.retry = {attempts: 5, baseDelayMs: 250, maxDelayMs: 5000, maxRetryAfterMs: 60000,
+                  ...retry};
     this.requestTimeoutMs = requestTimeoutMs;
     this.readyTimeoutMs = readyTimeoutMs;
     this.#fetch = (url, init) => impl(url, init);  // never as a method: "Illegal invocation"
@@ -217,22 +255,37 @@ class Wire {
             "A2A-Version": "1.0", "A2A-Extensions": REALTIME, ...extra};
   }
 
-  /** POST /a2a. */
-  post(body, headers, signal) {
-    return this.#fetch(this.url, {method: "POST", body, headers, signal, cache: "no-store"});
+  /** POST /a2a; a redirect is not followed but thrown (RedirectError). */
+  async post(body, headers, signal) {
+    const init = {method: "POST", body, headers, signal, cache: "no-store", redirect: "manual"};
+    return notRedirected(await this.#fetch(this.url, init));
   }
 
-  /** One call: sent again (same bytes) after no answer, a gateway's 502/503/504, -31012, or
-   * -31011 with Retry-After (waited out), up to `retry.attempts` times; else thrown, typed. */
+  /** Whether a new token may cure `error`: it expired, and the token is a function. */
+  refreshes(error) {
+    return error instanceof TokenExpiredError && typeof this.#token === "function";
+  }
+
+  /** One call: sent again (same bytes) after no answer, a gateway's 502/503/504, -31012 (unless
+   * its metadata says `retryable: "false"`), or -31011 with a Retry-After (waited out, unless
+   * longer than `retry.maxRetryAfterMs`), up to `retry.attempts` times; after a 401
+   * token_expired once, at once, with the token function asked again; else thrown, typed. */
   async call(method, params) {
     const body = this.body(method, params);
-    const {attempts, baseDelayMs, maxDelayMs} = this.retry;
+    const {attempts, baseDelayMs, maxDelayMs, maxRetryAfterMs} = this.retry;
+    let refresh = true;
     for (let attempt = 1; ; attempt++) {
       try {
         return await this.#once(body);
       } catch (error) {
+        if (refresh && this.refreshes(error)) {
+          refresh = false;  // the next attempt asks the token function for a new token
+          attempt -= 1;
+          continue;
+        }
         if (!(error instanceof AimError) || !error.retryable || attempt >= attempts) throw error;
         const limited = error.code === -31011;
+        if (limited && error.retryAfterMs > maxRetryAfterMs) throw error;  // the app decides
         await sleep(limited ? error.retryAfterMs : backoff(attempt, baseDelayMs, maxDelayMs));
       }
     }
@@ -253,6 +306,7 @@ class Wire {
         // not JSON (a proxy's page): judged by its status
       }
     } catch (cause) {
+      if (cause instanceof RedirectError) throw cause;
       throw noAnswer(controller.signal.aborted ? "no answer in time" : "no answer", cause);
     } finally {
       clearTimeout(timer);
@@ -270,8 +324,9 @@ class Wire {
 export class AimClient {
   #wire;
 
-  /** {baseUrl, token, retry?: {attempts, baseDelayMs, maxDelayMs}, requestTimeoutMs?,
-   * readyTimeoutMs?, fetch?}: `token` is a string or a function giving one (sync or async). */
+  /** {baseUrl, token, retry?: {attempts, baseDelayMs, maxDelayMs, maxRetryAfterMs},
+   * requestTimeoutMs?, readyTimeoutMs?, fetch?}: `token` is a string or a function giving one
+   * (sync or async). */
   constructor(options = {}) {
     this.#wire = new Wire(options);
   }
@@ -465,18 +520,25 @@ export class Session {
     this.#abort?.abort();
   }
 
-  /** Reconnects (Last-Event-ID) after backoff until ended; `error` after 10 failures in a row. */
+  /** Reconnects (Last-Event-ID) after backoff until ended; `error` after 10 failures in a row.
+   * A stream the service cut on purpose (`: reconnect`) is resumed at once, and no failure. */
   async #run(live) {
     for (let failures = 0; live();) {
       let error = null;
       try {
-        if (await this.#streamOnce(live, () => { failures = 0; })) return;
+        const outcome = await this.#streamOnce(live, () => { failures = 0; });
+        if (outcome === true) return;
+        if (outcome === RECONNECT) {
+          failures = 0;
+          continue;
+        }
       } catch (caught) {
         error = caught;
       }
       if (!live()) return;
       failures += 1;
-      const fatal = error !== null && !error.retryable;  // auth, not found, a bug, …
+      // auth (but an expired token, with a token function: a new one), not found, a bug, …
+      const fatal = error !== null && !error.retryable && !this.#wire.refreshes(error);
       if (fatal || failures >= STREAM.failures) {
         this.#following = false;
         const gaveUp = `the stream failed ${failures} times in a row`;
@@ -487,7 +549,8 @@ export class Session {
     }
   }
 
-  /** One SubscribeToTask: true once over (ended), false when it closed early; or throws. */
+  /** One SubscribeToTask: true once over (ended), RECONNECT when the service cut it on
+   * purpose, false when it closed early; or throws. */
   async #streamOnce(live, onFrame) {
     const wire = this.#wire;
     const controller = new AbortController();
@@ -504,14 +567,22 @@ export class Session {
       watch();
       const body = wire.body("SubscribeToTask", {id: this.taskId, historyLength: 0});
       const response = await wire.post(body, headers, controller.signal)
-        .catch((cause) => { throw noAnswer("the stream could not be opened", cause); });
+        .catch((cause) => {
+          throw cause instanceof RedirectError ? cause
+            : noAnswer("the stream could not be opened", cause);
+        });
       if (!(response.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
         return await this.#refused(response);
       }
       let broken = null;  // an error frame: this connection is over
+      let cut = false;  // the service said `: reconnect`
       try {
         for await (const frame of sse(response.body, watch)) {
           if (!live()) return true;
+          if (frame.reconnect) {
+            cut = true;
+            continue;
+          }
           const message = parsed(frame.data);
           if (message === null) continue;  // not JSON-RPC: nothing this library understands
           if (message.error || frame.event === "error") {
@@ -528,7 +599,7 @@ export class Session {
       }
       if (broken?.code === -32004) return await this.#terminal(broken);
       if (broken) throw noAnswer("the stream sent an error frame", broken);  // reconnect
-      return false;
+      return cut ? RECONNECT : false;
     } finally {
       clearTimeout(timer);
       if (this.#abort === controller) this.#abort = null;

@@ -37,10 +37,18 @@ STATE_ENCODER: Final = msgspec.json.Encoder()
 STATE_DECODER: Final = msgspec.json.Decoder(DeliveryState)
 
 
+def as_sent(body: bytes, dropped_before: int) -> bytes:
+    """The body a receiver gets: the stored one, with `droppedBefore` when events just before it
+    were dropped (the backlog's bound, decision 162). A stored body is a JSON object."""
+    if not dropped_before:
+        return body
+    return body[:-1] + b',"droppedBefore":%d}' % dropped_before
+
+
 class Head(msgspec.Struct, frozen=True):
     """The next event of a session: its seq, body (None: nothing left to send), state so far,
-    how long the events are kept (ms), the redeliveries asked so far (`gen`) and when the last
-    one was asked (ms; None: never)."""
+    how long the events are kept (ms), the redeliveries asked so far (`gen`), when the last
+    one was asked (ms; None: never) and how many events just before it were dropped."""
 
     seq: int
     body: bytes | None
@@ -48,14 +56,23 @@ class Head(msgspec.Struct, frozen=True):
     ttl_ms: int
     gen: int = 0
     since_ms: int | None = None
+    dropped_before: int = 0
 
 
 class Delivery(msgspec.Struct, frozen=True):
-    """One kept event and how sending it fared (the operations API's view)."""
+    """One kept event and how sending it fared (the operations API's view); `body` as sent."""
 
     seq: int
     body: bytes
     state: DeliveryState
+    dropped_before: int = 0
+
+
+class Listing(msgspec.Struct, frozen=True):
+    """A session's kept events in seq order, and how many of its events were dropped."""
+
+    deliveries: list[Delivery]
+    dropped: int = 0
 
 
 class DeliveryStore:
@@ -83,16 +100,18 @@ class DeliveryStore:
 
     async def head(self, session_id: str) -> Head:
         async with translated_errors():
-            seq, body, state, ttl_ms, gen, since = await self._scripts.delivery_head(
+            seq, body, state, ttl_ms, gen, since, gap = await self._scripts.delivery_head(
                 keys=[keys.deliveries_key(session_id), keys.delivery_state_key(session_id)]
             )
+        dropped_before = int(gap) if gap else 0
         return Head(
             int(seq),
-            body if body else None,
+            as_sent(body, dropped_before) if body else None,
             STATE_DECODER.decode(state) if state else DeliveryState(),
             int(ttl_ms),
             int(gen),
             int(since) if since else None,
+            dropped_before,
         )
 
     async def note(
@@ -126,6 +145,13 @@ class DeliveryStore:
         async with translated_errors():
             await self._client.zadd(keys.deliveries_due_key(), {session_id: due_ms})
 
+    async def wait_each(self, due: dict[str, int]) -> None:
+        """Look at each session again at its time (ms): one command for all."""
+        if not due:
+            return
+        async with translated_errors():
+            await self._client.zadd(keys.deliveries_due_key(), dict(due))
+
     async def idle(self, session_id: str, now_ms: int) -> None:
         """Nothing is left to send: the session leaves the index, unless a commit stored an
         event after the last look (its own index entry may have been the one removed)."""
@@ -134,8 +160,9 @@ class DeliveryStore:
         if (await self.head(session_id)).body is not None:
             await self.wait_until(session_id, now_ms)
 
-    async def listing(self, session_id: str) -> list[Delivery]:
-        """Every kept event of the session with how sending it fared, in seq order."""
+    async def listing(self, session_id: str) -> Listing:
+        """Every kept event of the session with how sending it fared, in seq order, and how
+        many were dropped."""
         async with translated_errors():
             pipe = self._client.pipeline(transaction=False)
             pipe.hgetall(keys.deliveries_key(session_id))
@@ -143,7 +170,19 @@ class DeliveryStore:
             bodies, states = await pipe.execute()
         found = {int(seq): body for seq, body in bodies.items()}
         noted = {int(k): STATE_DECODER.decode(v) for k, v in states.items() if k.isdigit()}
-        return [Delivery(seq, found[seq], noted.get(seq, DeliveryState())) for seq in sorted(found)]
+        gaps = {int(k[1:]): int(v) for k, v in states.items() if k[:1] == b"d" and k[1:].isdigit()}
+        return Listing(
+            [
+                Delivery(
+                    seq,
+                    as_sent(found[seq], gaps.get(seq, 0)),
+                    noted.get(seq, DeliveryState()),
+                    gaps.get(seq, 0),
+                )
+                for seq in sorted(found)
+            ],
+            int(states.get(b"dropped", 0)),
+        )
 
     async def redeliver(self, session_id: str, from_seq: int, now_ms: int) -> int:
         """Send the session's kept events again from `from_seq`; how many will be sent."""

@@ -121,8 +121,9 @@ def deliveries_key(session_id: str) -> str:
 
 
 def delivery_state_key(session_id: str) -> str:
-    """Hash: how each of those events fared (seq → attempts, status, error, next try) and
-    `next`, the seq to send next."""
+    """Hash: how each of those events fared (seq → attempts, status, error, next try),
+    `next`, the seq to send next, and the backlog's drops (`lasting`, `d<seq>`, `dt`,
+    `dropped`: commit.lua)."""
     return f"{PREFIX}:{{{session_id}}}:deliveries:state"
 
 

@@ -63,11 +63,13 @@ class Committed(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Deliveries:
     """A commit's session events for the app's backend (profile §21): (seq, body) pairs, at
-    most `kept` of them held per session, for `ttl_s`; none unless they are configured."""
+    most `kept` of them held per session, for `ttl_s`; none unless they are configured. The
+    seqs in `lasting` are always kept (lifecycle and terminal events: decision 162)."""
 
     items: Sequence[tuple[int, bytes]] = ()
     kept: int = 0
     ttl_s: int = 0
+    lasting: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +255,7 @@ class SessionStore:
             *c.events,
         ]
         for seq, body in c.deliveries.items:
-            args.extend((seq, body))
+            args.extend((seq, body, "1" if seq in c.deliveries.lasting else "0"))
         for effect_id, effect in c.effects:
             args.extend((effect_id, SESSION_ENCODER.encode(effect)))
         script_keys = [
@@ -279,7 +281,8 @@ class SessionStore:
         if committed.status == "ok" and int(reply[2]):
             log.warning(
                 "session %s: %s session events not kept: a session keeps %d at most "
-                "(AIM_EVENTS_MAX_PER_SESSION)", c.session_id, reply[2], c.deliveries.kept,
+                "(AIM_EVENTS_MAX_PER_SESSION); the oldest waiting went, its lifecycle events "
+                "stay", c.session_id, reply[2], c.deliveries.kept,
             )  # fmt: skip
         if c.command_id is not None and committed.status != "conflict":
             self.cache.saw(c.session_id, c.command_id)

@@ -6,6 +6,9 @@ fired as a server event through `Engine.execute` (a `compact` timer through the 
 claim loses it when the lease runs out and another worker fires the timer; the state machine
 (and the version an idle timer was armed at) makes a second firing a no-op, so each timer's
 transition happens exactly once.
+
+`fires` says, without firing it, whether a timer would still do something: the operations API
+marks the others stale (profile §17).
 """
 
 from __future__ import annotations
@@ -26,15 +29,20 @@ from realtime.store.records import Cause
 from realtime.store.timeline import Recorder
 from realtime.store.timers import TimerStore
 from realtime.telemetry import ATTR_SESSION_ID
+from realtime.timestamps import timestamp
 from realtime.worker.runner import Runner
 from state_machines import (
+    Accepted,
     GraceExpired,
     IdleTimeout,
     MaxDuration,
     ProvisioningTimeout,
+    Session,
     SessionEvent,
+    decide,
 )
 from state_machines.interactions import Resolve
+from state_machines.session import TERMINAL_STATES
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +70,32 @@ def event_of(timer: Timer) -> SessionEvent | Resolve:
             requirement_id=requirement_id,
         )
     raise ValueError(f"unknown timer kind {timer.kind!r}")
+
+
+def armed_version(timer: Timer) -> int | None:
+    """The only version of the session `timer` may fire at, if any: idle timers of earlier
+    releases do not name their idle period, so they are checked by version."""
+    return timer.version if timer.kind == "idle" and not timer.endpoint_id else None
+
+
+def fires(timer: Timer, session: Session, version: int, at_ms: int) -> bool:
+    """Whether `timer`, firing at `at_ms` on `session` as it is now (stored at `version`), would
+    change it: the core's own decision, taken without committing. False for a timer the session
+    has moved past (armed at an older epoch, of a kind its state no longer accepts, for an
+    endpoint or an idle period or a requirement that is gone): when it comes due the worker
+    fires it, the core refuses it, and the timeline says `refused`. A `compact` timer changes no
+    state; it matters once the session is over."""
+    if timer.kind == "compact":
+        return session.state in TERMINAL_STATES
+    try:
+        event = event_of(timer)
+    except ValueError:
+        return False  # malformed: dropped when it comes due
+    fenced = armed_version(timer)
+    if fenced is not None and fenced != version:
+        return False
+    decision = decide(session, event, now=timestamp(at_ms))
+    return isinstance(decision, Accepted) and (decision.state != session or decision.has_effects)
 
 
 class Timers:
@@ -114,11 +148,7 @@ class Timers:
                 outcome = await self.engine.execute(
                     timer.session_id,
                     event,
-                    # idle timers of earlier releases do not name their idle period: checked
-                    # by version
-                    only_at_version=(
-                        timer.version if timer.kind == "idle" and not timer.endpoint_id else None
-                    ),
+                    only_at_version=armed_version(timer),
                     note=Note(Cause.TIMER, timer=timer.kind),
                 )
         except Unavailable:

@@ -95,6 +95,9 @@ SKIPPED_ON_CLUSTER: Final[dict[str, str]] = {
     "tests/e2e/test_connections.py::test_an_sse_stream_outlives_the_idle_timeout": (
         _SUBPROCESS_SERVE
     ),
+    "tests/e2e/test_stream_limits.py::test_a_reader_that_stops_reading_is_cut_and_its_slot*": (
+        _SUBPROCESS_SERVE
+    ),
 }
 
 _COMPILED: Final = [

@@ -382,3 +382,52 @@ const [service, done] = arguments;
   done(out);
 })().catch((e) => done({crashed: `${e} ${e.stack}`}));
 """
+
+
+# the library's 401s against a scripted service (its `fetch` option), run by `Device.script`:
+# which error class each reason gives, and when the token function is asked again
+AUTH_ERRORS = """
+const [service, done] = arguments;
+(async () => {
+  const lib = await import(`${service}/sdk/aim-realtime.js`);
+  const seen = (e) => ({name: e.name, authReason: e.authReason ?? null, code: e.code,
+    httpStatus: e.httpStatus, auth: e instanceof lib.AuthError});
+  const refused = (reason) => new Response(JSON.stringify({jsonrpc: "2.0", id: 1, error: {
+    code: -31401, message: "no", data: [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+      reason: "UNAUTHENTICATED", domain: "urn:aim:a2a:realtime:v1", metadata: {reason}}]}}),
+    {status: 401, headers: {"content-type": "application/json"}});
+  const ok = () => new Response(JSON.stringify({jsonrpc: "2.0", id: 1, result: {tasks: []}}),
+    {headers: {"content-type": "application/json"}});
+  // answers in turn; records the Authorization header of each request
+  const scripted = (...answers) => {
+    const sent = [];
+    const fetch = async (url, init) => {
+      sent.push(init.headers["Authorization"]);
+      return answers.shift()();
+    };
+    return {fetch, sent};
+  };
+  const counting = () => {
+    const token = () => `t${++token.asked}`;
+    token.asked = 0;
+    return token;
+  };
+  const run = async (token, ...answers) => {
+    const wire = scripted(...answers);
+    const client = new lib.AimClient({baseUrl: service, token, fetch: wire.fetch,
+                                      retry: {attempts: 3, baseDelayMs: 1, maxDelayMs: 1}});
+    const outcome = await client.call("ListTasks", {}).then((r) => ({result: r}),
+                                                             (e) => ({error: seen(e)}));
+    return {...outcome, sent: wire.sent, asked: token.asked ?? null};
+  };
+  done({
+    refreshed: await run(counting(), () => refused("token_expired"), ok),
+    expiredAgain: await run(counting(), () => refused("token_expired"),
+                            () => refused("token_expired")),
+    expiredFixed: await run("fixed", () => refused("token_expired")),
+    misconfigured: await run(counting(), () => refused("invalid_signature")),
+    wrongAudience: await run(counting(), () => refused("invalid_audience")),
+    missing: await run(counting(), () => refused("missing_token")),
+  });
+})().catch((e) => done({crashed: `${e} ${e.stack}`}));
+"""

@@ -31,6 +31,7 @@ from tests.e2e.agent_operation_helpers import (
     wait_for_data,
 )
 from tests.e2e.browser_client_helpers import (
+    AUTH_ERRORS,
     HOLD,
     RELEASE,
     SCRIPTED,
@@ -223,6 +224,26 @@ async def test_a_command_whose_answer_is_lost_is_sent_again_and_applied_once(
         await same_as_the_service(one, http, task_id)
 
 
+async def test_streams_the_service_cuts_at_their_lifetime_are_resumed_unnoticed(
+    livekit, store, window
+):
+    """Each stream lives 0.3 s: the page's stream is cut more often than the library's ten
+    failed reconnects in a row, mostly with no event in between; it is resumed at once each
+    time, after the last event it got, and the page sees every event once and no error."""
+    async with origins(livekit, store, sse_max_lifetime_s=0.3, sse_heartbeat_s=0.1) as opened:
+        page_origin, service, _, http = opened
+        url = Device.url(page_origin, service, token("alice"), "device-1")
+        one = await run(Device, window, url, new_window=False)
+        _, task_id, _, _ = await joined(one, http, livekit)
+        await run(one.until_true, lambda: len(one.connections()) >= 12,
+                  "the stream was not resumed a dozen times")  # fmt: skip
+        await say(one, "still here", 1)
+        await run(one.click, "end")
+        await run(one.until, "ended", "ending TASK_STATE_COMPLETED ended on the page")
+        await same_as_the_service(one, http, task_id)
+        assert await run(one.events, "error") == []
+
+
 async def test_errors_come_typed_with_what_the_service_said(livekit, store, window):
     """What the library throws (read in the page: a person would see only its message)."""
     audio_only = frozenset({"audio_input", "audio_output"})
@@ -244,7 +265,11 @@ async def test_errors_come_typed_with_what_the_service_said(livekit, store, wind
     assert [v["field"] for v in invalid["violations"]] == ["params.clientEndpointKey"]
     assert (seen["notFound"]["name"], seen["notFound"]["code"]) == ("NotFoundError", -31001)
     auth = seen["auth"]
-    assert (auth["name"], auth["code"], auth["httpStatus"]) == ("AuthError", -31401, 401)
+    # "not-a-token" is no JWT: the service says malformed_token, which no new token from the
+    # same source cures
+    assert (auth["name"], auth["code"], auth["httpStatus"]) == ("AuthMisconfiguredError", -31401,
+                                                                401)  # fmt: skip
+    assert auth["metadata"] == {"reason": "malformed_token"}
     assert auth["retryable"] is False
     lost = seen["noAnswer"]
     assert (lost["name"], lost["code"], lost["retryable"]) == ("UnavailableError", None, True)
@@ -325,3 +350,35 @@ async def test_the_library_against_a_scripted_service(livekit, store, window):
     assert seen["streamEvents"][-1] == ["ended", {"state": "ending",
                                                   "taskState": "TASK_STATE_COMPLETED",
                                                   "endReason": "done"}]  # fmt: skip
+
+
+async def test_a_401_is_thrown_by_why_and_only_expiry_asks_for_a_new_token(livekit, store, window):
+    """What the library does with each reason of a 401 (its `fetch` a scripted service)."""
+    async with origins(livekit, store) as (page_origin, service, _, _):
+        url = Device.url(page_origin, service, token("alice"), "device-1")
+        one = await run(Device, window, url, new_window=False)
+        seen = await run(one.script, AUTH_ERRORS, service)
+
+    assert "crashed" not in seen, seen
+    # expired, with a token function: asked again, the call sent again at once, and answered
+    assert seen["refreshed"] == {"result": {"tasks": []}, "sent": ["Bearer t1", "Bearer t2"],
+                                 "asked": 2}  # fmt: skip
+    # expired again: thrown after that one new attempt, as TokenExpiredError
+    again = seen["expiredAgain"]
+    assert again["error"] == {"name": "TokenExpiredError", "authReason": "token_expired",
+                              "code": -31401, "httpStatus": 401, "auth": True}  # fmt: skip
+    assert (again["sent"], again["asked"]) == (["Bearer t1", "Bearer t2"], 2)
+    # a fixed token cannot be renewed by the library: thrown at once
+    fixed = seen["expiredFixed"]
+    assert (fixed["error"]["name"], fixed["sent"]) == ("TokenExpiredError", ["Bearer fixed"])
+    # misconfigured: thrown at once, the token function not asked again
+    for case, reason in (("misconfigured", "invalid_signature"),
+                         ("wrongAudience", "invalid_audience")):  # fmt: skip
+        wrong = seen[case]
+        assert (wrong["error"]["name"], wrong["error"]["authReason"]) == (
+            "AuthMisconfiguredError", reason)  # fmt: skip
+        assert wrong["error"]["auth"] is True
+        assert (wrong["sent"], wrong["asked"]) == (["Bearer t1"], 1)
+    missing = seen["missing"]["error"]
+    assert (missing["name"], missing["authReason"]) == ("AuthError", "missing_token")
+    assert seen["missing"]["asked"] == 1

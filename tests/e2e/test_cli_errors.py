@@ -74,7 +74,10 @@ def test_token_help_describes_every_option_with_its_default(tmp_path: Path) -> N
     assert result.returncode == 0
     text = " ".join(result.stdout.split())  # argparse wraps lines
     assert "--sub SUB the subject (principal) of the token" in text
-    assert "--ttl TTL lifetime in seconds (default: 3600)" in text
+    assert (
+        "--ttl TTL lifetime in seconds, at most AIM_AUTH_MAX_TOKEN_LIFETIME_S (24 h unless set) "
+        "(default: 3600)"
+    ) in text
     assert "(default: a2a.invoke a2a.tasks.read a2a.tasks.cancel)" in text
     assert "aim.operator" in text
     assert "--tenant TENANT the tenant, when AIM_AUTH_TENANT_CLAIM names a claim" in text
@@ -107,8 +110,8 @@ def test_token_names_the_tenant_the_settings_require(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", ["check", "serve", "worker"])
 def test_require_redis_without_any_redis_is_bad_configuration(tmp_path: Path, command: str) -> None:
     result = run_cli(
-        command, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, AIM_REQUIRE_REDIS="1",
-        PATH=NO_REDIS_BINARY,
+        command, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, AIM_AUTH_AUDIENCE="aim-realtime",
+        AIM_REQUIRE_REDIS="1", PATH=NO_REDIS_BINARY,
     )  # fmt: skip
 
     assert result.returncode == 2
@@ -263,3 +266,42 @@ def test_a_shared_redis_without_a_key_prints_no_token(
     output = svc.output()
     assert JWT_PREFIX not in output
     assert "set AIM_AUTH_HS256_SECRET or AIM_AUTH_JWKS_URL" in output
+
+
+@pytest.mark.parametrize("command", ["check", "serve", "worker", "token"])
+def test_production_with_a_secret_but_no_audience_is_refused_at_start(
+    tmp_path: Path, command: str, redis_url: str | None
+) -> None:
+    arguments = ["--sub", "alice"] if command == "token" else []
+    url = redis_url or "redis://127.0.0.1:9"
+    result = run_cli(
+        command, *arguments, cwd=tmp_path, AIM_REQUIRE_REDIS="1", AIM_REDIS_URL=url,
+        AIM_AUTH_HS256_SECRET=SECRET,
+    )  # fmt: skip
+
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if "AIM_AUTH" in line]
+    assert lines == [
+        "  AIM_REQUIRE_REDIS is set (production) but AIM_AUTH_AUDIENCE is not: set the audience "
+        "(aud) client tokens must carry, so that a token minted for another service is refused"
+    ], result.stderr
+    assert result.stdout == ""
+    assert_clean(result.stdout + result.stderr)
+
+
+def test_a_token_longer_lived_than_the_service_accepts_is_not_minted(tmp_path: Path) -> None:
+    result = run_cli(
+        "token", "--sub", "alice", "--ttl", "90000", cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET
+    )
+    shorter = run_cli(
+        "token", "--sub", "alice", "--ttl", "90000", cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET,
+        AIM_AUTH_MAX_TOKEN_LIFETIME_S="90000",
+    )  # fmt: skip
+
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "--ttl 90000 is longer than the service accepts: at most 86400 s "
+        "(AIM_AUTH_MAX_TOKEN_LIFETIME_S)"
+    )
+    assert result.stdout == ""
+    assert shorter.returncode == 0, shorter.stderr

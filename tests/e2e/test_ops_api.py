@@ -265,7 +265,7 @@ async def test_a_sessions_detail_is_its_session_with_principal_outbox_timers_and
     kinds = {timer["kind"] for timer in session["timers"]}
     assert {"max", "idle"} <= kinds
     for timer in session["timers"]:
-        assert set(timer) == {"kind", "dueAt", "epoch"}
+        assert set(timer) == {"kind", "dueAt", "epoch", "stale"}
     dues = [timer["dueAt"] for timer in session["timers"]]
     assert dues == sorted(dues)
     assert session["pendingOperations"] == []

@@ -192,6 +192,16 @@ async def test_an_operator_sees_a_sessions_states_commands_webhooks_and_handoff(
         "epoch 1 → 2",
     ):
         assert seen_text in text, (seen_text, text)
+    # its timers: the ones it moved past (provisioning at epoch 1; idle, now that a device is
+    # in) are not shown as due, but as what they are; the maximum duration is still ahead
+    lines = text.splitlines()
+    for stale in (
+        "provisioning stale, will be ignored epoch 1",
+        "idle stale, will be ignored epoch 1",
+    ):
+        assert stale in lines, (stale, lines)
+    assert "max in 60 min epoch 1" in lines, lines
+    assert not [line for line in lines if line.startswith(("provisioning in ", "idle in "))]
 
 
 async def test_an_operator_sees_the_events_sent_to_the_apps_backend(livekit, store, tmp_path):

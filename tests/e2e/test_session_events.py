@@ -212,7 +212,7 @@ async def test_an_unconfigured_service_sends_and_stores_nothing(rt_client, livek
     snapshot = await client.hget(keys.session_key(live.sid), "s")
     assert b"eventsSeq" not in snapshot
     listed = await rt_client.get(f"/ops/api/sessions/{live.sid}/deliveries", headers=operator())
-    assert listed.json() == {"enabled": False, "deliveries": []}
+    assert listed.json() == {"enabled": False, "dropped": 0, "deliveries": []}
 
 
 def operator() -> dict[str, str]:
@@ -258,10 +258,10 @@ async def test_the_bound_is_on_the_backlog_and_a_dropped_event_leaves_a_gap(
         async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
             got.answer(500)
             live = await open_session(http, livekit)  # created, ready, active: the bound
-            await request_action(http, live)  # a fourth, while none was delivered: not kept
+            await request_action(http, live)  # a fourth, while none was delivered
             assert "1 session events not kept" in caplog.text
             got.answer(200)
-            await got.wait_for(lambda: [e["seq"] for e in got.delivered(live.sid)] == [1, 2, 3])
+            await got.wait_for(lambda: [e["seq"] for e in got.delivered(live.sid)] == [1, 2, 4])
             # the ones delivered make room: the end (its operation canceled) is kept and sent
             ended = await call(
                 http, "EndSession", sessionId=live.sid, commandId=new_id(), reason="x"
@@ -269,5 +269,67 @@ async def test_the_bound_is_on_the_backlog_and_a_dropped_event_leaves_a_gap(
             assert "result" in ended
             await got.wait_for(lambda: len(got.delivered(live.sid)) == 5)
     events = got.delivered(live.sid)
-    assert [e["seq"] for e in events] == [1, 2, 3, 5, 6]  # 4 was not kept: the gap says so
-    assert [e["type"] for e in events[3:]] == ["operation.canceled", "session.ended"]
+    # session.active (3), the oldest waiting event that may go, made room for the fourth
+    assert [e["seq"] for e in events] == [1, 2, 4, 5, 6]
+    assert [e["type"] for e in events] == [
+        "session.created",
+        "session.ready",
+        "operation.requested",
+        "operation.canceled",
+        "session.ended",
+    ]
+    assert events[2]["droppedBefore"] == 1  # the gap, said where it is
+    assert all("droppedBefore" not in e for i, e in enumerate(events) if i != 2)
+
+
+async def hand_over(http: httpx.AsyncClient, sid: str, epoch: int, key: str) -> int:
+    """The device `key` registers and joins at `epoch`, taking the session over: the new epoch."""
+    registered = await register(http, sid, epoch, key)
+    endpoint = registered["result"]["endpoint"]["endpointId"]
+    joined = await call(
+        http, "JoinSession", sessionId=sid, sessionEpoch=epoch, endpointId=endpoint,
+        commandId=new_id(),
+    )  # fmt: skip
+    assert "result" in joined, joined
+    return int(joined["result"]["session"]["sessionEpoch"])
+
+
+async def test_a_full_backlog_keeps_the_end_and_says_what_it_dropped(
+    livekit, store, tmp_path: Path
+) -> None:
+    async with receiver(tmp_path) as got:
+        settings = livekit_settings(
+            livekit, **events_settings(got.url, events_timeout_s=2.0, events_max_per_session=6)
+        )
+        app = create_app(settings, store=store)
+        async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+            got.answer(500)  # the receiver fails: nothing leaves, the backlog fills
+            live = await open_session(http, livekit)  # created, ready, active: 1 to 3
+            epoch = 1
+            for key in ("laptop", "phone", "laptop", "phone", "laptop", "phone"):
+                epoch = await hand_over(http, live.sid, epoch, key)  # a handoff each: 4 to 9
+            ended = await call(
+                http, "EndSession", sessionId=live.sid, commandId=new_id(), reason="bye"
+            )
+            assert "result" in ended, ended  # session.ended: 10, the backlog full
+            got.answer(200)
+
+            def ended_arrived() -> bool:
+                return "session.ended" in [e["type"] for e in got.delivered(live.sid)]
+
+            await got.wait_for(ended_arrived, within=30)
+            listed = await http.get(f"/ops/api/sessions/{live.sid}/deliveries", headers=operator())
+    events = got.delivered(live.sid)
+    assert [e["seq"] for e in events] == [1, 2, 7, 8, 9, 10]
+    assert [e["type"] for e in events][:2] == ["session.created", "session.ready"]
+    end = events[-1]
+    assert end["type"] == "session.ended"
+    assert end["data"]["reason"] == "bye"
+    assert end["data"]["secondsActive"] >= 0
+    # the oldest waiting events went first; the first kept after them says how many
+    assert events[2]["droppedBefore"] == 4
+    view = listed.json()
+    assert view["dropped"] == 4
+    assert [d["seq"] for d in view["deliveries"]] == [1, 2, 7, 8, 9, 10]
+    assert view["deliveries"][2]["droppedBefore"] == 4
+    assert view["deliveries"][2]["event"]["droppedBefore"] == 4  # the body as sent

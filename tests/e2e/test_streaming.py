@@ -237,28 +237,36 @@ async def test_a_malformed_last_event_id_is_invalid_params(rt_client):
 # --- many subscribers, heartbeats -----------------------------------------------------------------
 
 
-async def test_fifty_concurrent_subscribers_get_identical_sequences(rt_client):
-    task = (await create_session(rt_client))["result"]["task"]
-    session_id = task["metadata"][REALTIME]["sessionId"]
-    ready = asyncio.Event()
-    started = 0
+async def test_fifty_concurrent_subscribers_get_identical_sequences(
+    livekit, store, tracer_provider
+):
+    import httpx
 
-    async def subscriber() -> list[tuple[str | None, Any]]:
-        nonlocal started
-        async with stream(rt_client, "SubscribeToTask", {"id": task["id"]}) as reader:
-            first = await reader.next_data()
-            assert first is not None
-            started += 1
-            if started == 50:
-                ready.set()
-            rest = await reader.rest(within=10)
-        return [(first.id, first.result)] + [(e.id, e.result) for e in rest]
+    settings = livekit_settings(livekit, sse_max_streams_per_principal=50,
+                                sse_max_streams_per_task=50)  # fmt: skip
+    app = create_app(settings, store=store, tracer_provider=tracer_provider)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+        task = (await create_session(client))["result"]["task"]
+        session_id = task["metadata"][REALTIME]["sessionId"]
+        ready = asyncio.Event()
+        started = 0
 
-    subscribers = [asyncio.create_task(subscriber()) for _ in range(50)]
-    await asyncio.wait_for(ready.wait(), 10)
-    await drive_to_active(rt_client, session_id)
-    await end(rt_client, session_id)
-    sequences = await asyncio.gather(*subscribers)
+        async def subscriber() -> list[tuple[str | None, Any]]:
+            nonlocal started
+            async with stream(client, "SubscribeToTask", {"id": task["id"]}) as reader:
+                first = await reader.next_data()
+                assert first is not None
+                started += 1
+                if started == 50:
+                    ready.set()
+                rest = await reader.rest(within=10)
+            return [(first.id, first.result)] + [(e.id, e.result) for e in rest]
+
+        subscribers = [asyncio.create_task(subscriber()) for _ in range(50)]
+        await asyncio.wait_for(ready.wait(), 10)
+        await drive_to_active(client, session_id)
+        await end(client, session_id)
+        sequences = await asyncio.gather(*subscribers)
     assert all(sequence == sequences[0] for sequence in sequences)
     assert condensed([session_state(result) for _, result in sequences[0]]) == JOURNEY[1:]
 

@@ -93,7 +93,7 @@ async def test_an_attempt_under_way_does_not_absorb_a_redelivery(store) -> None:
     sender = deliverer(store, redelivered_meanwhile, seen)
     await sender.send(SID)
     assert seen == [1, 1, 2]  # sent again as asked, then the next one
-    listed = await deliveries.listing(SID)
+    listed = (await deliveries.listing(SID)).deliveries
     assert [d.state.status for d in listed] == ["delivered", "delivered"]
     assert [d.state.attempts for d in listed] == [1, 1]
     await sender.aclose()
@@ -109,10 +109,12 @@ async def test_a_redelivered_old_event_is_retried_for_the_whole_bound_again(stor
     sender = deliverer(store, refuse, seen, events_retry_s=5)
     deliveries = DeliveryStore(store)
     await sender.send(SID)
-    assert [d.state.status for d in await deliveries.listing(SID)] == ["failed"]  # given up
+    assert [d.state.status for d in (await deliveries.listing(SID)).deliveries] == [
+        "failed"
+    ]  # given up
     await deliveries.redeliver(SID, 1, NOW_MS)
     await sender.send(SID)
-    (again,) = await deliveries.listing(SID)
+    (again,) = (await deliveries.listing(SID)).deliveries
     assert again.state.status == "retrying"  # the bound counts from the redelivery
     assert again.state.attempts == 1
     assert seen == [1, 1]

@@ -15,17 +15,19 @@ from realtime.errors import ServiceError
 from realtime.rpc.errors import code_of, error_object
 from realtime.settings import Settings
 from realtime.store import keys
+from realtime.store.indexes import TaskInfo
 from realtime.store.records import TaskRecord
 from realtime.store.redis_client import RedisClient
 from realtime.store.selection import EMBEDDED_WARNING, open_store
 from realtime.store.server import RedisUnavailableError, redis_server_available
-from realtime.store.tasks import TaskStore
+from realtime.store.tasks import Claim, TaskStore
 from tests.tcp_proxy import dead_tcp_url
 
 pytestmark = pytest.mark.redis
 
 UNAVAILABLE = -31012
 OWNER = "owner-0123456789abcdef"
+TASK_TTL_S = 3600
 
 
 def needs_redis_server() -> None:
@@ -49,13 +51,48 @@ def record(task_id: str, *, owner: str = OWNER, status_ms: int = 1_000) -> TaskR
     )
 
 
-async def sent(task_store: TaskStore, task: TaskRecord) -> None:
+def info(task_id: str) -> TaskInfo:
+    return TaskInfo("TASK_STATE_REJECTED", f"ctx-{task_id}")
+
+
+async def claim_of(
+    task_store: TaskStore,
+    owner: str,
+    message_id: str,
+    task_id: str,
+    *,
+    now_ms: int,
+    ttl_s: int = 60,
+) -> Claim:
+    """SendMessage's claim of a message id for a REJECTED task kept `ttl_s` (a task lifetime of
+    `TASK_TTL_S`, at most 1,000 tasks held)."""
+    return await task_store.claim_message(
+        owner,
+        message_id,
+        task_id,
+        info(task_id),
+        now_ms=now_ms,
+        task_ttl_s=TASK_TTL_S,
+        ttl_s=ttl_s,
+        limit=1000,
+    )
+
+
+async def sent(task_store: TaskStore, task: TaskRecord, *, ttl_s: int = 60) -> None:
     """Store a task the way SendMessage does: claim its message id (which indexes it), then
     write it."""
-    await task_store.claim_message(
-        task.owner, f"msg-{task.task.id}", task.task.id, score_ms=task.status_ms, ttl_s=60
+    message_id, task_id = f"msg-{task.task.id}", task.task.id
+    await claim_of(task_store, task.owner, message_id, task_id, now_ms=task.status_ms, ttl_s=ttl_s)
+    await task_store.put(task, ttl_s=ttl_s)
+
+
+async def listed(task_store: TaskStore, owner: str, *, cut_off_ms: int) -> list[TaskRecord]:
+    """The owner's tasks as ListTasks reads them: the index, pruned of entries older than
+    `cut_off_ms` (the task lifetime before now), then the tasks it names."""
+    entries = await task_store.index(
+        owner, now_ms=cut_off_ms + TASK_TTL_S * 1000, ttl_s=TASK_TTL_S, limit=1000
     )
-    await task_store.put(task, ttl_s=60)
+    return await task_store.tasks(owner, [entry.task_id for entry in entries])
 
 
 def unix_socket_path(store: RedisClient) -> Path:
@@ -154,30 +191,32 @@ async def test_claiming_a_message_returns_none_first_and_the_first_task_on_a_rep
     store: RedisClient,
     task_store: TaskStore,
 ) -> None:
-    first = await task_store.claim_message(OWNER, "msg-1", "task-a", score_ms=1_000, ttl_s=60)
-    repeat = await task_store.claim_message(OWNER, "msg-1", "task-b", score_ms=2_000, ttl_s=60)
-    again = await task_store.claim_message(OWNER, "msg-1", "task-c", score_ms=3_000, ttl_s=60)
+    first = await claim_of(task_store, OWNER, "msg-1", "task-a", now_ms=1_000)
+    repeat = await claim_of(task_store, OWNER, "msg-1", "task-b", now_ms=2_000)
+    again = await claim_of(task_store, OWNER, "msg-1", "task-c", now_ms=3_000)
 
-    assert first is None
-    assert repeat == "task-a"
-    assert again == "task-a"
+    assert first == Claim("claimed")
+    assert repeat == Claim("earlier", task_id="task-a")
+    assert again == Claim("earlier", task_id="task-a")
     index = await store.client.zrange(keys.owner_tasks_key(OWNER), 0, -1, withscores=True)
     assert index == [(b"task-a", 1_000.0)]
 
 
-async def test_a_claim_outlives_its_task_by_the_idempotency_grace(
+async def test_a_rejected_tasks_claim_lives_as_long_as_the_task_and_its_index_longer(
     store: RedisClient, task_store: TaskStore
 ) -> None:
-    await task_store.claim_message(OWNER, "msg-ttl", "task-a", score_ms=1_000, ttl_s=60)
+    await claim_of(task_store, OWNER, "msg-ttl", "task-a", now_ms=1_000, ttl_s=60)
 
-    ttl = await store.client.ttl(keys.owner_message_key(OWNER, "msg-ttl"))
-    assert 60 < ttl <= 60 + keys.IDEMPOTENCY_GRACE_S
+    assert 0 < await store.client.ttl(keys.owner_message_key(OWNER, "msg-ttl")) <= 60
+    ttl = await store.client.ttl(keys.owner_tasks_key(OWNER))  # sessions' tasks live there too
+    assert TASK_TTL_S < ttl <= TASK_TTL_S + keys.IDEMPOTENCY_GRACE_S
 
 
 async def test_claims_of_different_owners_do_not_collide(task_store: TaskStore) -> None:
-    assert await task_store.claim_message("alice", "msg-1", "t-alice", score_ms=1, ttl_s=60) is None
-    assert await task_store.claim_message("bob", "msg-1", "t-bob", score_ms=1, ttl_s=60) is None
-    assert await task_store.claim_message("bob", "msg-1", "t-x", score_ms=1, ttl_s=60) == "t-bob"
+    assert await claim_of(task_store, "alice", "msg-1", "t-alice", now_ms=1) == Claim("claimed")
+    assert await claim_of(task_store, "bob", "msg-1", "t-bob", now_ms=1) == Claim("claimed")
+    repeat = await claim_of(task_store, "bob", "msg-1", "t-x", now_ms=1)
+    assert repeat == Claim("earlier", task_id="t-bob")
 
 
 async def test_a_stored_task_reads_back_equal(store: RedisClient, task_store: TaskStore) -> None:
@@ -196,12 +235,12 @@ async def test_an_unknown_task_reads_as_none(task_store: TaskStore) -> None:
 async def test_owner_tasks_skips_missing_tasks_and_prunes_old_entries(
     store: RedisClient, task_store: TaskStore
 ) -> None:
-    await sent(task_store, record("old", status_ms=1_000))
-    await sent(task_store, record("recent", status_ms=5_000))
+    await sent(task_store, record("old", status_ms=1_000), ttl_s=TASK_TTL_S)
+    await sent(task_store, record("recent", status_ms=5_000), ttl_s=TASK_TTL_S)
     # a claim whose task write never happened (a crash between the two steps)
-    await task_store.claim_message(OWNER, "msg-lost", "lost", score_ms=6_000, ttl_s=60)
+    await claim_of(task_store, OWNER, "msg-lost", "lost", now_ms=6_000, ttl_s=TASK_TTL_S)
 
-    tasks = await task_store.owner_tasks(OWNER, newer_than_ms=2_000)
+    tasks = await listed(task_store, OWNER, cut_off_ms=2_000)
 
     assert [t.task.id for t in tasks] == ["recent"]
     index = await store.client.zrange(keys.owner_tasks_key(OWNER), 0, -1)
@@ -210,15 +249,17 @@ async def test_owner_tasks_skips_missing_tasks_and_prunes_old_entries(
 
 
 async def test_owner_tasks_keeps_an_entry_exactly_at_the_cut_off(task_store: TaskStore) -> None:
-    await sent(task_store, record("edge", status_ms=2_000))
+    # kept past the cut-off (a REJECTED task's own expiry is not the rule this is about)
+    await sent(task_store, record("edge", status_ms=2_000), ttl_s=2 * TASK_TTL_S)
 
-    tasks = await task_store.owner_tasks(OWNER, newer_than_ms=2_000)
+    tasks = await listed(task_store, OWNER, cut_off_ms=2_000)
 
     assert [t.task.id for t in tasks] == ["edge"]
 
 
 async def test_owner_tasks_of_an_owner_without_tasks_is_empty(task_store: TaskStore) -> None:
-    assert await task_store.owner_tasks("nobody", newer_than_ms=0) == []
+    assert await task_store.index("nobody", now_ms=0, ttl_s=TASK_TTL_S, limit=1000) == []
+    assert await listed(task_store, "nobody", cut_off_ms=0) == []
 
 
 async def test_owner_tasks_never_returns_another_owners_task(
@@ -227,7 +268,8 @@ async def test_owner_tasks_never_returns_another_owners_task(
     await task_store.put(record("theirs", owner="someone-else", status_ms=5_000), ttl_s=60)
     await store.client.zadd(keys.owner_tasks_key(OWNER), {"theirs": 5_000})
 
-    assert await task_store.owner_tasks(OWNER, newer_than_ms=0) == []
+    assert await listed(task_store, OWNER, cut_off_ms=0) == []
+    assert await task_store.index(OWNER, now_ms=0, ttl_s=TASK_TTL_S, limit=1000) == []
 
 
 # --- an unreachable server ---------------------------------------------------------------------
@@ -259,9 +301,9 @@ async def test_a_dead_server_fails_writes_with_upstream_unavailable(
         with pytest.raises(ServiceError) as put:
             await TaskStore(dead_store).put(record("t"), ttl_s=60)
         with pytest.raises(ServiceError) as claim:
-            await TaskStore(dead_store).claim_message(OWNER, "m", "t", score_ms=1, ttl_s=60)
+            await claim_of(TaskStore(dead_store), OWNER, "m", "t", now_ms=1)
         with pytest.raises(ServiceError) as listing:
-            await TaskStore(dead_store).owner_tasks(OWNER, newer_than_ms=0)
+            await TaskStore(dead_store).index(OWNER, now_ms=0, ttl_s=60, limit=1000)
     finally:
         await dead_store.aclose()
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from realtime.client import (
     AimError,
     AuthError,
+    AuthMisconfiguredError,
     CommandConflictError,
     InvalidParamsError,
     InvalidStateError,
@@ -16,6 +17,7 @@ from realtime.client import (
     NotFoundError,
     StaleEpochError,
     SupersededError,
+    TokenExpiredError,
     UnavailableError,
     Violation,
 )
@@ -128,3 +130,26 @@ def test_a_malformed_error_object_still_gives_an_aim_error(data):
     error = error_from_rpc({"code": "x", "message": 5, "data": data})
     assert isinstance(error, AimError)
     assert error.code is None
+
+
+MISCONFIGURED = ["malformed_token", "token_not_yet_valid", "invalid_signature", "unknown_key",
+                 "invalid_audience", "invalid_issuer", "invalid_claims"]  # fmt: skip
+
+
+def test_a_401_is_raised_by_why_it_was_refused():
+    def raised(reason: str, status: int = 401, code: int = -31401) -> AimError:
+        return error_from_rpc(wire(code, "UNAUTHENTICATED", {"reason": reason}), http_status=status)
+
+    expired = raised("token_expired")
+    assert type(expired) is TokenExpiredError
+    assert isinstance(expired, AuthError)
+    assert (expired.auth_reason, expired.retryable) == ("token_expired", False)
+    for reason in MISCONFIGURED:
+        wrong = raised(reason)
+        assert type(wrong) is AuthMisconfiguredError, reason
+        assert isinstance(wrong, AuthError)
+        assert wrong.auth_reason == reason
+    for reason in ("missing_token", "keys_unavailable", "", "a_reason_added_later"):
+        assert type(raised(reason)) is AuthError, reason
+    # a 403 never is: its token is valid, it lacks a scope
+    assert type(raised("token_expired", 403, -31403)) is AuthError

@@ -13,9 +13,12 @@ from hypothesis import strategies as st
 
 from realtime.client import (
     AuthError,
+    AuthMisconfiguredError,
     InvalidStateError,
     LimitExceededError,
+    RedirectError,
     RetryPolicy,
+    TokenExpiredError,
     UnavailableError,
 )
 from realtime.client.rpc import RpcCaller
@@ -206,3 +209,106 @@ async def test_an_error_frame_breaks_the_connection_and_a_frame_that_is_not_json
     assert got == ["1-0", "2-0"]  # nothing after an error frame is read
     assert [r.headers.get("last-event-id") for r in script.requests] == [None, "1-0"]
     assert stream.refused_terminal  # -32004: the task is terminal
+
+
+async def test_a_service_not_configured_for_livekit_is_raised_at_once():
+    unset = "AIM_LIVEKIT_URL,AIM_LIVEKIT_API_KEY"
+    script = Script(
+        httpx.Response(200, json=error(-31012, service="livekit", retryable="false", unset=unset)),
+        ok({}),
+    )
+    with pytest.raises(UnavailableError) as refused:
+        await script.caller().call("SendMessage", {})
+    assert (refused.value.retryable, refused.value.metadata["unset"]) == (False, unset)
+    assert len(script.requests) == 1
+    assert script.waits == []
+
+
+async def test_a_redirect_is_raised_and_never_followed_not_even_by_a_following_client():
+    moved = httpx.Response(307, headers={"Location": "http://elsewhere.test/a2a"})
+
+    async def call(caller: RpcCaller) -> None:
+        await caller.call("M", {})
+
+    async def follow(caller: RpcCaller) -> None:
+        [f async for f in TaskStream(caller, "t").frames()]
+
+    for attempt in (call, follow):
+        script = Script(moved, ok({}))
+        http = httpx.AsyncClient(transport=httpx.MockTransport(script.handle),
+                                 follow_redirects=True)  # fmt: skip
+        caller = RpcCaller("http://aim.test/a2a", token="secret", http=http, sleep=script.sleep)
+        with pytest.raises(RedirectError) as redirected:
+            await attempt(caller)
+        await http.aclose()
+        assert (redirected.value.http_status, redirected.value.reason) == (307, "REDIRECT")
+        assert not redirected.value.retryable
+        assert [r.url.host for r in script.requests] == ["aim.test"]
+        assert script.waits == []
+
+
+def refused(reason: str) -> httpx.Response:
+    return httpx.Response(401, json=error(-31401, reason=reason))
+
+
+class Tokens:
+    """A token function: hands out "t1", "t2", … and counts how often it was asked."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def __call__(self) -> str:
+        self.asked += 1
+        return f"t{self.asked}"
+
+
+async def test_an_expired_token_is_asked_again_once_and_the_call_sent_again_at_once():
+    tokens = Tokens()
+    script = Script(refused("token_expired"), ok({"tasks": []}))
+    assert await script.caller(token=tokens).call("ListTasks", {}) == {"tasks": []}
+    assert [r.headers["authorization"] for r in script.requests] == ["Bearer t1", "Bearer t2"]
+    assert script.requests[0].content == script.requests[1].content
+    assert script.waits == []
+
+    # a token that is expired again: raised after that one new attempt
+    script = Script(refused("token_expired"), refused("token_expired"))
+    with pytest.raises(TokenExpiredError):
+        await script.caller(token=Tokens()).call("ListTasks", {})
+    assert len(script.requests) == 2
+
+
+async def test_an_expired_fixed_token_is_raised_at_once():
+    script = Script(refused("token_expired"))
+    with pytest.raises(TokenExpiredError) as expired:
+        await script.caller(token="fixed").call("ListTasks", {})
+    assert expired.value.auth_reason == "token_expired"
+    assert len(script.requests) == 1
+
+
+@pytest.mark.parametrize("reason", ["invalid_signature", "unknown_key", "invalid_audience"])
+async def test_a_misconfigured_token_is_raised_at_once_without_asking_for_another(reason):
+    tokens = Tokens()
+    script = Script(refused(reason))
+    with pytest.raises(AuthMisconfiguredError) as wrong:
+        await script.caller(token=tokens).call("ListTasks", {})
+    assert wrong.value.auth_reason == reason
+    assert (len(script.requests), tokens.asked) == (1, 1)
+
+
+async def test_a_stream_whose_token_expired_reconnects_with_a_new_one():
+    tokens = Tokens()
+    script = Script(
+        sse(frame("1-0", "TASK_STATE_WORKING")),
+        refused("token_expired"),
+        sse(frame("2-0", "TASK_STATE_COMPLETED")),
+    )
+    got = [f.event_id async for f in TaskStream(script.caller(token=tokens), "t").frames()]
+    assert got == ["1-0", "2-0"]
+    assert [r.headers["authorization"] for r in script.requests] == [
+        "Bearer t1", "Bearer t2", "Bearer t3"]  # fmt: skip
+    assert [r.headers.get("last-event-id") for r in script.requests] == [None, "1-0", "1-0"]
+
+    script = Script(sse(frame("1-0", "TASK_STATE_WORKING")), refused("invalid_signature"))
+    with pytest.raises(AuthMisconfiguredError):
+        [f async for f in TaskStream(script.caller(token=Tokens()), "t").frames()]
+    assert len(script.requests) == 2

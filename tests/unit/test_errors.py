@@ -24,10 +24,12 @@ def test_every_error_a_layer_can_raise_has_its_own_row(cls):
     assert cls in TABLE, f"{cls.__name__} has no JSON-RPC row"
 
 
-def test_codes_are_unique_but_for_the_413_variant_of_invalid_request():
-    codes = [r.code for cls, r in TABLE.items() if cls is not e.BodyTooLarge]
+def test_codes_are_unique_but_for_the_413_variant_and_the_not_configured_one():
+    codes = [r.code for cls, r in TABLE.items() if cls not in (e.BodyTooLarge, e.NotConfigured)]
     assert len(codes) == len(set(codes))
     assert row(e.BodyTooLarge(10)) == row(e.InvalidRequest("x"))._replace(status=413)
+    missing = e.NotConfigured("no", service="livekit", unset=("AIM_LIVEKIT_URL",))
+    assert row(missing) == row(e.Unavailable("down", service="livekit"))
 
 
 def test_an_error_object_carries_error_info_and_field_violations():
@@ -46,6 +48,13 @@ def test_details_become_string_metadata():
     assert metadata == {"limit": "requests_per_second", "retryAfterSeconds": "3"}
     unavailable = error_object(e.Unavailable("down", service="livekit"))["data"][0]["metadata"]
     assert unavailable == {"service": "livekit", "retryable": "true"}
+    unset = ("AIM_LIVEKIT_URL", "AIM_LIVEKIT_API_KEY")
+    missing = error_object(e.NotConfigured("no", service="livekit", unset=unset))
+    assert missing["data"][0]["metadata"] == {
+        "service": "livekit",
+        "retryable": "false",
+        "unset": "AIM_LIVEKIT_URL,AIM_LIVEKIT_API_KEY",
+    }
 
 
 @pytest.mark.parametrize("status", sorted(AUTH_ROWS))

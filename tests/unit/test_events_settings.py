@@ -88,6 +88,7 @@ def test_a_tenant_may_have_its_own_receiver() -> None:
             "AIM_EVENTS_URL": "https://backend.example/x",
             "AIM_EVENTS_SECRET": SECRET,
             "AIM_EVENTS_TENANT_URLS": '{"acme": "https://events.acme.example/aim"}',
+            "AIM_AUTH_TENANT_CLAIM": "org",
         }
     )
     assert settings.events_url_for("acme") == "https://events.acme.example/aim"
@@ -109,6 +110,7 @@ def test_tenant_urls_follow_the_same_rules(raw: str, says: str) -> None:
         "AIM_EVENTS_URL": "https://backend.example/x",
         "AIM_EVENTS_SECRET": SECRET,
         "AIM_EVENTS_TENANT_URLS": raw,
+        "AIM_AUTH_TENANT_CLAIM": "org",
     }
     (problem,) = refused(environ)
     assert problem.startswith("AIM_EVENTS_TENANT_URLS")
@@ -116,5 +118,59 @@ def test_tenant_urls_follow_the_same_rules(raw: str, says: str) -> None:
 
 
 def test_tenant_urls_need_the_default_receiver() -> None:
-    (problem,) = refused({"AIM_EVENTS_TENANT_URLS": '{"acme": "https://a.example/x"}'})
+    (problem,) = refused(
+        {
+            "AIM_EVENTS_TENANT_URLS": '{"acme": "https://a.example/x"}',
+            "AIM_AUTH_TENANT_CLAIM": "org",
+        }
+    )
     assert "AIM_EVENTS_TENANT_URLS needs AIM_EVENTS_URL" in problem
+
+
+def test_a_destination_gets_a_share_of_the_slots_and_a_short_connect_timeout() -> None:
+    defaults = Settings.from_env({})
+    assert (defaults.events_max_per_destination, defaults.events_connect_timeout_s) == (8, 2.0)
+    read = Settings.from_env(
+        {"AIM_EVENTS_MAX_PER_DESTINATION": "4", "AIM_EVENTS_CONNECT_TIMEOUT_S": "0.5"}
+    )
+    assert (read.events_max_per_destination, read.events_connect_timeout_s) == (4, 0.5)
+    problems = refused(
+        {"AIM_EVENTS_MAX_PER_DESTINATION": "0", "AIM_EVENTS_CONNECT_TIMEOUT_S": "120"}
+    )
+    assert [p.split()[0] for p in problems] == [
+        "AIM_EVENTS_MAX_PER_DESTINATION",
+        "AIM_EVENTS_CONNECT_TIMEOUT_S",
+    ]
+
+
+def test_tenant_urls_need_a_tenant_claim() -> None:
+    (problem,) = refused(
+        {
+            "AIM_EVENTS_URL": "https://backend.example/x",
+            "AIM_EVENTS_SECRET": SECRET,
+            "AIM_EVENTS_TENANT_URLS": '{"acme": "https://a.example/x"}',
+        }
+    )
+    assert problem.startswith("AIM_EVENTS_TENANT_URLS needs AIM_AUTH_TENANT_CLAIM")
+
+
+def test_every_route_is_listed_without_its_credentials() -> None:
+    settings = Settings.from_env(
+        {
+            "AIM_EVENTS_URL": "https://u:pw@backend.example/x?key=k",
+            "AIM_EVENTS_SECRET": SECRET,
+            "AIM_EVENTS_TENANT_URLS": (
+                '{"acme": "https://events.acme.example/aim?token=t", "globex": "http://127.0.0.1:9/g"}'
+            ),
+            "AIM_AUTH_TENANT_CLAIM": "org",
+        }
+    )
+    assert settings.events_routes == (
+        "tenant 'acme' (org claim): sent to https://events.acme.example/aim "
+        "(AIM_EVENTS_TENANT_URLS)",
+        "tenant 'globex' (org claim): sent to http://127.0.0.1:9/g (AIM_EVENTS_TENANT_URLS)",
+        "every other tenant: sent to https://backend.example/x (AIM_EVENTS_URL)",
+    )
+    assert Settings.from_env({}).events_routes == (
+        "not configured (AIM_EVENTS_URL unset); none are written",
+    )

@@ -192,3 +192,22 @@ def test_events_are_numbered_on_without_gaps_and_carry_no_words(
     assert [n for n, _ in found] == list(range(seq + 1, seq + 1 + len(found)))
     assert all(json.loads(body)["seq"] == n for n, body in found)
     assert all(b"Title: " not in body for _, body in found)  # the agent's words stay out
+
+
+def test_the_lifecycle_and_terminal_events_are_marked_to_be_kept_whatever_the_backlog() -> None:
+    begun = created()
+    ready = run(begun, Provisioned(1))
+    _, first = notices(CONFIGURED, None, ready, record(ready), now_ms=NOW_MS, window_s=9)
+    assert [seq for seq, _ in first.items] == [1, 2]  # session.created, session.ready
+    assert first.lasting == {1, 2}
+    session = live()
+    asked = run(session, ask())
+    _, asking = notices(CONFIGURED, session, asked, record(asked), now_ms=NOW_MS, window_s=9)
+    assert asking.lasting == frozenset()  # operation.requested may go when the backlog is full
+    over = msgspec.structs.replace(
+        run(asked, End("bye")), state="ended", ended_at="2026-01-01T00:00:31.500Z"
+    )
+    _, ending = notices(CONFIGURED, asked, over, record(over), now_ms=NOW_MS, window_s=9)
+    kinds_of = {seq: json.loads(body)["type"] for seq, body in ending.items}
+    assert {kinds_of[seq] for seq in ending.lasting} == {"session.ended"}
+    assert set(kinds_of.values()) == {"operation.canceled", "session.ended"}

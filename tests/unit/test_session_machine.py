@@ -503,6 +503,63 @@ def test_a_join_after_the_grace_period_is_not_a_handoff() -> None:
     assert [e.state for e in session.endpoints] == ["disconnected", "joining"]
 
 
+def at(seconds: float) -> str:
+    """T0 plus `seconds`, written as the shell writes times (milliseconds, UTC)."""
+    whole, ms = divmod(round(seconds * 1000), 1000)
+    return f"2025-01-01T00:{whole // 60:02d}:{whole % 60:02d}.{ms:03d}Z"
+
+
+def take_over(
+    session: Session, key: str, seconds: float, limit: int
+) -> Accepted[Session] | Rejected:
+    """Device `key` registers (again) and joins at `seconds`, handoffs bounded by `limit`."""
+    registered = decide(session, register(key, session.epoch), now=at(seconds))
+    assert isinstance(registered, Accepted), registered
+    joining = Join(session.epoch, f"ep-{key}", max_handoffs_per_minute=limit)
+    return decide(registered.state, joining, now=at(seconds))
+
+
+def handed(session: Session, key: str, seconds: float, limit: int) -> Session:
+    outcome = take_over(session, key, seconds, limit)
+    assert isinstance(outcome, Accepted), outcome
+    assert outcome.state.active_endpoint_id == f"ep-{key}"
+    return outcome.state
+
+
+def test_handoffs_past_the_bound_in_a_minute_are_refused_until_the_oldest_leaves_it() -> None:
+    session = handed(handed(active(), "b", 0, 2), "a", 10, 2)  # two in this minute: epoch 3
+
+    refused = take_over(session, "b", 20, 2)
+    assert isinstance(refused, Rejected)
+    assert refused.reason is RejectReason.LIMIT_EXCEEDED
+    assert (refused.limit, refused.retry_after) == ("handoffs_per_minute", 40)
+    assert refused.current_epoch == 3
+    assert "at most 2 times a minute" in refused.detail
+    almost = take_over(session, "b", 59.5, 2)
+    assert isinstance(almost, Rejected)
+    assert almost.retry_after == 1  # whole seconds, rounded up
+
+    later = handed(session, "b", 60, 2)  # the first one left the window
+    assert later.epoch == 4
+    assert later.handoffs == (at(10), at(60))
+
+
+def test_only_a_handoff_counts_against_the_bound() -> None:
+    session = handed(active(), "b", 0, 1)
+    assert session.handoffs == (at(0),)
+    again = decide(session, Join(2, "ep-b", max_handoffs_per_minute=1), now=at(1))
+    assert isinstance(again, Accepted)  # the active device joining again: no handoff
+    assert (again.state.epoch, again.state.handoffs) == (2, (at(0),))
+    first = decide(ready("a"), Join(1, "ep-a", max_handoffs_per_minute=1), now=at(0))
+    assert isinstance(first, Accepted)
+    assert first.state.handoffs == ()  # nobody was active: no handoff
+
+
+def test_unbounded_handoffs_are_not_recorded() -> None:
+    session = handed(handed(active(), "b", 0, 0), "a", 1, 0)
+    assert (session.epoch, session.handoffs) == (3, ())
+
+
 # --- webhooks and timers ------------------------------------------------------------------------
 
 
@@ -744,16 +801,24 @@ class SessionLifecycle(RuleBasedStateMachine):
 
     session: Session
     tick: int
+    bound: int  # handoffs per minute of the bounded joins
+    handoffs: list[int]  # when the bounded joins handed the session off (ticks: seconds)
 
-    @initialize(start=st.sampled_from(tuple(STARTS)))
-    def create(self, start: str) -> None:
+    @initialize(start=st.sampled_from(tuple(STARTS)), bound=st.sampled_from((1, 2, 3)))
+    def create(self, start: str, bound: int) -> None:
         self.session = STARTS[start]()
         self.tick = 0
+        self.bound = bound
+        self.handoffs = []
+
+    @staticmethod
+    def at(tick: int) -> str:
+        return f"2025-01-01T{tick // 3600:02d}:{tick // 60 % 60:02d}:{tick % 60:02d}Z"
 
     def step(self, event: SessionEvent) -> None:
         before = self.session
         self.tick += 1
-        now = f"2025-01-01T{self.tick // 3600:02d}:{self.tick // 60 % 60:02d}:{self.tick % 60:02d}Z"
+        now = self.at(self.tick)
         outcome = decide(before, event, now=now)
         assert decide(before, event, now=now) == outcome  # pure: same input, same answer
         name = event_name(event)
@@ -790,6 +855,29 @@ class SessionLifecycle(RuleBasedStateMachine):
     @rule(key=st.sampled_from(KEYS))
     def join(self, key: str) -> None:
         self.step(Join(self.session.epoch, f"ep-{key}"))
+
+    @rule(key=st.sampled_from(KEYS))
+    def bounded_join(self, key: str) -> None:
+        """A join with handoffs bounded: it hands off only while fewer than the bound did in
+        the minute before, and a refusal names a wait after which the bound lets it through."""
+        before, now = self.session, self.tick + 1
+        event = Join(before.epoch, f"ep-{key}", max_handoffs_per_minute=self.bound)
+        outcome = decide(before, event, now=self.at(now))
+        recent = [tick for tick in self.handoffs if tick > now - 60]
+        if isinstance(outcome, Rejected) and outcome.reason is RejectReason.LIMIT_EXCEEDED:
+            assert len(recent) >= self.bound
+            assert 1 <= outcome.retry_after <= 60
+            assert recent[-self.bound] + 60 == now + outcome.retry_after
+            later = decide(before, event, now=self.at(now + outcome.retry_after))
+            assert not isinstance(later, Rejected) or later.reason != outcome.reason
+        elif isinstance(outcome, Accepted) and outcome.state.epoch > before.epoch:
+            assert len(recent) < self.bound
+            self.handoffs.append(now)
+        self.step(event)
+
+    @rule(seconds=st.sampled_from((20, 61)))
+    def wait(self, seconds: int) -> None:
+        self.tick += seconds
 
     @rule(key=st.sampled_from(KEYS))
     def connect(self, key: str) -> None:
@@ -884,6 +972,10 @@ class SessionLifecycle(RuleBasedStateMachine):
         assert session.room_epoch <= session.epoch
         assert session.rebinds == sum(b.reason == "rebound" for b in session.bumps)
         assert session.rebinds <= MAX_REBINDS
+
+    @invariant()
+    def at_most_the_bound_of_handoffs_is_remembered(self) -> None:
+        assert len(self.session.handoffs) <= self.bound
 
     @invariant()
     def terminal_states_absorb(self) -> None:

@@ -119,6 +119,7 @@ def test_valid_values_are_read() -> None:
             "AIM_REDIS_CLUSTER": "yes",
             "AIM_REQUIRE_REDIS": "TRUE",
             "AIM_AUTH_HS256_SECRET": SECRET,  # production refuses to start without a key
+            "AIM_AUTH_AUDIENCE": "aim-realtime",  # and without the audience tokens must carry
             "AIM_DATA_DIR": "/var/lib/aim",
             "AIM_PUBLIC_BASE_URL": "https://aim.example/",
             "AIM_AUTH_TENANT_CLAIM": "tid",
@@ -185,6 +186,38 @@ def test_sse_settings_default_and_refuse_out_of_range_values() -> None:
     assert (settings.sse_heartbeat_s, settings.sse_buffer_events) == (15.0, 256)
     assert "AIM_SSE_HEARTBEAT_S" in only_problem({"AIM_SSE_HEARTBEAT_S": "0"})
     assert "AIM_SSE_BUFFER_EVENTS" in only_problem({"AIM_SSE_BUFFER_EVENTS": "0"})
+
+
+def test_stream_bounds_default_are_read_and_refuse_out_of_range_values() -> None:
+    defaults = Settings.from_env({})
+    assert (
+        defaults.sse_max_streams_per_principal,
+        defaults.sse_max_streams_per_task,
+        defaults.sse_max_lifetime_s,
+        defaults.http_write_timeout_s,
+    ) == (16, 8, 3600.0, 30.0)
+    settings = Settings.from_env(
+        {
+            "AIM_SSE_MAX_STREAMS_PER_PRINCIPAL": "4",
+            "AIM_SSE_MAX_STREAMS_PER_TASK": "2",
+            "AIM_SSE_MAX_LIFETIME_S": "600",
+            "AIM_HTTP_WRITE_TIMEOUT_S": "5.5",
+        }
+    )
+    assert (
+        settings.sse_max_streams_per_principal,
+        settings.sse_max_streams_per_task,
+        settings.sse_max_lifetime_s,
+        settings.http_write_timeout_s,
+    ) == (4, 2, 600.0, 5.5)
+    for name, value in (
+        ("AIM_SSE_MAX_STREAMS_PER_PRINCIPAL", "0"),
+        ("AIM_SSE_MAX_STREAMS_PER_TASK", "0"),
+        ("AIM_SSE_MAX_LIFETIME_S", "0.5"),
+        ("AIM_SSE_MAX_LIFETIME_S", "86401"),
+        ("AIM_HTTP_WRITE_TIMEOUT_S", "0"),
+    ):
+        assert name in only_problem({name: value})
 
 
 def test_reconciler_settings_default_and_refuse_out_of_range_values() -> None:
@@ -282,6 +315,7 @@ INTEGER_VARIABLES = [
     ("AIM_HTTP_IDLE_TIMEOUT_S", 1, 3600),
     ("AIM_HTTP_REQUEST_TIMEOUT_S", 1, 3600),
     ("AIM_HTTP_MAX_CONNECTIONS", 1, 1_000_000),
+    ("AIM_MAX_HANDOFFS_PER_MINUTE", 0, 10_000),
 ]
 
 
@@ -356,7 +390,7 @@ def test_a_jwks_url_with_the_wrong_scheme_is_reported_by_name() -> None:
         }
     )
 
-    assert any(p.startswith("AIM_AUTH_JWKS_URL") and "http/https URL" in p for p in problems)
+    assert any(p.startswith("AIM_AUTH_JWKS_URL") and "https URL" in p for p in problems)
 
 
 @pytest.mark.parametrize("length", [8, 20, MIN_HS256_SECRET_BYTES - 1])
@@ -649,11 +683,29 @@ def test_production_without_a_configured_key_is_refused() -> None:
 
     assert caught.value.problems == [
         "AIM_REQUIRE_REDIS is set (production) but neither AIM_AUTH_HS256_SECRET nor "
-        "AIM_AUTH_JWKS_URL is: configure the key that verifies client tokens"
+        "AIM_AUTH_JWKS_URL is: configure the key that verifies client tokens, and "
+        "AIM_AUTH_AUDIENCE, the audience (aud) they must carry"
     ]
 
 
-@pytest.mark.parametrize("key", [{"AIM_AUTH_HS256_SECRET": SECRET}, JWKS])
+def test_production_with_a_secret_but_no_audience_is_refused() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"AIM_REQUIRE_REDIS": "1", "AIM_AUTH_HS256_SECRET": SECRET})
+
+    assert caught.value.problems == [
+        "AIM_REQUIRE_REDIS is set (production) but AIM_AUTH_AUDIENCE is not: set the audience "
+        "(aud) client tokens must carry, so that a token minted for another service is refused"
+    ]
+    assert SECRET not in str(caught.value)
+
+
+def test_development_needs_no_audience() -> None:
+    assert Settings.from_env({"AIM_AUTH_HS256_SECRET": SECRET}).auth_audience is None
+
+
+@pytest.mark.parametrize(
+    "key", [{"AIM_AUTH_HS256_SECRET": SECRET, "AIM_AUTH_AUDIENCE": "aim-realtime"}, JWKS]
+)
 def test_production_with_a_configured_key_starts(key: dict[str, str]) -> None:
     settings = Settings.from_env({"AIM_REQUIRE_REDIS": "1", **key})
 

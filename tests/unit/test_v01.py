@@ -22,6 +22,7 @@ from realtime.errors import (
     task_state,
 )
 from realtime.methods.client_tasks import digest
+from realtime.methods.streaming import Comment
 from realtime.rpc.dispatch import events
 from realtime.rpc.envelope import decode_envelope
 from realtime.rpc.v01 import V01Codec, agent_card_v01
@@ -330,7 +331,7 @@ class FailingStream:
         task = {"id": SERVER_ID, "contextId": "c", "status": {"state": "TASK_STATE_WORKING"},
                 "artifacts": [{"artifactId": "a", "parts": []}]}  # fmt: skip
         yield "1-0", {"task": task}
-        yield None
+        yield Comment.KEEPALIVE
         raise Unavailable(
             ("Redis is down while streaming ", task_ref(SERVER_ID), "."), service="redis"
         )

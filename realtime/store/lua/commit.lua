@@ -10,10 +10,10 @@
 -- ARGV: 1 expected version, 2 snapshot, 3 task record, 4 commandId ('' = none),
 --       5 outcome, 6 ttl seconds, 7 events maxlen, 8 replay window seconds, 9 event count,
 --       10 session event count, 11 session events kept at most, 12 their ttl seconds,
---       then the events, then pairs (seq, body) of session events, then pairs
---       (effectId, effect) for the outbox
+--       then the events, then triples (seq, body, '1' for an event always kept) of session
+--       events, then pairs (effectId, effect) for the outbox
 -- Returns {'replay', outcome} | {'conflict', current version, snapshot | false, task | false}
---         | {'ok', new version, session events not kept (over the bound)}
+--         | {'ok', new version, session events dropped (over the bound)}
 if ARGV[4] ~= '' then
   local prior = redis.call('HGET', KEYS[3], ARGV[4])
   if prior then return {'replay', prior} end
@@ -46,30 +46,80 @@ local first = 13 + events
 local notices = tonumber(ARGV[10])
 local dropped = 0
 if notices > 0 then
+  -- The backlog (decision 162): at most ARGV[11] events, but an event marked '1' (a lifecycle
+  -- or terminal one) is always kept. When full, the events already sent (below `next`) make
+  -- room first, then the oldest waiting event that is not marked (never `next`, which may be
+  -- under way). A dropped event's gap is counted on the kept event right after it (state field
+  -- `d<seq>`: that many events just before it were dropped), or, when none is kept after it
+  -- yet, in `dt` for the next one stored; `dropped` counts them all.
   local cap = tonumber(ARGV[11])
+  local sent = tonumber(redis.call('HGET', KEYS[8], 'next') or '1')
   if redis.call('HLEN', KEYS[7]) + notices > cap then
-    -- full: the events already sent (below `next`) make room first, so the bound is on the
-    -- backlog; past it nothing more is kept and the receiver sees the seq stop
-    local sent = tonumber(redis.call('HGET', KEYS[8], 'next') or '1')
     for _, seq in ipairs(redis.call('HKEYS', KEYS[7])) do
       if tonumber(seq) < sent then
         redis.call('HDEL', KEYS[7], seq)
-        redis.call('HDEL', KEYS[8], seq)
+        redis.call('HDEL', KEYS[8], seq, 'd' .. seq)
       end
     end
   end
-  local room = cap - redis.call('HLEN', KEYS[7])
-  for i = first, first + 2 * notices - 1, 2 do
-    if room > 0 then
+  local lasting = {}
+  for seq in string.gmatch(redis.call('HGET', KEYS[8], 'lasting') or '', '%d+') do
+    lasting[tonumber(seq)] = true
+  end
+  local waiting = nil -- the kept seqs after `next`, ascending; read once, when first needed
+  local function drop_oldest()
+    if waiting == nil then
+      waiting = {}
+      for _, seq in ipairs(redis.call('HKEYS', KEYS[7])) do
+        if tonumber(seq) > sent then waiting[#waiting + 1] = tonumber(seq) end
+      end
+      table.sort(waiting)
+    end
+    for i, seq in ipairs(waiting) do
+      if not lasting[seq] then
+        table.remove(waiting, i)
+        local gap = 1 + tonumber(redis.call('HGET', KEYS[8], 'd' .. seq) or '0')
+        redis.call('HDEL', KEYS[7], seq)
+        redis.call('HDEL', KEYS[8], seq, 'd' .. seq)
+        local after = waiting[i]
+        redis.call('HINCRBY', KEYS[8], after and ('d' .. after) or 'dt', gap)
+        return true
+      end
+    end
+    return false
+  end
+  for i = first, first + 3 * notices - 1, 3 do
+    local lasts = ARGV[i + 2] == '1'
+    local keep = true
+    if redis.call('HLEN', KEYS[7]) >= cap then
+      if drop_oldest() then
+        dropped = dropped + 1
+      elseif not lasts then
+        keep = false -- nothing older may go: this one is dropped, its gap waits for the next
+        redis.call('HINCRBY', KEYS[8], 'dt', 1)
+        dropped = dropped + 1
+      end
+    end
+    if keep then
       redis.call('HSET', KEYS[7], ARGV[i], ARGV[i + 1])
-      room = room - 1
-    else
-      dropped = dropped + 1
+      local tail = redis.call('HGET', KEYS[8], 'dt')
+      if tail then
+        redis.call('HINCRBY', KEYS[8], 'd' .. ARGV[i], tonumber(tail))
+        redis.call('HDEL', KEYS[8], 'dt')
+      end
+      if lasts then
+        lasting[tonumber(ARGV[i])] = true
+        local listed = redis.call('HGET', KEYS[8], 'lasting')
+        redis.call('HSET', KEYS[8], 'lasting', listed and (listed .. ',' .. ARGV[i]) or ARGV[i])
+      end
+      if waiting ~= nil then waiting[#waiting + 1] = tonumber(ARGV[i]) end
     end
   end
+  if dropped > 0 then redis.call('HINCRBY', KEYS[8], 'dropped', dropped) end
   redis.call('EXPIRE', KEYS[7], ARGV[12])
+  redis.call('EXPIRE', KEYS[8], ARGV[12])
 end
-first = first + 2 * notices
+first = first + 3 * notices
 if #ARGV >= first then
   for i = first, #ARGV, 2 do
     redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])

@@ -4,7 +4,8 @@
 -- Atomic: one script on the session's slot reads both hashes, and moves `next`, in one instant.
 -- KEYS: 1 the session's events (seq → body), 2 their delivery state (seq → state, `next`,
 --       `gen`: bumped by each redelivery, `since`: when the last redelivery was asked, ms)
--- Returns {next seq, body | false, state | false, the events' TTL in ms, gen, since | false}
+-- Returns {next seq, body | false, state | false, the events' TTL in ms, gen, since | false,
+--          how many events just before it were dropped (the backlog's bound) | false}
 local seq = redis.call('HGET', KEYS[2], 'next') or '1'
 local body = redis.call('HGET', KEYS[1], seq)
 if not body then
@@ -27,4 +28,5 @@ return {
   redis.call('PTTL', KEYS[1]),
   tonumber(redis.call('HGET', KEYS[2], 'gen') or '0'),
   redis.call('HGET', KEYS[2], 'since'),
+  redis.call('HGET', KEYS[2], 'd' .. seq),
 }

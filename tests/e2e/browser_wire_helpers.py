@@ -1,0 +1,207 @@
+"""Building blocks of `test_browser_client_wire.py`: loopback servers that answer the browser
+library as no AIM service does — a redirect, a long `Retry-After` — and a listener that records
+whatever reaches it (a redirect's target: nothing may).
+
+Both answer CORS as a permissive server would (the page is on another origin), so what the
+browser does is decided by the library's fetch options, not by a failed preflight.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+
+
+@dataclass
+class Seen:
+    """One request as it arrived."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while (await receive())["type"] != "lifespan.shutdown":
+        await send({"type": "lifespan.startup.complete"})
+    await send({"type": "lifespan.shutdown.complete"})
+
+
+async def _read(scope: Scope, receive: Receive) -> Seen:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    return Seen(scope["method"], scope["path"], headers, body)
+
+
+def _cors(seen: Seen) -> Headers:
+    """Whatever the browser asks for is allowed, and Retry-After is readable."""
+    asked = seen.headers.get("access-control-request-headers", "")
+    return [
+        (b"access-control-allow-origin", b"*"),
+        (b"access-control-allow-methods", b"POST"),
+        (b"access-control-allow-headers", asked.encode("latin-1")),
+        (b"access-control-expose-headers", b"Retry-After"),
+    ]
+
+
+async def _answer(send: Send, status: int, headers: Headers, body: bytes = b"") -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _json_rpc(seen: Seen, member: str, value: Any) -> bytes:
+    try:
+        request_id = json.loads(seen.body).get("id")
+    except ValueError:
+        request_id = None
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, member: value}).encode()
+
+
+@dataclass
+class Trap:
+    """Records every request (a preflight too) and answers like a service would: a preflight
+    allowed, a call answered with a result. A redirect's target: it must see nothing."""
+
+    seen: list[Seen] = field(default_factory=list)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        seen = await _read(scope, receive)
+        self.seen.append(seen)
+        json_type = (b"content-type", b"application/json")
+        if seen.method == "OPTIONS":
+            await _answer(send, 204, _cors(seen))
+        else:
+            result = {"task": {"id": "t1", "status": {"state": "TASK_STATE_WORKING"}}}
+            await _answer(send, 200, [*_cors(seen), json_type], _json_rpc(seen, "result", result))
+
+
+@dataclass
+class Unusual:
+    """Answers the library as no AIM service does, by path prefix:
+
+    - `/redirect/…`: 307 to `target` (the `Trap`'s /a2a), the method and body to be kept;
+    - `/limited/…`: -31011 with `Retry-After: 120` (two minutes: past the library's cap);
+    - `/brief/…`: -31011 with `Retry-After: 1` the first time, then a result.
+    """
+
+    target: str = ""
+    seen: list[Seen] = field(default_factory=list)
+
+    def calls(self, prefix: str) -> list[Seen]:
+        return [s for s in self.seen if s.method == "POST" and s.path.startswith(prefix)]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        seen = await _read(scope, receive)
+        self.seen.append(seen)
+        cors = _cors(seen)
+        json_type = (b"content-type", b"application/json")
+        if seen.method == "OPTIONS":
+            await _answer(send, 204, cors)
+        elif seen.path.startswith("/redirect/"):
+            await _answer(send, 307, [*cors, (b"location", self.target.encode())])
+        elif seen.path.startswith("/limited/") or (
+            seen.path.startswith("/brief/") and len(self.calls("/brief/")) == 1
+        ):
+            wait = "120" if seen.path.startswith("/limited/") else "1"
+            info = {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "LIMIT_EXCEEDED",
+                "domain": "urn:aim:a2a:realtime:v1",
+                "metadata": {"limit": "requests_per_second", "retryAfterSeconds": wait},
+            }
+            error = {"code": -31011, "message": "Too many requests.", "data": [info]}
+            headers = [*cors, json_type, (b"retry-after", wait.encode())]
+            await _answer(send, 200, headers, _json_rpc(seen, "error", error))
+        else:
+            await _answer(send, 200, [*cors, json_type], _json_rpc(seen, "result", {"ok": True}))
+
+
+# what the library does with the unusual answers, as plain data (run by `Device.script`)
+UNUSUAL = """
+const [service, unusual, token, done] = arguments;
+(async () => {
+  const lib = await import(`${service}/sdk/aim-realtime.js`);
+  const seen = (e) => ({name: e.name, code: e.code, reason: e.reason, httpStatus: e.httpStatus,
+    retryable: e.retryable, retryAfterMs: e.retryAfterMs, message: e.message,
+    typed: e instanceof lib.AimError});
+  const within = (promise, ms) => Promise.race([promise,
+    new Promise((resolve) => setTimeout(() => resolve({stillWaiting: ms}), ms))]);
+  const thrown = (call) => within(call().then((result) => ({result}), seen), 8000);
+  const fast = {attempts: 3, baseDelayMs: 10, maxDelayMs: 10};
+  const out = {};
+
+  // a call to a URL that redirects: thrown at once, typed, nothing sent where it points
+  const moved = new lib.AimClient({baseUrl: `${unusual}/redirect`, token, retry: fast});
+  out.call = await thrown(() => moved.call("GetTask", {id: "t1", historyLength: 0}));
+
+  // the stream (SubscribeToTask over the real network; the other calls answered here)
+  const RT = "urn:aim:a2a:realtime:v1";
+  const task = {id: "t1", contextId: "c1", status: {state: "TASK_STATE_WORKING"},
+                metadata: {[RT]: {sessionId: "s1", sessionEpoch: 1, sessionState: "ready",
+                                  taskVersion: 1}}};
+  const partly = async (url, init) => {
+    const {id, method} = JSON.parse(init.body);
+    if (method === "SubscribeToTask") return fetch(url, init);
+    return new Response(JSON.stringify({jsonrpc: "2.0", id, result: {task}}),
+                        {headers: {"content-type": "application/json"}});
+  };
+  const streaming = new lib.AimClient({baseUrl: `${unusual}/redirect/stream`, token,
+                                       fetch: partly});
+  const session = await streaming.createSession({endpointKey: "k", returnImmediately: true});
+  const failed = new Promise((resolve) => session.on("error", ({error}) => resolve(seen(error))));
+  out.stream = await within(failed, 8000);
+  session.close();
+
+  // a Retry-After past maxRetryAfterMs (60 s by default) is thrown, not slept through
+  let started = Date.now();
+  const limited = new lib.AimClient({baseUrl: `${unusual}/limited`, token});
+  out.limited = await thrown(() => limited.call("GetTask", {id: "t1"}));
+  out.limitedMs = Date.now() - started;
+  // a short one is still waited out, unless the app's cap is shorter
+  started = Date.now();
+  const brief = new lib.AimClient({baseUrl: `${unusual}/brief`, token});
+  out.brief = await thrown(() => brief.call("GetTask", {id: "t1"}));
+  out.briefMs = Date.now() - started;
+  const strict = new lib.AimClient({baseUrl: `${unusual}/limited`, token,
+                                    retry: {maxRetryAfterMs: 0}});
+  out.strict = await thrown(() => strict.call("GetTask", {id: "t1"}));
+  done(out);
+})().catch((e) => done({crashed: `${e} ${e.stack}`}));
+"""
+
+# createSession of a service without LiveKit, every request counted (run by `Device.script`)
+UNCONFIGURED = """
+const [service, token, done] = arguments;
+(async () => {
+  const lib = await import(`${service}/sdk/aim-realtime.js`);
+  const sent = [];
+  const counted = (url, init) => {
+    sent.push(JSON.parse(init.body).method);
+    return fetch(url, init);
+  };
+  const client = new lib.AimClient({baseUrl: service, token, fetch: counted});
+  const started = Date.now();
+  const error = await client.createSession({endpointKey: "k"}).then(() => null, (e) => e);
+  done({name: error?.name, code: error?.code, retryable: error?.retryable,
+        metadata: error?.metadata, message: error?.message, sent, ms: Date.now() - started});
+})().catch((e) => done({crashed: `${e} ${e.stack}`}));
+"""
