@@ -192,3 +192,36 @@ def test_events_are_numbered_on_without_gaps_and_carry_no_words(
     assert [n for n, _ in found] == list(range(seq + 1, seq + 1 + len(found)))
     assert all(json.loads(body)["seq"] == n for n, body in found)
     assert all(b"Title: " not in body for _, body in found)  # the agent's words stay out
+
+
+def test_the_agent_joining_and_its_replacements_are_told() -> None:
+    from state_machines.session import AgentJobEnded, AgentStartTimeout, ParticipantLeft
+
+    ready = run(created(), Provisioned(1))
+    joined = run(ready, ParticipantJoined(1, "agent-1", True))
+    assert events(ready, joined)[0] | {"occurredAt": ""} == {
+        "type": "agent.joined",
+        "sessionId": "s1",
+        "taskId": "t1",
+        "principal": {"tenant": "acme", "sub": "alice"},
+        "seq": 1,
+        "sessionEpoch": 1,
+        "occurredAt": "",
+        "data": {"identity": "agent-1", "dispatchAttempt": 1},
+    }
+    assert kinds(joined, run(joined, ParticipantJoined(1, "agent-1", True))) == []  # again
+    lost = run(joined, ParticipantLeft(1, "agent-1", True))
+    assert [(e["type"], e["data"]) for e in events(joined, lost)] == [
+        ("agent.replaced", {"dispatchAttempt": 2, "reason": "lost"})
+    ]
+    missed = run(lost, AgentStartTimeout(1, 2))
+    assert [(e["type"], e["data"]) for e in events(lost, missed)] == [
+        ("agent.replaced", {"dispatchAttempt": 3, "reason": "not_started"})
+    ]
+    assert kinds(missed, run(missed, AgentJobEnded(1, 3, "AJ_3"))) == ["agent.replaced"]
+    # a third dispatch in a row starts nothing: no agent can be had
+    last = run(missed, AgentStartTimeout(1, 3))
+    gone = run(last, AgentStartTimeout(1, 4))
+    assert [(e["type"], e["data"]["reason"]) for e in events(last, gone)] == [
+        ("session.failed", "agent_unavailable")
+    ]
