@@ -40,9 +40,10 @@ dispatches silent drops: created, id returned, no job ever (livekit/livekit#4374
 off, ``start_job(dispatch_id)`` starts one by hand.
 
 Run on its own, ``python -m tests.livekit_standin [--port 7880] [--host 127.0.0.1] [--api-key
-devkey] [--api-secret secret]`` serves until Ctrl-C or SIGTERM and prints the service's
-``AIM_LIVEKIT_*`` settings for it (docs/local-livekit.md). It is still only a test double: no
-media, no agents join, no webhooks are sent.
+devkey] [--api-secret secret] [--webhook-url URL] [--agent-jobs] [--job-start-delay S]`` serves
+until Ctrl-C or SIGTERM and prints the service's ``AIM_LIVEKIT_*`` settings for it
+(docs/local-livekit.md). It is still only a test double: no media; agents join only as the
+simulated worker's (``--agent-jobs``), webhooks are sent only with ``--webhook-url``.
 """
 
 from __future__ import annotations
@@ -1020,7 +1021,7 @@ STOP_HINT = "Ctrl-C or SIGTERM stops it."
 
 def service_settings(standin: LiveKitStandin) -> dict[str, str]:
     """The service's LiveKit settings for a running stand-in (the webhook signers default to
-    the API key pair, and the stand-in sends no webhooks anyway)."""
+    the API key pair, which is the pair the stand-in signs its webhooks with)."""
     host = standin.host or "127.0.0.1"
     with contextlib.suppress(ValueError):  # a name, not an address
         if ipaddress.ip_address(host).is_unspecified:  # everywhere: loopback reaches it too
@@ -1049,7 +1050,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m tests.livekit_standin",
         description="Serve the LiveKit stand-in on its own, to try the service without a LiveKit "
         "server. A TEST DOUBLE of LiveKit's server API (rooms, participants, agent dispatch, "
-        "kept in memory): no media, no real agents, no webhooks.",
+        "kept in memory): no media, no real agents; signed webhooks and a simulated agent "
+        "worker on request.",
     )
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
@@ -1070,6 +1072,24 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         default=DEV_API_SECRET,
         help="that key's secret (default: %(default)s, as livekit-server --dev)",
     )
+    parser.add_argument(
+        "--webhook-url",
+        help="send LiveKit's webhooks there, signed with the API key pair (the service's "
+        "http://127.0.0.1:8080/livekit/webhook); default: none are sent",
+    )
+    parser.add_argument(
+        "--agent-jobs",
+        action="store_true",
+        help="a simulated agent worker takes every dispatch that names an agent: its job "
+        "starts and its agent joins (no media); default: dispatches wait for ever",
+    )
+    parser.add_argument(
+        "--job-start-delay",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds the simulated worker takes to start a job (default: %(default)s)",
+    )
     return parser.parse_args(argv)
 
 
@@ -1084,7 +1104,13 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    standin = LiveKitStandin(args.api_key, args.api_secret)
+    standin = LiveKitStandin(
+        args.api_key,
+        args.api_secret,
+        webhook_url=args.webhook_url,
+        auto_jobs=args.agent_jobs,
+        job_start_delay=args.job_start_delay,
+    )
     standin.host, standin.port = args.host, args.port
     try:
         await standin.start()
@@ -1097,8 +1123,7 @@ async def _serve(args: argparse.Namespace) -> int:
         _say(
             f"LiveKit stand-in on {settings['AIM_LIVEKIT_URL']}: a TEST DOUBLE, not a LiveKit "
             "server. It answers LiveKit's server API (rooms, participants, agent dispatch) from "
-            "memory; no media, no real agents (dispatches are recorded, no agent joins), and "
-            "webhooks are not sent."
+            f"memory; {_what_it_does(args)}"
         )
         _say("Settings for the service (paste them into the shell that runs scripts/serve):")
         for name, value in settings.items():
@@ -1109,6 +1134,19 @@ async def _serve(args: argparse.Namespace) -> int:
         await standin.stop()
     _say("LiveKit stand-in stopped.")
     return 0
+
+
+def _what_it_does(args: argparse.Namespace) -> str:
+    agents = (
+        "no media; a simulated agent worker takes every dispatch (its job starts after "
+        f"{args.job_start_delay:g} s and its agent joins, no real agent)"
+        if args.agent_jobs
+        else "no media, no real agents (dispatches are recorded, no agent joins)"
+    )
+    hooks = (
+        f"webhooks are sent to {args.webhook_url}" if args.webhook_url else "webhooks are not sent"
+    )
+    return f"{agents}, and {hooks}."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
