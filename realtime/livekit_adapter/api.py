@@ -50,6 +50,23 @@ SOURCE_NAMES: Final = {
 }
 
 
+# the member of a dispatch's metadata that says which dispatch into its room it is (1, 2, ...);
+# LiveKit copies a dispatch's metadata into its jobs', so a job's webhook tells which it serves
+ATTEMPT_KEY: Final = "dispatchAttempt"
+
+
+def attempt_of(metadata: str) -> int:
+    """The dispatch attempt a dispatch's (or job's) metadata names; 1 when it names none (the
+    first dispatch of a room, or one made before attempts were written)."""
+    try:
+        value = json.loads(metadata).get(ATTEMPT_KEY) if metadata else None
+    except (ValueError, AttributeError, RecursionError):
+        return 1
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1_000_000:
+        return value
+    return 1
+
+
 class LiveKitUnavailable(Exception):  # noqa: N818 - reads as a condition, like ConnectionError
     """LiveKit could not be reached or answered 5xx: retry with backoff."""
 
@@ -216,6 +233,54 @@ class LiveKitGateway:
             DISPATCH + "CreateDispatch", room, lambda c: c.agent_dispatch.create_dispatch(request)
         )
         return str(created.id)
+
+    async def dispatch_attempt(self, room: str, attempt: int, *, metadata: dict[str, Any]) -> str:
+        """The id of our agent's dispatch number `attempt` into `room`, created unless an
+        earlier try made it (LiveKit does not de-duplicate dispatches: the attempt in the
+        metadata tells ours apart)."""
+        agent = self.settings.agent_name
+        existing = await self._call(
+            DISPATCH + "ListDispatch", room, lambda c: c.agent_dispatch.list_dispatch(room)
+        )
+        for dispatch in existing:
+            if dispatch.agent_name == agent and attempt_of(dispatch.metadata) == attempt:
+                return str(dispatch.id)
+        request = api.CreateAgentDispatchRequest(
+            agent_name=agent,
+            room=room,
+            metadata=json.dumps({**metadata, ATTEMPT_KEY: attempt}, separators=(",", ":")),
+        )
+        created = await self._call(
+            DISPATCH + "CreateDispatch", room, lambda c: c.agent_dispatch.create_dispatch(request)
+        )
+        return str(created.id)
+
+    async def delete_dispatches(self, room: str, *, before_attempt: int) -> int:
+        """Delete our agent's dispatches in `room` older than `before_attempt` (LiveKit ends
+        their jobs and their agents leave); how many were deleted. One already gone counts as
+        done; so does a room that is gone."""
+        agent = self.settings.agent_name
+        try:
+            existing = await self._call(
+                DISPATCH + "ListDispatch", room, lambda c: c.agent_dispatch.list_dispatch(room)
+            )
+        except LiveKitRejected as exc:
+            if exc.status != 404:
+                raise
+            return 0
+        deleted = 0
+        for dispatch in existing:
+            if dispatch.agent_name != agent or attempt_of(dispatch.metadata) >= before_attempt:
+                continue
+            deleted += await self._delete_dispatch(room, str(dispatch.id))
+        return deleted
+
+    async def _delete_dispatch(self, room: str, dispatch_id: str) -> bool:
+        return await self._tolerate_missing(
+            DISPATCH + "DeleteDispatch",
+            room,
+            lambda c: c.agent_dispatch.delete_dispatch(dispatch_id, room),
+        )
 
     async def list_rooms(self, names: Sequence[str] = ()) -> list[LiveRoom]:
         """Every room (ListRooms does not page), or those of `names` that exist."""

@@ -4,7 +4,8 @@ Right after a commit the request that made it runs the session's outbox inline; 
 (LiveKit down, a crash) is found through the due index by the worker loop and retried with
 backoff. A per-session lease keeps two runners from racing (agent dispatch must happen once per
 room, and LiveKit does not de-duplicate dispatches). Effects that complete may feed an event back
-through the engine (room and dispatch done → Provisioned; room deleted → RoomDeleted).
+through the engine (room and dispatch done → Provisioned; a replacement dispatch made →
+AgentDispatched; room deleted → RoomDeleted).
 """
 
 from __future__ import annotations
@@ -22,14 +23,21 @@ from realtime.engine.entries import Note
 from realtime.engine.outcomes import Applied, Contended
 from realtime.engine.schedule import ms_of
 from realtime.errors import Unavailable
-from realtime.livekit_adapter.api import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
+from realtime.livekit_adapter.api import (
+    ATTEMPT_KEY,
+    LiveKitGateway,
+    LiveKitRejected,
+    LiveKitUnavailable,
+)
 from realtime.metrics import Metrics
 from realtime.store.records import Cause, PendingEffect
 from realtime.store.timeline import effect_entry
 from realtime.telemetry import ATTR_SESSION_ID
 from realtime.timestamps import timestamp
 from state_machines import (
+    AgentDispatched,
     CreateRoom,
+    DeleteDispatch,
     DeleteRoom,
     DispatchAgent,
     OutboxEffect,
@@ -41,6 +49,7 @@ from state_machines import (
     SessionEvent,
     UpdatePermissions,
 )
+from state_machines.session import LIVE_STATES
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +68,7 @@ LIVEKIT_CALLS: Final[dict[type, str]] = {
     DeleteRoom: "DeleteRoom",
     UpdatePermissions: "UpdateParticipant",
     SendData: "SendData",
+    DeleteDispatch: "DeleteDispatch",
 }
 
 
@@ -68,14 +78,19 @@ def livekit_call(effect: OutboxEffect) -> str:
 
 
 def _still_wanted(effect: OutboxEffect, session: Session | None) -> bool:
-    """Provisioning of a room the session no longer uses (failed, ended, rebound) is dropped;
-    clean-up effects (remove, delete) always run."""
+    """Provisioning of a room the session no longer uses (failed, ended, rebound) is dropped,
+    and so is a dispatch replaced since (its attempt is not the current one) or the deletion
+    of stale dispatches in a room that is going anyway; clean-up effects (remove, delete the
+    room) always run."""
     if isinstance(effect, CreateRoom | DispatchAgent):
         return (
             session is not None
             and session.state not in ("failed", "ended")
             and effect.room == session.room
+            and (isinstance(effect, CreateRoom) or effect.attempt == session.agent_attempt)
         )
+    if isinstance(effect, DeleteDispatch):
+        return session is not None and effect.room == session.room and session.state in LIVE_STATES
     if isinstance(effect, SendData | UpdatePermissions):
         # meant for a room the session left (rebind) or a session that is over
         return session is not None and effect.room == session.room and session.state != "ended"
@@ -266,10 +281,12 @@ class Runner:
             )
 
     def dispatch_metadata(
-        self, session_id: str, epoch: int, session: Session | None
+        self, session_id: str, epoch: int, session: Session | None, *, attempt: int = 1
     ) -> dict[str, Any]:
         """What the agent learns when it accepts the job (profile §9, §10), its provider token
-        included; the token lives as long as a session may."""
+        included; the token lives as long as a session may. `dispatchAttempt` says which
+        dispatch into the room it is (a replacement's is 2 or more); LiveKit copies it into
+        the job, so the job's webhooks say which dispatch they are about."""
         settings = self.engine.settings
         requested = session.requested if session else None
         return {
@@ -290,6 +307,7 @@ class Runner:
                 ttl_s=settings.max_session_s + PROVIDER_TOKEN_MARGIN_S,
                 now=self.engine.now_ms() // 1000,
             ),
+            ATTEMPT_KEY: attempt,
         }
 
     async def _perform(
@@ -310,10 +328,19 @@ class Runner:
             )
             return Provisioned(effect.epoch) if effect.with_agent else None
         if isinstance(effect, DispatchAgent):
-            await self.gateway.ensure_dispatch(
-                effect.room, metadata=self.dispatch_metadata(session_id, effect.epoch, session)
+            metadata = self.dispatch_metadata(
+                session_id, effect.epoch, session, attempt=effect.attempt
             )
-            return Provisioned(effect.epoch)
+            if effect.attempt == 1:  # stored before rooms were created with their agent
+                await self.gateway.ensure_dispatch(effect.room, metadata=metadata)
+                return Provisioned(effect.epoch)
+            dispatch_id = await self.gateway.dispatch_attempt(
+                effect.room, effect.attempt, metadata=metadata
+            )
+            return AgentDispatched(effect.epoch, effect.attempt, dispatch_id)
+        if isinstance(effect, DeleteDispatch):
+            await self.gateway.delete_dispatches(effect.room, before_attempt=effect.attempt)
+            return None
         if isinstance(effect, RemoveParticipant):
             revoke = effect.revoke_before
             await self.gateway.remove_participant(
