@@ -14,8 +14,9 @@ its token, renewed while it works). Each sweep:
   timer armed there (decision 60);
 - participants of a live session's room whose identity is a superseded or removed endpoint, or
   no endpoint at all (agents excepted) → RemoveParticipant;
-- more than one agent participant in a live session's room (two dispatches, a replayed call):
-  the one that joined first stays, the others → RemoveParticipant (one agent per room).
+- more than one agent participant in a live session's room (two dispatches, a replayed call, a
+  replaced agent that stayed): the session's current agent stays (else the first to join of
+  those not replaced), the others → RemoveParticipant (one agent per room).
 
 Every correction is counted (`aim.reconciler.corrections{kind}`) and, where a session exists,
 written to its event stream with `cause: reconciler`. LiveKit is asked before Redis is changed,
@@ -136,13 +137,19 @@ def stale(session: Session, participant: LiveParticipant) -> Reason | None:
     return None
 
 
-def extra_agents(participants: Iterable[LiveParticipant]) -> list[LiveParticipant]:
-    """The agents of a room but the one that joined first (ties: by identity): one agent per
-    room, the one the user has been talking to kept."""
+def extra_agents(
+    session: Session, participants: Iterable[LiveParticipant]
+) -> list[LiveParticipant]:
+    """The agents of the room but one: the session's current agent when it is there, else the
+    one that joined first (ties: by identity) of those not replaced. An agent the session
+    replaced is never the one kept."""
     agents = sorted(
         (p for p in participants if p.is_agent), key=lambda p: (p.joined_ms, p.identity)
     )
-    return agents[1:]
+    current = [p for p in agents if p.identity == session.agent_identity]
+    candidates = current or [p for p in agents if p.identity not in session.agents_replaced]
+    kept = candidates[0].identity if candidates else None
+    return [p for p in agents if p.identity != kept]
 
 
 def outlived(session: Session | None, name: RoomName) -> Reason | None:
@@ -298,7 +305,7 @@ class Reconciler:
         [session] = await self._load([session_id])
         if session is None or session.room != room or not _live(session):
             return
-        extra = {p.identity for p in extra_agents(participants)}
+        extra = {p.identity for p in extra_agents(session, participants)}
         for participant in participants:
             why = (
                 Reason.EXTRA_AGENT if participant.identity in extra else stale(session, participant)

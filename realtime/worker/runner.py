@@ -59,6 +59,8 @@ BACKOFF_BASE_MS: Final = 500
 BACKOFF_MAX_MS: Final = 60_000
 POLL_INTERVAL_S: Final = 0.5
 PROVIDER_TOKEN_MARGIN_S: Final = 600  # a provider token outlives the longest session by this
+# a run that finds work a racing commit added runs again at most this often (then the worker)
+RACED_RUNS: Final = 3
 ERROR_TEXT_MAX: Final = 200  # of a failure's description kept with the effect (the outbox view)
 # the LiveKit server API call that carries out each effect (what the operations timeline names)
 LIVEKIT_CALLS: Final[dict[type, str]] = {
@@ -152,19 +154,22 @@ class Runner:
 
     async def run(self, session_id: str) -> bool:
         """Empty the session's outbox; False when an effect failed (it stays for a retry)."""
-        token = uuid.uuid4().hex
-        if not await self.sessions.lease(session_id, token, self.lease_ms):
-            return True  # another runner holds it and will finish the work
-        emptied = False
-        try:
-            emptied, ok = await self._run_leased(session_id, token)
-        finally:
-            await self.sessions.release(session_id, token)
-        if emptied and await self.sessions.pending(session_id):
-            # a commit added work after we looked and was turned away by our lease: make sure
-            # the worker sees it (our ZREM may have removed its due entry)
+        for _ in range(RACED_RUNS):
+            token = uuid.uuid4().hex
+            if not await self.sessions.lease(session_id, token, self.lease_ms):
+                return True  # another runner holds it and will finish the work
+            emptied = False
+            try:
+                emptied, ok = await self._run_leased(session_id, token)
+            finally:
+                await self.sessions.release(session_id, token)
+            if not (emptied and await self.sessions.pending(session_id)):
+                return ok
+            # a commit added work after we looked, and its own run was turned away by our
+            # lease: the worker will see it (our ZREM may have removed its due entry), and this
+            # run takes it on at once rather than leaving it to the worker's next look
             await self.sessions.schedule(session_id, self.engine.now_ms())
-        return ok
+        return True
 
     async def _run_leased(self, session_id: str, token: str) -> tuple[bool, bool]:
         """(outbox emptied, no failure)."""

@@ -470,6 +470,19 @@ async def test_a_second_agent_in_a_room_is_removed_once_and_the_first_stays(worl
     assert (await world.reconciler().sweep()).corrections == {}  # once
 
 
+async def test_the_sessions_own_agent_stays_though_a_stray_one_joined_before_it(
+    world, livekit, store
+):
+    session_id, phone = await in_room(world.http, livekit)  # the session's agent: "agent-AJ_1"
+    stray = livekit.add_participant(room(session_id), "agent-AJ_0", kind="agent")
+    stray.joined_at_ms -= 60_000  # it joined a minute before the session's own agent
+
+    report = await world.reconciler().sweep()
+
+    assert report.corrections == {"extra_agent_removed": 1}
+    assert set(livekit.participants[room(session_id)]) == {phone, "agent-AJ_1"}
+
+
 # --- several workers ------------------------------------------------------------------------------
 
 
