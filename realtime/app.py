@@ -104,8 +104,15 @@ async def running(
     timers = TimerStore(redis)
     events = EventStore(redis)
     gateway = LiveKitGateway(settings, telemetry=telemetry)
-    engine = Engine(settings, sessions, project=projection.follow, clock=clock, telemetry=telemetry)
     metrics = metrics or Metrics(None)
+    engine = Engine(
+        settings,
+        sessions,
+        project=projection.follow,
+        clock=clock,
+        telemetry=telemetry,
+        metrics=metrics,
+    )
     runner = Runner(
         engine,
         gateway,

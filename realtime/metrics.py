@@ -230,6 +230,13 @@ class Metrics:
             "aim.effects.failures", description="LiveKit effects that failed and will be retried"
         )
         self._timers = meter.create_counter("aim.timers.fired", description="timers that fired")
+        # Prometheus: aim_agent_presence_total{change="started|joined|lost|not_started|..."}
+        self._agents = meter.create_counter(
+            "aim.agent.presence",
+            description="changes of the agent's presence in sessions: its job started, it "
+            "joined, it was replaced (lost, or its dispatch started nothing in time), no agent "
+            "could be had (unavailable)",
+        )
         self._webhooks = meter.create_counter(
             "aim.webhooks", description="LiveKit webhooks by outcome"
         )
@@ -312,6 +319,9 @@ class Metrics:
 
     def timer_fired(self, kind: str) -> None:
         self._timers.add(1, {"aim.timer": kind})
+
+    def agent_presence(self, change: str) -> None:
+        self._agents.add(1, {"change": change})
 
     def webhook(self, outcome: str) -> None:
         self._webhooks.add(1, {"aim.webhook.outcome": outcome})

@@ -30,6 +30,8 @@ SESSION_EVENT_TYPES = (
     "operation.confirmed",
     "operation.canceled",
     "operation.expired",
+    "agent.joined",
+    "agent.replaced",
 )
 # signs provider tokens when neither AIM_PROVIDER_TOKEN_SECRET nor a LiveKit secret is set
 # (one process, development only: other processes could not verify them)
@@ -79,6 +81,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     reconnect_grace_s: int = 60
     max_session_s: int = 3600
     requirement_ttl_s: int = 120
+    # a dispatch whose job has not started this long after it was made is replaced (profile §22);
+    # doubled for each dispatch in a row that started nothing
+    agent_start_timeout_s: int = 10
 
     max_sessions_per_principal: int = 5
     # tasks one principal holds at once, live and kept (session tasks and refused messages)
@@ -361,6 +366,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             requirement_ttl_s=reader.integer(
                 "AIM_REQUIREMENT_TTL_S", defaults.requirement_ttl_s, low=1, high=86400
+            ),
+            agent_start_timeout_s=reader.integer(
+                "AIM_AGENT_START_TIMEOUT_S", defaults.agent_start_timeout_s, low=1, high=600
             ),
             max_sessions_per_principal=reader.integer(
                 "AIM_MAX_SESSIONS_PER_PRINCIPAL",

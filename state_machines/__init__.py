@@ -5,6 +5,7 @@ from state_machines.core import AnyEvent, decide
 from state_machines.effects import (
     AppendHistory,
     CreateRoom,
+    DeleteDispatch,
     DeleteRoom,
     DispatchAgent,
     MintJoinToken,
@@ -17,6 +18,10 @@ from state_machines.endpoint import Capabilities, Endpoint, EndpointState
 from state_machines.media import MediaSide, MediaSource, MediaSources, SourceState
 from state_machines.operation import Operation, OperationEvent, OperationState, Requirement
 from state_machines.session import (
+    AgentDispatched,
+    AgentJobEnded,
+    AgentJobStarted,
+    AgentStartTimeout,
     Cancel,
     End,
     EpochBump,
@@ -41,11 +46,16 @@ from state_machines.task import TaskCore
 
 __all__ = [
     "Accepted",
+    "AgentDispatched",
+    "AgentJobEnded",
+    "AgentJobStarted",
+    "AgentStartTimeout",
     "AnyEvent",
     "AppendHistory",
     "Cancel",
     "Capabilities",
     "CreateRoom",
+    "DeleteDispatch",
     "DeleteRoom",
     "DispatchAgent",
     "End",

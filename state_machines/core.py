@@ -29,6 +29,10 @@ from state_machines.provider import (
     UpdateOperation,
 )
 from state_machines.session_events import (
+    AgentDispatched,
+    AgentJobEnded,
+    AgentJobStarted,
+    AgentStartTimeout,
     Cancel,
     End,
     GraceExpired,
@@ -70,6 +74,10 @@ def decide(session: Session, event: AnyEvent, *, now: str) -> Accepted[Session] 
             | End()
             | Cancel()
             | RoomDeleted()
+            | AgentDispatched()
+            | AgentJobStarted()
+            | AgentJobEnded()
+            | AgentStartTimeout()
         ):
             outcome = session_rules.apply(session, event, now=now)
         case Deliver() | UserMedia() | AgentMedia() | Resolve() | TrackChanged():

@@ -20,24 +20,45 @@ SCREEN_SHARE_AUDIO: Final = "screen_share_audio"
 
 
 class CreateRoom(msgspec.Struct, frozen=True, tag=True):
-    """Create room `room` for `epoch` (metadata `{sessionId, sessionEpoch}`)."""
+    """Create room `room` for `epoch` (metadata `{sessionId, sessionEpoch}`). With `with_agent`,
+    LiveKit dispatches the agent as it creates the room (one call provisions the session: the
+    shell feeds `Provisioned(epoch)` back); without, a `DispatchAgent` follows it (outboxes
+    stored before rooms were created with their agent)."""
 
     room: str
     epoch: int
+    with_agent: bool = False
 
 
 class DispatchAgent(msgspec.Struct, frozen=True, tag=True):
-    """Dispatch the agent into `room`, exactly once per room."""
+    """Dispatch the agent into `room` once for `attempt`: the first (outboxes stored before
+    rooms were created with their agent; the shell feeds `Provisioned(epoch)` back), or a
+    replacement of an agent that never started or was lost (the shell feeds
+    `AgentDispatched(epoch, attempt, dispatch_id)` back). The attempt is written into the
+    dispatch's metadata, so a retry finds a dispatch it already made."""
 
     room: str
     epoch: int
+    attempt: int = 1
+
+
+class DeleteDispatch(msgspec.Struct, frozen=True, tag=True):
+    """Delete the agent's dispatches in `room` older than `attempt` (their jobs end, their
+    agents leave); one already gone counts as done."""
+
+    room: str
+    epoch: int
+    attempt: int
 
 
 class RemoveParticipant(msgspec.Struct, frozen=True, tag=True):
-    """Remove participant `identity` from `room` (a missing participant counts as done)."""
+    """Remove participant `identity` from `room` (a missing participant counts as done). With
+    `revoke_before` (an RFC 3339 instant: the decision's), LiveKit also refuses every token of
+    that identity issued before it, so a superseded or ended device cannot connect again."""
 
     room: str
     identity: str
+    revoke_before: str | None = None
 
 
 class DeleteRoom(msgspec.Struct, frozen=True, tag=True):
@@ -88,5 +109,11 @@ class AppendHistory(msgspec.Struct, frozen=True, tag=True):
 
 # the LiveKit calls the outbox runner carries out, at least once each, in commit order
 OutboxEffect = (
-    CreateRoom | DispatchAgent | RemoveParticipant | DeleteRoom | UpdatePermissions | SendData
+    CreateRoom
+    | DispatchAgent
+    | RemoveParticipant
+    | DeleteRoom
+    | UpdatePermissions
+    | SendData
+    | DeleteDispatch
 )

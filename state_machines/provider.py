@@ -35,7 +35,7 @@ from state_machines.interaction_model import (
     too_many_operations,
 )
 from state_machines.operation import Requirement
-from state_machines.session_model import Session, SessionState, by_id, replace
+from state_machines.session_model import Session, SessionState, agent_started, by_id, replace
 
 ReportedState = Literal["joined", "listening", "thinking", "speaking", "left"]
 ProviderEventName = Literal[
@@ -102,7 +102,9 @@ NOTES: Final[dict[ProviderEventName, str]] = {
     "update_operation": "the operation → running, succeeded or failed (running again changes "
     "nothing); a media request settles its source (UpdatePermissions when that changes what may be "
     "published)",
-    "report_agent_state": "last writer wins; the same state again changes nothing",
+    "report_agent_state": "last writer wins (the agent counts as started); after a replacement, "
+    "only once the new agent started (its job reported, or it joined); the same state again "
+    "changes nothing",
     "append_transcript": "only when transcripts are kept (else capability unavailable); the "
     "line joins the history, idempotent by itemId",
 }
@@ -135,13 +137,21 @@ def apply(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Sessi
         case UpdateOperation():
             return _update(session, event, now)
         case ReportAgentState():
-            if event.state == session.agent_state:
-                return Accepted(session)  # nothing new: no commit, no event
+            if event.state == session.agent_state or not _reporter_known(session):
+                # nothing new; or an agent was replaced in this room and its successor has not
+                # started yet, so the report may be the replaced one's: no commit
+                return Accepted(session)
             return Accepted(replace(session, agent_state=event.state))
         case AppendTranscript():
             return _transcript(session, event)
         case _:
             assert_never(event)
+
+
+def _reporter_known(session: Session) -> bool:
+    """A state report comes from the session's agent: the current dispatch's agent started,
+    or it is the room's first (no agent was replaced, whose token would be the same)."""
+    return agent_started(session) or session.agent_attempt == 1
 
 
 def _fenced(session: Session, event: ProviderEvent) -> Rejected | None:

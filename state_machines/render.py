@@ -71,7 +71,9 @@ def _session() -> list[str]:
         "",
         f"Live states: {', '.join(session.LIVE_STATES)}. Terminal: "
         f"{', '.join(session.TERMINAL_STATES)}. A lost room is re-provisioned at most "
-        f"{session.MAX_REBINDS} times.",
+        f"{session.MAX_REBINDS} times. An agent whose job never starts is dispatched again "
+        f"until {session.MAX_AGENT_MISSES} dispatches in a row started nothing; a room gets "
+        f"at most {session.MAX_AGENT_DISPATCHES} dispatches.",
         "",
         *_mermaid(edges, "provisioning", session.TERMINAL_STATES),
         *_table(rows, "| from | event | to | guard and effects |"),

@@ -8,7 +8,12 @@ Invariants:
   by one exactly when task_state changes; ending, ended and failed never go back to live;
 - ended and failed absorb: the only event they accept is the idempotent `end`, which changes
   nothing;
-- a rejection is a value and changes nothing; events of an older room or epoch are fenced.
+- a rejection is a value and changes nothing; events of an older room or epoch are fenced;
+- the agent's presence (profile §22): `agent_attempt` never decreases within a room; events of
+  an older dispatch (its job's start or end, its start timer) and the joins and leaves of
+  agents already replaced are fenced; a dispatch whose job never started is replaced at most
+  until MAX_AGENT_MISSES dispatches in a row started nothing, a room gets at most
+  MAX_AGENT_DISPATCHES dispatches, then the session fails with `agent_unavailable`.
 
 This module holds the table, the guards and the fences; `session_rules` what each event does.
 """
@@ -20,8 +25,12 @@ from typing import Final, Literal, assert_never
 from state_machines import endpoint as endpoints
 from state_machines import task
 from state_machines._base import Accepted, Rejected, RejectReason
-from state_machines.effects import CreateRoom, DispatchAgent
+from state_machines.effects import CreateRoom
 from state_machines.session_events import (
+    AgentDispatched,
+    AgentJobEnded,
+    AgentJobStarted,
+    AgentStartTimeout,
     Cancel,
     End,
     GraceExpired,
@@ -68,9 +77,15 @@ __all__ = [
     "GUARDS",
     "IDEMPOTENT",
     "LIVE_STATES",
+    "MAX_AGENT_DISPATCHES",
+    "MAX_AGENT_MISSES",
     "MAX_REBINDS",
     "TERMINAL_STATES",
     "TRANSITIONS",
+    "AgentDispatched",
+    "AgentJobEnded",
+    "AgentJobStarted",
+    "AgentStartTimeout",
     "Cancel",
     "End",
     "EpochBump",
@@ -104,6 +119,12 @@ _JOINABLE: Final[tuple[SessionState, ...]] = (READY, JOINING, ACTIVE, RECONNECTI
 
 # a lost room is re-provisioned at most this often; the next loss fails the session
 MAX_REBINDS: Final = 3
+# dispatches in a row whose job never started (silently dropped, no worker free): the last
+# one's start timer fails the session with `agent_unavailable` instead of dispatching again
+MAX_AGENT_MISSES: Final = 3
+# dispatches into one room, lost agents' replacements included: an agent that keeps dying is
+# not replaced for ever
+MAX_AGENT_DISPATCHES: Final = 10
 
 # ending an ending or finished session answers it unchanged, without effects (EndSession)
 IDEMPOTENT: Final[tuple[tuple[SessionState, SessionEventName], ...]] = (
@@ -135,10 +156,21 @@ TRANSITIONS: Final[dict[tuple[SessionState, SessionEventName], SessionState]] = 
     **{(state, "cancel"): ENDING for state in LIVE_STATES},
     **{pair: pair[0] for pair in IDEMPOTENT},
     (ENDING, "room_deleted"): ENDED,
+    **{(state, "agent_dispatched"): state for state in LIVE_STATES},
+    **{(state, "agent_job_started"): state for state in LIVE_STATES},
+    **{(state, "agent_job_ended"): state for state in LIVE_STATES},
+    **{(state, "agent_start_timeout"): state for state in LIVE_STATES},
 }
 
+# an agent lost (or never started) when no dispatch is left fails the session
+_AGENT_LOST: Final[tuple[SessionEventName, ...]] = (
+    "agent_left",
+    "agent_job_ended",
+    "agent_start_timeout",
+)
 FALLBACK: Final[dict[tuple[SessionState, SessionEventName], SessionState]] = {
-    (state, "room_lost"): FAILED for state in LIVE_STATES
+    **{(state, "room_lost"): FAILED for state in LIVE_STATES},
+    **{(state, name): FAILED for state in LIVE_STATES for name in _AGENT_LOST},
 }
 
 GUARDS: Final[dict[SessionEventName, str]] = {
@@ -149,22 +181,40 @@ GUARDS: Final[dict[SessionEventName, str]] = {
     "at most max_endpoints",
     "join": "client epoch current; endpoint registered (not superseded/removed); another active "
     "endpoint → handoff (at most max_handoffs_per_minute in any minute): epoch + 1, it is "
-    "superseded and removed; token minted",
+    "superseded and removed, its tokens revoked; token minted",
     "participant_joined": "the active endpoint at the current epoch → active; a superseded "
-    "endpoint → RemoveParticipant, state unchanged; else rejected",
+    "endpoint → RemoveParticipant with its tokens revoked, state unchanged; else rejected",
     "participant_left": "the active endpoint at the current epoch; the shell arms the grace timer",
-    "agent_joined": "epoch = the room's epoch; agent joined; SendData `operation.update` "
-    "(commandId `sync:<operationId>:<state>`) for each operation running or over",
-    "agent_left": "epoch = the room's epoch; agent left",
+    "agent_joined": "epoch = the room's epoch, not an agent already replaced, the current job's "
+    "agent if a job started; agent joined (the job counts as started); SendData "
+    "`operation.update` (commandId `sync:<operationId>:<state>`) for each operation running or "
+    "over",
+    "agent_left": "epoch = the room's epoch, the agent (or its job's): lost; fewer than "
+    f"{MAX_AGENT_DISPATCHES} dispatches into the room so far: DeleteDispatch of its dispatch, "
+    "DispatchAgent of the next (same room and epoch), the count of dispatches that started "
+    "nothing begins again; with none left, endReason agent_unavailable, every device removed, "
+    "DeleteRoom",
     "grace_expired": "epoch current, endpoint still the active one; it stays disconnected",
     "idle_timeout": "no active endpoint, idle ever since the timer was armed; endReason "
     "idle_timeout",
     "max_duration": "endReason max_duration",
     "room_lost": f"the current room, fewer than {MAX_REBINDS} rebinds so far: epoch + 1, "
-    "new room (CreateRoom, DispatchAgent)",
-    "end": "endReason given; DeleteRoom; task COMPLETED",
-    "cancel": "DeleteRoom; task CANCELED",
+    "new room (CreateRoom with the agent's dispatch)",
+    "end": "endReason given; every device with a token removed, its tokens revoked; DeleteRoom; "
+    "task COMPLETED",
+    "cancel": "every device with a token removed, its tokens revoked; DeleteRoom; task CANCELED",
     "room_deleted": "epoch = the room's epoch; endpoints removed",
+    "agent_dispatched": "epoch = the room's epoch, attempt = the current dispatch; its id "
+    "recorded, agent dispatched",
+    "agent_job_started": "epoch = the room's epoch, attempt = the current dispatch; its job "
+    "recorded (a repeat changes nothing, another job of it is refused), agent started unless it "
+    "already joined",
+    "agent_job_ended": "epoch = the room's epoch, attempt = the current dispatch, its job (or "
+    "none heard yet: it ended before its start was heard): lost, as on `agent_left`",
+    "agent_start_timeout": "epoch = the room's epoch, attempt = the current dispatch, its job "
+    f"not started; fewer than {MAX_AGENT_MISSES} dispatches in a row started nothing: "
+    "DeleteDispatch of the stale dispatch, DispatchAgent of the next (same room and epoch); "
+    "with none left, endReason agent_unavailable, every device removed, DeleteRoom",
 }
 
 
@@ -201,7 +251,7 @@ def new_session(
         task_version=started.version,
         room=room,
     )
-    return Accepted(session, (CreateRoom(room, 1), DispatchAgent(room, 1)))
+    return Accepted(session, (CreateRoom(room, 1, with_agent=True),))
 
 
 # --- guards -------------------------------------------------------------------------------------
@@ -215,7 +265,13 @@ def fence(session: Session, event: SessionEvent) -> Rejected | None:
         case Provisioned() | ProvisioningFailed() | ProvisioningTimeout() | RoomDeleted():
             current = event.epoch == session.room_epoch
         case ParticipantJoined() | ParticipantLeft() if event.is_agent:
-            current = event.epoch == session.room_epoch
+            # an agent replaced in this room (its dispatch deleted) is not the session's agent
+            current = (
+                event.epoch == session.room_epoch and event.identity not in session.agents_replaced
+            )
+        case AgentDispatched() | AgentJobStarted() | AgentJobEnded() | AgentStartTimeout():
+            # an older dispatch's job, answer or timer: that dispatch was replaced
+            current = event.epoch == session.room_epoch and event.attempt == session.agent_attempt
         case ParticipantJoined() | ParticipantLeft():
             # a token of any epoch since the room was provisioned can be in this room
             current = session.room_epoch <= event.epoch <= session.epoch
@@ -270,6 +326,14 @@ def is_superseded(session: Session, identity: str) -> bool:
 
 def rebinds_exhausted(session: Session) -> bool:
     return session.rebinds >= MAX_REBINDS
+
+
+def agent_dispatches_exhausted(session: Session, *, started: bool) -> bool:
+    """No dispatch left to replace the agent with: the room had its last one, or the current
+    one, which never `started`, was the last of those in a row that may start nothing."""
+    if session.agent_attempt >= MAX_AGENT_DISPATCHES:
+        return True
+    return not started and session.agent_misses + 1 >= MAX_AGENT_MISSES
 
 
 def is_handoff(session: Session, endpoint_id: str) -> bool:

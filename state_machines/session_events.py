@@ -9,6 +9,11 @@ Epochs: `RegisterEndpoint` and `Join` carry the client's `sessionEpoch`. Provisi
 carry the participant's epoch: for an endpoint, the `sessionEpoch` in its token metadata; for the
 agent, the epoch of the room it was dispatched to. `GraceExpired` and `ProvisioningTimeout` carry
 the epoch at which their timer was armed.
+
+The agent's own events (`AgentDispatched`, `AgentJobStarted`, `AgentJobEnded`,
+`AgentStartTimeout`) carry the epoch of the room and the `attempt` of the dispatch they concern:
+the n-th dispatch of the agent into that room, written into its metadata and copied by LiveKit
+into its job's.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ SessionEventName = Literal[
     "end",
     "cancel",
     "room_deleted",
+    "agent_dispatched",
+    "agent_job_started",
+    "agent_job_ended",
+    "agent_start_timeout",
 ]
 
 
@@ -136,6 +145,46 @@ class RoomDeleted(msgspec.Struct, frozen=True, tag=True):
     epoch: int
 
 
+class AgentDispatched(msgspec.Struct, frozen=True, tag=True):
+    """The replacement dispatch `attempt` into the room of `epoch` exists: LiveKit answered
+    CreateDispatch (or listed it) with `dispatch_id`."""
+
+    epoch: int
+    attempt: int
+    dispatch_id: str
+
+
+class AgentJobStarted(msgspec.Struct, frozen=True, tag=True):
+    """Webhook agent_job_started: a worker took job `job_id` of dispatch `attempt` in the room of
+    `epoch`; its agent joins the room as `identity` ("" when LiveKit did not say)."""
+
+    epoch: int
+    attempt: int
+    job_id: str
+    identity: str = ""
+    dispatch_id: str = ""
+
+
+class AgentJobEnded(msgspec.Struct, frozen=True, tag=True):
+    """Webhook agent_job_ended: job `job_id` of dispatch `attempt` in the room of `epoch` is over
+    (done, failed, its worker gone, its dispatch deleted)."""
+
+    epoch: int
+    attempt: int
+    job_id: str
+    identity: str = ""
+
+
+class AgentStartTimeout(msgspec.Struct, frozen=True, tag=True):
+    """The start timer of dispatch `attempt` in the room of `epoch` fired
+    (AIM_AGENT_START_TIMEOUT_S, doubled for each dispatch in a row that started no job)."""
+
+    epoch: int
+    attempt: int
+
+
+AgentEvent = AgentDispatched | AgentJobStarted | AgentJobEnded | AgentStartTimeout
+
 SessionEvent = (
     Provisioned
     | ProvisioningFailed
@@ -151,6 +200,10 @@ SessionEvent = (
     | End
     | Cancel
     | RoomDeleted
+    | AgentDispatched
+    | AgentJobStarted
+    | AgentJobEnded
+    | AgentStartTimeout
 )
 
 
@@ -185,5 +238,13 @@ def event_name(event: SessionEvent) -> SessionEventName:
             return "cancel"
         case RoomDeleted():
             return "room_deleted"
+        case AgentDispatched():
+            return "agent_dispatched"
+        case AgentJobStarted():
+            return "agent_job_started"
+        case AgentJobEnded():
+            return "agent_job_ended"
+        case AgentStartTimeout():
+            return "agent_start_timeout"
         case _:
             assert_never(event)

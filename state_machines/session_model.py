@@ -20,6 +20,7 @@ from state_machines import task
 from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import (
     CreateRoom,
+    DeleteDispatch,
     DeleteRoom,
     DispatchAgent,
     MintJoinToken,
@@ -55,8 +56,10 @@ _TASK_EVENTS: Final[dict[TaskState, TaskEvent]] = {
     task.WORKING: "resume",
 }
 AgentState = Literal[
-    "dispatching", "dispatched", "joined", "listening", "thinking", "speaking", "left"
+    "dispatching", "dispatched", "started", "joined", "listening", "thinking", "speaking", "left"
 ]
+# the agent's states before its job started: the start timer replaces a dispatch still in one
+AWAITING_AGENT: Final[tuple[AgentState, ...]] = ("dispatching", "dispatched")
 
 
 class Requested(msgspec.Struct, frozen=True):
@@ -72,6 +75,15 @@ class EpochBump(msgspec.Struct, frozen=True):
 
     epoch: int
     reason: Literal["superseded", "rebound"]
+
+
+class AgentJob(msgspec.Struct, frozen=True):
+    """The job LiveKit started for the current dispatch (agent_job_started): its id, the
+    identity its agent joins the room with, and the dispatch it belongs to ("" when unsaid)."""
+
+    job_id: str
+    identity: str = ""
+    dispatch_id: str = ""
 
 
 class Session(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,6 +122,15 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     # when the latest handoffs happened, while handoffs are bounded per minute: at most the
     # bound's count of them, none older than HANDOFF_WINDOW_S
     handoffs: tuple[str, ...] = ()
+    # the agent's presence in the current room (profile §22): the current dispatch is the
+    # `agent_attempt`-th into it; `agent_misses` dispatches in a row started no job; the job
+    # LiveKit started for it, and the dispatch's id once known; the identities of the agents
+    # replaced in this room, whose joins and leaves are fenced
+    agent_attempt: int = 1
+    agent_misses: int = 0
+    agent_job: AgentJob | None = None
+    agent_dispatch: str | None = None
+    agents_replaced: tuple[str, ...] = ()
 
 
 replace = msgspec.structs.replace
@@ -284,8 +305,9 @@ def join_token(session: Session, joined: Endpoint) -> MintJoinToken:
     )
 
 
-def hand_off(session: Session, previous: str) -> tuple[Session, RemoveParticipant]:
-    """Another endpoint takes over: epoch + 1, the previous one superseded and removed."""
+def hand_off(session: Session, previous: str, now: str) -> tuple[Session, RemoveParticipant]:
+    """Another endpoint takes over: epoch + 1, the previous one superseded and removed, the
+    tokens it was issued until `now` revoked."""
     epoch = session.epoch + 1
     superseded = replace(
         session,
@@ -293,13 +315,24 @@ def hand_off(session: Session, previous: str) -> tuple[Session, RemoveParticipan
         bumps=(*session.bumps, EpochBump(epoch, "superseded")),
         endpoints=moved(session.endpoints, "supersede", (previous,)),
     )
-    return superseded, RemoveParticipant(session.room, previous)
+    return superseded, RemoveParticipant(session.room, previous, revoke_before=now)
 
 
-def end(session: Session, target: SessionState, reason: str) -> Accepted[Session]:
-    """Ending: the task is terminal from here, the room is deleted behind it."""
+# the endpoints that may hold a join token still valid for the room (a superseded one's were
+# revoked when it was superseded)
+_HOLDING_TOKENS: Final = (endpoints.JOINING, endpoints.CONNECTED, endpoints.DISCONNECTED)
+
+
+def end(session: Session, target: SessionState, reason: str, now: str) -> Accepted[Session]:
+    """Ending: the task is terminal from here; every device that holds a join token is removed
+    with its tokens revoked, then the room is deleted behind them."""
     ending = replace(session, state=target, end_reason=reason)
-    return Accepted(ending, (DeleteRoom(session.room, session.room_epoch),))
+    revoked = tuple(
+        RemoveParticipant(session.room, item.endpoint_id, revoke_before=now)
+        for item in session.endpoints
+        if item.state in _HOLDING_TOKENS
+    )
+    return Accepted(ending, (*revoked, DeleteRoom(session.room, session.room_epoch)))
 
 
 def finish(session: Session, target: SessionState, now: str) -> Session:
@@ -317,6 +350,43 @@ def finish(session: Session, target: SessionState, now: str) -> Session:
 def fail(session: Session, target: SessionState, reason: str, now: str) -> Accepted[Session]:
     """Failed: over at once, nothing left to clean up in LiveKit."""
     return Accepted(finish(replace(session, end_reason=reason), target, now))
+
+
+def agent_started(session: Session) -> bool:
+    """The current dispatch's agent has started: LiveKit reported its job, it joined, or (the
+    room's first agent) it reported its state itself."""
+    return session.agent_state not in AWAITING_AGENT
+
+
+def replace_agent(session: Session, *, started: bool) -> Accepted[Session]:
+    """The current dispatch's agent never `started`, or was lost: the next dispatch into the
+    same room (same epoch), after the stale one is deleted. The agents known so far are
+    replaced: their joins and leaves are fenced from now on. A lost agent had started, so the
+    count of dispatches in a row that started nothing begins again."""
+    known = (session.agent_identity, session.agent_job.identity if session.agent_job else None)
+    retired = tuple(dict.fromkeys(i for i in known if i and i not in session.agents_replaced))
+    attempt = session.agent_attempt + 1
+    replaced = replace(
+        session,
+        agent_attempt=attempt,
+        agent_misses=0 if started else session.agent_misses + 1,
+        agent_state="dispatching",
+        agent_identity=None,
+        agent_job=None,
+        agent_dispatch=None,
+        agents_replaced=(*session.agents_replaced, *retired),
+    )
+    room, epoch = session.room, session.room_epoch
+    stale, fresh = DeleteDispatch(room, epoch, attempt), DispatchAgent(room, epoch, attempt)
+    return Accepted(replaced, (stale, fresh))
+
+
+def give_up(session: Session, target: SessionState, reason: str, now: str) -> Accepted[Session]:
+    """Failed while devices may be in the room (no agent could be had): over at once, the task
+    FAILED, and the room cleaned up behind it as an end does (devices removed, their tokens
+    revoked, the room deleted)."""
+    ending = end(session, target, reason, now)
+    return Accepted(finish(ending.state, target, now), ending.outbox)
 
 
 def rebind(session: Session, target: SessionState, now: str) -> Accepted[Session]:
@@ -339,7 +409,12 @@ def rebind(session: Session, target: SessionState, now: str) -> Accepted[Session
         state=target,
         agent_state="dispatching",
         agent_identity=None,
+        agent_attempt=1,
+        agent_misses=0,
+        agent_job=None,
+        agent_dispatch=None,
+        agents_replaced=(),
         active_endpoint_id=None,
         endpoints=reset,
     )
-    return Accepted(rebound, (CreateRoom(room, epoch), DispatchAgent(room, epoch)))
+    return Accepted(rebound, (CreateRoom(room, epoch, with_agent=True),))

@@ -7,7 +7,7 @@ decision shares (the task, the idle count, `updated_at`) is settled by `state_ma
 
 from __future__ import annotations
 
-from typing import assert_never
+from typing import Final, assert_never
 
 from state_machines import endpoint as endpoints
 from state_machines._base import Accepted, Rejected, RejectReason
@@ -18,6 +18,7 @@ from state_machines.session import (
     FALLBACK,
     IDEMPOTENT,
     TRANSITIONS,
+    agent_dispatches_exhausted,
     awaits_active,
     fence,
     invalid,
@@ -27,6 +28,10 @@ from state_machines.session import (
     rebinds_exhausted,
 )
 from state_machines.session_events import (
+    AgentDispatched,
+    AgentJobEnded,
+    AgentJobStarted,
+    AgentStartTimeout,
     Cancel,
     End,
     GraceExpired,
@@ -42,17 +47,23 @@ from state_machines.session_events import (
     RoomDeleted,
     RoomLost,
     SessionEvent,
+    SessionEventName,
     event_name,
 )
 from state_machines.session_model import (
+    AWAITING_AGENT,
+    AgentJob,
+    AgentState,
     Session,
     SessionState,
+    agent_started,
     by_id,
     by_key,
     device_sources,
     end,
     fail,
     finish,
+    give_up,
     hand_off,
     handoff_wait,
     join_token,
@@ -62,7 +73,11 @@ from state_machines.session_model import (
     rebind,
     recent_handoffs,
     replace,
+    replace_agent,
 )
+
+# the agent's states a join moves to `joined` (a state it reported since is kept)
+_NOT_IN_ROOM: Final[tuple[AgentState, ...]] = (*AWAITING_AGENT, "started", "left")
 
 
 def apply(session: Session, event: SessionEvent, *, now: str) -> Accepted[Session] | Rejected:
@@ -85,8 +100,7 @@ def _rule(
     match event:
         case Provisioned():
             # the agent's participant_joined may overtake the dispatch confirmation
-            agent = "dispatched" if session.agent_state == "dispatching" else session.agent_state
-            return Accepted(replace(session, state=target, agent_state=agent))
+            return Accepted(replace(session, state=target, agent_state=_dispatched(session)))
         case ProvisioningFailed():
             return fail(session, target, event.reason, now)
         case ProvisioningTimeout():
@@ -96,9 +110,9 @@ def _rule(
         case Join():
             return _join(session, event, target, now)
         case ParticipantJoined():
-            return _participant_joined(session, event, target)
+            return _participant_joined(session, event, target, now)
         case ParticipantLeft():
-            return _participant_left(session, event, target)
+            return _participant_left(session, event, target, now)
         case GraceExpired():
             if event.endpoint_id != session.active_endpoint_id:
                 return invalid(session, f"{event.endpoint_id} is no longer the active endpoint")
@@ -108,9 +122,9 @@ def _rule(
                 return invalid(session, "an endpoint is active: the session is not idle")
             if event.idle not in (-1, session.idles):
                 return invalid(session, "the session was active since this timer was armed")
-            return end(session, target, "idle_timeout")
+            return end(session, target, "idle_timeout", now)
         case MaxDuration():
-            return end(session, target, "max_duration")
+            return end(session, target, "max_duration", now)
         case RoomLost():
             if rebinds_exhausted(session):
                 return fail(session, FALLBACK[session.state, "room_lost"], "room_lost", now)
@@ -118,13 +132,59 @@ def _rule(
         case End():
             if (session.state, "end") in IDEMPOTENT:
                 return Accepted(session)
-            return end(session, target, event.reason)
+            return end(session, target, event.reason, now)
         case Cancel():
-            return end(replace(session, canceled=True), target, "canceled")
+            return end(replace(session, canceled=True), target, "canceled", now)
         case RoomDeleted():
             return Accepted(finish(session, target, now))
+        case AgentDispatched():
+            return Accepted(
+                replace(session, agent_dispatch=event.dispatch_id, agent_state=_dispatched(session))
+            )
+        case AgentJobStarted():
+            return _job_started(session, event)
+        case AgentJobEnded():
+            job = session.agent_job
+            if job is not None and job.job_id != event.job_id:
+                return invalid(session, f"job {event.job_id} is not the agent's job {job.job_id}")
+            # a job that ended had started, even if its start was not heard (yet)
+            return _agent_lost(session, "agent_job_ended", now, started=True)
+        case AgentStartTimeout():
+            if agent_started(session):
+                return invalid(session, "the agent of this dispatch has started")
+            return _agent_lost(session, "agent_start_timeout", now, started=False)
         case _:
             assert_never(event)
+
+
+def _dispatched(session: Session) -> AgentState:
+    """The agent's state once its dispatch exists: dispatched, unless it went further."""
+    return "dispatched" if session.agent_state == "dispatching" else session.agent_state
+
+
+def _job_started(session: Session, event: AgentJobStarted) -> Accepted[Session] | Rejected:
+    job = session.agent_job
+    if job is not None:
+        if job.job_id == event.job_id:
+            return Accepted(session)  # heard again (LiveKit sent it once more, under a new id)
+        return invalid(session, f"job {event.job_id} is not the agent's job {job.job_id}")
+    started = replace(
+        session,
+        agent_job=AgentJob(event.job_id, event.identity, event.dispatch_id),
+        agent_dispatch=event.dispatch_id or session.agent_dispatch,
+        agent_state="started" if session.agent_state in AWAITING_AGENT else session.agent_state,
+    )
+    return Accepted(started)
+
+
+def _agent_lost(
+    session: Session, name: SessionEventName, now: str, *, started: bool
+) -> Accepted[Session]:
+    """The agent left, its job ended, or its job never `started`: a new dispatch into the same
+    room, or, with none left, the session fails with `agent_unavailable`."""
+    if agent_dispatches_exhausted(session, started=started):
+        return give_up(session, FALLBACK[session.state, name], "agent_unavailable", now)
+    return replace_agent(session, started=started)
 
 
 def _register(session: Session, event: RegisterEndpoint, now: str) -> Accepted[Session] | Rejected:
@@ -180,7 +240,7 @@ def _join(
                     retry_after=wait,
                 )
             session = replace(session, handoffs=(*recent, now)[-limit:])
-        session, removal = hand_off(session, previous)
+        session, removal = hand_off(session, previous, now)
         outbox = (removal,)
     joined = replace(joining.state, joined_at=now, joined_epoch=session.epoch)
     session = replace(
@@ -193,11 +253,15 @@ def _join(
 
 
 def _participant_joined(
-    session: Session, event: ParticipantJoined, target: SessionState
+    session: Session, event: ParticipantJoined, target: SessionState, now: str
 ) -> Accepted[Session] | Rejected:
     if event.is_agent:
+        job = session.agent_job
+        if job is not None and job.identity not in ("", event.identity):
+            return invalid(session, f"agent {event.identity} is not the agent of {job.job_id}")
+        agent = "joined" if session.agent_state in _NOT_IN_ROOM else session.agent_state
         # whatever happened to its operations while it was away (or before it first joined)
-        joined = replace(session, agent_state="joined", agent_identity=event.identity)
+        joined = replace(session, agent_state=agent, agent_identity=event.identity)
         return Accepted(joined, updates_on_join(joined, event.identity))
     if awaits_active(session) and is_active(session, event.identity, event.epoch):
         connected = moved(session.endpoints, "connected", (event.identity,))
@@ -209,16 +273,23 @@ def _participant_joined(
         )
         return Accepted(replace(session, state=target, endpoints=connected), (permission,))
     if is_superseded(session, event.identity):
-        # LiveKit cannot revoke a token: a superseded device that re-joins is removed again
-        return Accepted(session, (RemoveParticipant(session.room, event.identity),))
+        # a superseded device that re-joins (with a token its removal could not revoke: LiveKit
+        # records a revocation only for a participant in the room) is removed again, revoked
+        removal = RemoveParticipant(session.room, event.identity, revoke_before=now)
+        return Accepted(session, (removal,))
     return invalid(session, f"participant {event.identity} is not awaited in {session.state}")
 
 
 def _participant_left(
-    session: Session, event: ParticipantLeft, target: SessionState
+    session: Session, event: ParticipantLeft, target: SessionState, now: str
 ) -> Accepted[Session] | Rejected:
     if event.is_agent:
-        return Accepted(replace(session, agent_state="left", agent_identity=None))
+        job = session.agent_job
+        known = session.agent_identity or (job.identity if job is not None else None)
+        if event.identity != known:
+            return invalid(session, f"agent {event.identity} is not the session's agent")
+        # the agent left a live session: it is lost (LiveKit ends its job too)
+        return _agent_lost(session, "agent_left", now, started=True)
     if not is_active(session, event.identity, event.epoch):
         return invalid(session, f"participant {event.identity} is not the active endpoint")
     disconnected = moved(session.endpoints, "disconnected", (event.identity,))

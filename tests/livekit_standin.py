@@ -23,10 +23,27 @@ calls the way the Go server does (livekit/livekit ``pkg/service``):
   Create/List/DeleteDispatch) -> ``unavailable`` 503 "no response from servers" (after ~3 s on
   a real server: ``no_response_wait``). With ``auto_create``, CreateDispatch creates the room.
 
+Given a webhook target (``webhook_url=`` or ``set_webhook_target``), it sends LiveKit's webhooks
+there, signed as LiveKit signs them (``sign_webhook``), one after another, each tried up to
+``WEBHOOK_ATTEMPTS`` times: ``room_started`` / ``room_finished``, ``participant_joined`` /
+``participant_left`` (every simulated join and leave) and the agent jobs' ``agent_job_started`` /
+``agent_job_ended`` (member ``job``, with ``room``: livekit/protocol#1711). Without a target it
+sends nothing.
+
+A simulated agent worker (``auto_jobs=True``; off by default, as a LiveKit where no worker is
+registered: dispatches wait) takes every dispatch that names an agent: ``job_start_delay`` seconds
+later the job starts (``agent_job_started``, the job listed in its dispatch's state) and its agent
+participant (kind AGENT, identity ``agent-<job id>``, as livekit-agents names it) joins the room.
+A job ends (``end_job``, ``kill_worker``, DeleteDispatch of its dispatch, or its room closing) with
+``agent_job_ended`` and its agent leaving. ``drop_next_dispatches(n)`` makes the next ``n`` named
+dispatches silent drops: created, id returned, no job ever (livekit/livekit#4374). With auto jobs
+off, ``start_job(dispatch_id)`` starts one by hand.
+
 Run on its own, ``python -m tests.livekit_standin [--port 7880] [--host 127.0.0.1] [--api-key
-devkey] [--api-secret secret]`` serves until Ctrl-C or SIGTERM and prints the service's
-``AIM_LIVEKIT_*`` settings for it (docs/local-livekit.md). It is still only a test double: no
-media, no agents join, no webhooks are sent.
+devkey] [--api-secret secret] [--webhook-url URL] [--agent-jobs] [--job-start-delay S]`` serves
+until Ctrl-C or SIGTERM and prints the service's ``AIM_LIVEKIT_*`` settings for it
+(docs/local-livekit.md). It is still only a test double: no media; agents join only as the
+simulated worker's (``--agent-jobs``), webhooks are sent only with ``--webhook-url``.
 """
 
 from __future__ import annotations
@@ -50,6 +67,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import aiohttp
 import jwt
 from aiohttp import web
 from google.protobuf import json_format, message_factory
@@ -80,7 +98,17 @@ _GLOBAL_GRANTS = {
     "ListRooms": "room_list",
 }
 MAX_NAME_LENGTH = 256
+# a join token's canPublishSources names, as LiveKit reads them
+_SOURCE_VALUES = {
+    "microphone": api.TrackSource.MICROPHONE,
+    "camera": api.TrackSource.CAMERA,
+    "screen_share": api.TrackSource.SCREEN_SHARE,
+    "screen_share_audio": api.TrackSource.SCREEN_SHARE_AUDIO,
+}
 DEFAULT_EMPTY_TIMEOUT, DEFAULT_DEPARTURE_TIMEOUT = 300, 20  # livekit pkg/config defaults
+WEBHOOK_ATTEMPTS, WEBHOOK_RETRY_PAUSE_S, WEBHOOK_TIMEOUT_S = 3, 0.1, 5.0
+AGENT_NAME_ATTRIBUTE = "lk.agent.name"  # set on an agent participant by LiveKit (pkg/agent)
+WORKER_ID = "AW_standin"
 
 
 class TwirpError(Exception):
@@ -94,6 +122,10 @@ class _NoResponseError(TwirpError):
 
     def __init__(self) -> None:
         super().__init__("unavailable", "no response from servers")
+
+
+class ConnectRefused(Exception):  # noqa: N818 - reads as what LiveKit answers the client
+    """A client's connect that LiveKit refuses (its signal connection's 401 / 404)."""
 
 
 class _AuthError(Exception):
@@ -141,6 +173,20 @@ class _Rule:
         return "fail" if self.status else "lose" if self.lose else "delay"
 
 
+@dataclass
+class SentWebhook:
+    """A webhook the stand-in sent (or is sending): ``status`` is the last attempt's HTTP
+    status (0: no answer, or not tried yet), ``attempts`` how many were made."""
+
+    event: api.WebhookEvent
+    status: int = 0
+    attempts: int = 0
+
+    @property
+    def delivered(self) -> bool:
+        return 200 <= self.status < 300
+
+
 def sign_webhook(event: api.WebhookEvent, api_key: str, api_secret: str) -> tuple[str, str]:
     """``(body, Authorization value)`` exactly as LiveKit signs a webhook (livekit-notes §2)."""
     body = json_format.MessageToJson(event, indent=None)
@@ -163,7 +209,8 @@ class LiveKitStandin:
 
     ``async with LiveKitStandin(key, secret) as lk:`` (or ``await start()`` / ``await stop()``).
     State is public protobuf messages: ``rooms[name]``, ``participants[room][identity]``,
-    ``dispatches[room][id]``, ``data_messages`` (SendData requests), ``calls``.
+    ``dispatches[room][id]``, ``data_messages`` (SendData requests), ``calls``; the agent jobs
+    ``jobs[id]`` (pending, running and ended) and the webhooks sent, ``webhooks``.
     """
 
     def __init__(
@@ -175,6 +222,9 @@ class LiveKitStandin:
         default_dispatch: bool = True,
         enable_remote_unmute: bool = False,
         no_response_wait: float = 0.0,
+        webhook_url: str | None = None,
+        auto_jobs: bool = False,
+        job_start_delay: float = 0.0,
     ) -> None:
         self.api_key, self.api_secret = api_key, api_secret
         self.keys = {api_key: api_secret}
@@ -188,6 +238,20 @@ class LiveKitStandin:
         self.participants: dict[str, dict[str, api.ParticipantInfo]] = {}
         self.dispatches: dict[str, dict[str, api.AgentDispatch]] = {}
         self.data_messages: list[api.SendDataRequest] = []
+        # (room, identity) → RemoveParticipant's revoke_token_ts: tokens with an earlier nbf
+        # are refused at connect from then on (protocol #1576)
+        self.revoked: dict[tuple[str, str], int] = {}
+        # agent jobs and webhooks (module docstring)
+        self.webhook_url = webhook_url
+        self.webhooks: list[SentWebhook] = []
+        self.auto_jobs = auto_jobs
+        self.job_start_delay = job_start_delay
+        self.jobs: dict[str, api.Job] = {}
+        self.dropped: list[str] = []  # ids of the dispatches dropped silently
+        self._drops = 0
+        self._starts: dict[str, asyncio.TimerHandle] = {}  # pending job id -> its start
+        self._outgoing: asyncio.Queue[SentWebhook] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
         self._rules: list[_Rule] = []
         self._answered = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -210,9 +274,18 @@ class LiveKitStandin:
         self._site = web.TCPSite(self._runner, self.host, self.port)
         await self._site.start()
         self.port = self._runner.addresses[0][1]
+        self._sender = asyncio.create_task(self._send_webhooks())
         return self
 
     async def stop(self) -> None:
+        for handle in self._starts.values():
+            handle.cancel()
+        self._starts.clear()
+        if self._sender is not None:
+            self._sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sender
+            self._sender = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = self._site = None
@@ -316,6 +389,205 @@ class LiveKitStandin:
         found = self.dispatches.get(room, {}).values()
         return [d for d in found if agent_name in (None, d.agent_name)]
 
+    # ---- webhooks --------------------------------------------------------------------------
+    def set_webhook_target(self, url: str | None) -> None:
+        """Send webhooks to ``url`` (the service's ``/livekit/webhook``) from now on; None
+        stops sending (a webhook being tried is given up)."""
+        self.webhook_url = url
+
+    def webhooks_of(self, event: str) -> list[api.WebhookEvent]:
+        """The webhooks of type ``event`` sent so far (queued or tried), oldest first."""
+        return [sent.event for sent in self.webhooks if sent.event.event == event]
+
+    async def webhooks_sent(self, within: float = 5.0) -> list[SentWebhook]:
+        """Wait until every webhook queued so far has been tried; all webhooks sent."""
+        async with asyncio.timeout(within):
+            await self._outgoing.join()
+        return self.webhooks
+
+    def _notify(self, event: str, room: api.Room | None, **members: Any) -> None:
+        """Queue webhook ``event`` (LiveKit's telemetry NotifyEvent: a new ``EV_`` id and
+        ``created_at`` in seconds), when there is a target."""
+        if self.webhook_url is None:
+            return
+        webhook = api.WebhookEvent(
+            event=event, id=_guid("EV_"), created_at=int(time.time()), **members
+        )
+        if room is not None:
+            webhook.room.CopyFrom(room)
+        sent = SentWebhook(webhook)
+        self.webhooks.append(sent)
+        self._outgoing.put_nowait(sent)
+
+    async def _send_webhooks(self) -> None:
+        """One sender, in the order the events happened (LiveKit's pool keeps no order: a test
+        that needs another order posts the webhooks itself)."""
+        async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT_S)
+        ) as http:
+            while True:
+                sent = await self._outgoing.get()
+                try:
+                    await self._send_webhook(http, sent)
+                finally:
+                    self._outgoing.task_done()
+
+    async def _send_webhook(self, http: aiohttp.ClientSession, sent: SentWebhook) -> None:
+        """POST it signed, tried again (same body and id) after an error or a non-2xx answer."""
+        for attempt in range(1, WEBHOOK_ATTEMPTS + 1):
+            if (url := self.webhook_url) is None:
+                return
+            body, authorization = self.sign_webhook(sent.event)
+            sent.attempts = attempt
+            try:
+                async with http.post(
+                    url, data=body.encode(), headers=webhook_headers(authorization)
+                ) as response:
+                    sent.status = response.status
+                    await response.read()
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                sent.status = 0
+            if sent.delivered:
+                return
+            if attempt < WEBHOOK_ATTEMPTS:
+                await asyncio.sleep(WEBHOOK_RETRY_PAUSE_S * attempt)
+
+    # ---- the simulated agent worker --------------------------------------------------------
+    def drop_next_dispatches(self, n: int = 1) -> None:
+        """The next ``n`` dispatches the worker would take (they name an agent; ``auto_jobs``)
+        are created, their id answered, and no job ever starts (livekit/livekit#4374)."""
+        self._drops += n
+
+    def jobs_of(self, dispatch_id: str) -> list[api.Job]:
+        """The jobs of a dispatch (pending, running or ended), oldest first."""
+        return [job for job in self.jobs.values() if job.dispatch_id == dispatch_id]
+
+    def jobs_in(self, room: str, *, running: bool = False) -> list[api.Job]:
+        """The jobs in ``room`` (only the running ones with ``running``), oldest first."""
+        return [
+            job
+            for job in self.jobs.values()
+            if job.room.name == room and (not running or job.state.status == api.JS_RUNNING)
+        ]
+
+    def start_job(self, dispatch_id: str) -> api.Job:
+        """The worker takes the dispatch now (its pending job, or a new one): the job starts
+        and its agent joins. For a test that drives the worker by hand (``auto_jobs=False``)."""
+        dispatch = next(
+            (found[dispatch_id] for found in self.dispatches.values() if dispatch_id in found),
+            None,
+        )
+        if dispatch is None:
+            raise LookupError(f"no dispatch {dispatch_id!r}")
+        pending = [j for j in self.jobs_of(dispatch_id) if j.state.status == api.JS_PENDING]
+        job = pending[0] if pending else self._new_job(dispatch)
+        self._begin_job(job.id)
+        return job
+
+    def end_job(
+        self,
+        job_id: str,
+        *,
+        status: int = api.JS_SUCCESS,
+        reason: int = api.JSR_UNSPECIFIED,
+        error: str = "",
+        agent_leaves_first: bool = False,
+    ) -> api.Job:
+        """The job ends with ``status``: ``agent_job_ended``, and its agent leaves the room
+        (``participant_left``; before the job's end with ``agent_leaves_first``). A job not
+        started yet is cancelled without a webhook; an ended one stays as it is."""
+        job = self.jobs[job_id]
+        now = time.time_ns()
+        if job.state.status == api.JS_PENDING:
+            if (handle := self._starts.pop(job_id, None)) is not None:
+                handle.cancel()
+            job.state.status, job.state.ended_at, job.state.updated_at = api.JS_CANCELLED, now, now
+            return job
+        if job.state.status != api.JS_RUNNING:
+            return job
+        job.state.status, job.state.reason, job.state.error = status, reason, error
+        job.state.ended_at = job.state.updated_at = now
+        self._job_changed(job)
+        room, identity = job.room.name, job.state.participant_identity
+        if agent_leaves_first:
+            self.leave(room, identity)
+        self._notify("agent_job_ended", job.room, job=job)
+        if not agent_leaves_first:
+            self.leave(room, identity)
+        return job
+
+    def kill_worker(self) -> list[api.Job]:
+        """The worker process dies: its agents' connections drop (``participant_left``) and
+        each running job ends failed; none is dispatched again (livekit/agents#1472). New
+        dispatches are still taken, by the pool's other workers."""
+        return [
+            self.end_job(job.id, status=api.JS_FAILED, error="worker died", agent_leaves_first=True)
+            for job in list(self.jobs.values())
+            if job.state.status == api.JS_RUNNING
+        ]
+
+    def _new_job(self, dispatch: api.AgentDispatch) -> api.Job:
+        job = api.Job(
+            id=_guid("AJ_"),
+            dispatch_id=dispatch.id,
+            type=api.JT_ROOM,
+            metadata=dispatch.metadata,
+            agent_name=dispatch.agent_name,
+            attributes=dispatch.attributes,
+            state=api.JobState(status=api.JS_PENDING, updated_at=time.time_ns()),
+        )
+        job.room.CopyFrom(self.rooms[dispatch.room])
+        self.jobs[job.id] = job
+        return job
+
+    def _take(self, dispatch: api.AgentDispatch) -> None:
+        """A new dispatch: the worker takes it (a job, started after ``job_start_delay``) when
+        it names an agent and jobs are automatic, unless it is to be dropped."""
+        if not (self.auto_jobs and dispatch.agent_name):
+            return
+        if self._drops > 0:
+            self._drops -= 1
+            self.dropped.append(dispatch.id)
+            return
+        job = self._new_job(dispatch)
+        loop = asyncio.get_running_loop()
+        self._starts[job.id] = loop.call_later(self.job_start_delay, self._begin_job, job.id)
+
+    def _begin_job(self, job_id: str) -> None:
+        """The job starts: RUNNING, listed in its dispatch's state, ``agent_job_started``, then
+        its agent participant joins. Cancelled instead when its dispatch (or room) is gone."""
+        self._starts.pop(job_id, None)
+        job = self.jobs[job_id]
+        if job.state.status != api.JS_PENDING:
+            return
+        now = time.time_ns()
+        dispatch = self.dispatches.get(job.room.name, {}).get(job.dispatch_id)
+        if dispatch is None:
+            job.state.status, job.state.ended_at, job.state.updated_at = api.JS_CANCELLED, now, now
+            return
+        identity = f"agent-{job.id}"  # livekit-agents' default identity for its participant
+        job.state.status, job.state.started_at, job.state.updated_at = api.JS_RUNNING, now, now
+        job.state.participant_identity, job.state.worker_id = identity, WORKER_ID
+        dispatch.state.jobs.append(job)
+        self._notify("agent_job_started", job.room, job=job)
+        self.add_participant(
+            job.room.name,
+            identity,
+            kind="agent",
+            attributes={AGENT_NAME_ATTRIBUTE: job.agent_name},
+        )
+
+    def _job_changed(self, job: api.Job) -> None:
+        """Its dispatch's state lists the job as it is now."""
+        dispatch = self.dispatches.get(job.room.name, {}).get(job.dispatch_id)
+        for listed in dispatch.state.jobs if dispatch is not None else ():
+            if listed.id == job.id:
+                listed.CopyFrom(job)
+
+    def _end_dispatch_jobs(self, dispatch_id: str) -> None:
+        for job in self.jobs_of(dispatch_id):
+            self.end_job(job.id, reason=api.JSR_DISPATCH_DELETED)
+
     # ---- simulating the media side ---------------------------------------------------------
     def add_participant(
         self,
@@ -326,9 +598,11 @@ class LiveKitStandin:
         name: str = "",
         metadata: str = "",
         permission: api.ParticipantPermission | None = None,
+        attributes: dict[str, str] | None = None,
     ) -> api.ParticipantInfo:
-        """Simulate a join (state ACTIVE). The room must exist unless ``auto_create``; joining
-        again with the same identity replaces the older participant (DUPLICATE_IDENTITY)."""
+        """Simulate a join (state ACTIVE; ``participant_joined``). The room must exist unless
+        ``auto_create``; joining again with the same identity replaces the older participant
+        (DUPLICATE_IDENTITY)."""
         if room not in self.rooms:
             if not self.auto_create:
                 raise LookupError(f"room {room!r} does not exist; LiveKit would refuse the join")
@@ -345,6 +619,7 @@ class LiveKitStandin:
             state=api.ParticipantInfo.ACTIVE,
             joined_at=int(now),
             joined_at_ms=int(now * 1000),
+            attributes=attributes or {},
         )
         grants = api.ParticipantPermission(
             can_subscribe=True, can_publish=True, can_publish_data=True
@@ -352,7 +627,47 @@ class LiveKitStandin:
         info.permission.CopyFrom(permission or grants)  # a token's defaults
         self.participants[room][identity] = info
         self._count(room)
+        self._notify("participant_joined", self.rooms[room], participant=info)
         return info
+
+    def connect(self, token: str) -> api.ParticipantInfo:
+        """A client connecting with a join token, checked as LiveKit checks it at connect: the
+        signature and key, `exp` required and `nbf`, with LiveKit's 60 s leeway; `roomJoin`, a
+        room and an identity; a token issued (`nbf`) before a RemoveParticipant's
+        `revoke_token_ts` for that identity is refused. Then the participant joins as
+        `add_participant` has it. Raises `ConnectRefused` saying why."""
+        try:
+            key = str(jwt.decode(token, options={"verify_signature": False}).get("iss", ""))
+            if key not in self.keys:
+                raise ConnectRefused(f"invalid API key: {key}")
+            claims = api.TokenVerifier(key, self.keys[key]).verify(token)
+            nbf = int(jwt.decode(token, options={"verify_signature": False}).get("nbf", 0))
+        except (jwt.PyJWTError, ValueError, TypeError) as exc:
+            raise ConnectRefused(f"invalid token: {exc}") from exc
+        video = claims.video
+        if video is None or not video.room_join or not video.room or not claims.identity:
+            raise ConnectRefused("the token grants no room join (roomJoin, room and sub needed)")
+        room, identity = video.room, claims.identity
+        if nbf < self.revoked.get((room, identity), 0):
+            raise ConnectRefused("token revoked: issued before the participant's revocation")
+        try:
+            return self.add_participant(
+                room,
+                identity,
+                name=claims.name or "",
+                metadata=claims.metadata or "",
+                kind=(claims.kind or "standard"),
+                permission=api.ParticipantPermission(
+                    can_subscribe=bool(video.can_subscribe),
+                    can_publish=bool(video.can_publish),
+                    can_publish_data=bool(video.can_publish_data),
+                    can_publish_sources=[
+                        _SOURCE_VALUES[source] for source in video.can_publish_sources or ()
+                    ],
+                ),
+            )
+        except LookupError as exc:
+            raise ConnectRefused(str(exc)) from exc
 
     def add_track(
         self,
@@ -370,17 +685,27 @@ class LiveKitStandin:
         return p.tracks[-1]
 
     def leave(self, room: str, identity: str) -> None:
-        """Simulate the participant leaving."""
-        self.participants.get(room, {}).pop(identity, None)
+        """Simulate the participant leaving (``participant_left`` if it was there)."""
+        gone = self.participants.get(room, {}).pop(identity, None)
         self._count(room)
+        if gone is not None:
+            gone.state = api.ParticipantInfo.DISCONNECTED
+            self._notify("participant_left", self.rooms.get(room), participant=gone)
 
     def close_room(self, name: str) -> None:
-        """Simulate the room closing (e.g. empty timeout): its participants and dispatches go.
-        The stand-in sends no webhooks, so this is also a room lost silently: a test that wants
-        the service to hear of it posts ``room_finished`` itself."""
-        self.rooms.pop(name, None)
+        """Simulate the room closing (DeleteRoom, or e.g. the empty timeout): its jobs end
+        (reason ROOM_CLOSED), its participants leave, its dispatches go, then
+        ``room_finished``. Without a webhook target this is a room lost silently: a test that
+        wants the service to hear of it posts ``room_finished`` itself."""
+        for job in self.jobs_in(name):
+            self.end_job(job.id, reason=api.JSR_ROOM_CLOSED)
+        for identity in list(self.participants.get(name, {})):
+            self.leave(name, identity)
+        room = self.rooms.pop(name, None)
         self.participants.pop(name, None)
         self.dispatches.pop(name, None)
+        if room is not None:
+            self._notify("room_finished", room)
 
     def add_room(self, name: str, *, age_s: float = 0.0, metadata: str = "") -> api.Room:
         """Create a room by hand, as someone with an admin key (or a join with ``auto_create``)
@@ -538,6 +863,7 @@ class LiveKitStandin:
             departure_timeout=DEFAULT_DEPARTURE_TIMEOUT,
         )
         self.participants[name], self.dispatches[name] = {}, {}
+        self._notify("room_started", self.rooms[name])
         for agent in agents or ([api.RoomAgentDispatch()] if self.default_dispatch else []):
             dispatch = api.AgentDispatch(agent_name=agent.agent_name, metadata=agent.metadata)
             self._add_dispatch(name, dispatch)
@@ -547,6 +873,7 @@ class LiveKitStandin:
         dispatch.id, dispatch.room = _guid("AD_"), room
         dispatch.state.created_at = time.time_ns()
         self.dispatches[room][dispatch.id] = dispatch
+        self._take(dispatch)
         return dispatch
 
     def _count(self, room: str) -> None:
@@ -598,6 +925,9 @@ class LiveKitStandin:
 
     def _rpc_remove_participant(self, req: api.RoomParticipantIdentity) -> Message:
         self._participant_or_404(req.room, req.identity, "participant not found")
+        if req.revoke_token_ts:
+            key = (req.room, req.identity)
+            self.revoked[key] = max(self.revoked.get(key, 0), req.revoke_token_ts)
         self.leave(req.room, req.identity)
         return api.RemoveParticipantResponse()
 
@@ -668,6 +998,9 @@ class LiveKitStandin:
         self._hosted(req.room)
         if (dispatch := self.dispatches[req.room].pop(req.dispatch_id, None)) is None:
             raise TwirpError("not_found", "dispatch ID not found")
+        # as LiveKit (Room.DeleteAgentDispatch): gone at once, answered as it was; its jobs are
+        # terminated afterwards (their agents leave)
+        asyncio.get_running_loop().call_soon(self._end_dispatch_jobs, dispatch.id)
         return dispatch
 
 
@@ -688,7 +1021,7 @@ STOP_HINT = "Ctrl-C or SIGTERM stops it."
 
 def service_settings(standin: LiveKitStandin) -> dict[str, str]:
     """The service's LiveKit settings for a running stand-in (the webhook signers default to
-    the API key pair, and the stand-in sends no webhooks anyway)."""
+    the API key pair, which is the pair the stand-in signs its webhooks with)."""
     host = standin.host or "127.0.0.1"
     with contextlib.suppress(ValueError):  # a name, not an address
         if ipaddress.ip_address(host).is_unspecified:  # everywhere: loopback reaches it too
@@ -717,7 +1050,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m tests.livekit_standin",
         description="Serve the LiveKit stand-in on its own, to try the service without a LiveKit "
         "server. A TEST DOUBLE of LiveKit's server API (rooms, participants, agent dispatch, "
-        "kept in memory): no media, no real agents, no webhooks.",
+        "kept in memory): no media, no real agents; signed webhooks and a simulated agent "
+        "worker on request.",
     )
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
@@ -738,6 +1072,24 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         default=DEV_API_SECRET,
         help="that key's secret (default: %(default)s, as livekit-server --dev)",
     )
+    parser.add_argument(
+        "--webhook-url",
+        help="send LiveKit's webhooks there, signed with the API key pair (the service's "
+        "http://127.0.0.1:8080/livekit/webhook); default: none are sent",
+    )
+    parser.add_argument(
+        "--agent-jobs",
+        action="store_true",
+        help="a simulated agent worker takes every dispatch that names an agent: its job "
+        "starts and its agent joins (no media); default: dispatches wait for ever",
+    )
+    parser.add_argument(
+        "--job-start-delay",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds the simulated worker takes to start a job (default: %(default)s)",
+    )
     return parser.parse_args(argv)
 
 
@@ -752,7 +1104,13 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    standin = LiveKitStandin(args.api_key, args.api_secret)
+    standin = LiveKitStandin(
+        args.api_key,
+        args.api_secret,
+        webhook_url=args.webhook_url,
+        auto_jobs=args.agent_jobs,
+        job_start_delay=args.job_start_delay,
+    )
     standin.host, standin.port = args.host, args.port
     try:
         await standin.start()
@@ -765,8 +1123,7 @@ async def _serve(args: argparse.Namespace) -> int:
         _say(
             f"LiveKit stand-in on {settings['AIM_LIVEKIT_URL']}: a TEST DOUBLE, not a LiveKit "
             "server. It answers LiveKit's server API (rooms, participants, agent dispatch) from "
-            "memory; no media, no real agents (dispatches are recorded, no agent joins), and "
-            "webhooks are not sent."
+            f"memory; {_what_it_does(args)}"
         )
         _say("Settings for the service (paste them into the shell that runs scripts/serve):")
         for name, value in settings.items():
@@ -777,6 +1134,19 @@ async def _serve(args: argparse.Namespace) -> int:
         await standin.stop()
     _say("LiveKit stand-in stopped.")
     return 0
+
+
+def _what_it_does(args: argparse.Namespace) -> str:
+    agents = (
+        "no media; a simulated agent worker takes every dispatch (its job starts after "
+        f"{args.job_start_delay:g} s and its agent joins, no real agent)"
+        if args.agent_jobs
+        else "no media, no real agents (dispatches are recorded, no agent joins)"
+    )
+    hooks = (
+        f"webhooks are sent to {args.webhook_url}" if args.webhook_url else "webhooks are not sent"
+    )
+    return f"{agents}, and {hooks}."
 
 
 def main(argv: Sequence[str] | None = None) -> int:

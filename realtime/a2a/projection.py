@@ -66,6 +66,32 @@ def requirement_message(session: Session) -> wire.Message | msgspec.UnsetType:
     )
 
 
+# what a user reads when the session failed for a reason they can act on
+FAILURE_TEXTS: Final = {
+    "agent_unavailable": "No agent could join this session: the agent service did not take it "
+    "in time, however often it was asked. Start a new session in a moment; if this keeps "
+    "happening, the agent service is down or full and its operator should look at it.",
+}
+
+
+def failure_message(session: Session) -> wire.Message | msgspec.UnsetType:
+    """The status message of a FAILED task whose reason a user can act on (see FAILURE_TEXTS):
+    what happened in words, and the reason as data."""
+    text = FAILURE_TEXTS.get(session.end_reason or "")
+    if session.state != "failed" or text is None:
+        return msgspec.UNSET
+    return wire.Message(
+        message_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"failed:{session.session_id}")),
+        role="ROLE_AGENT",
+        parts=[
+            wire.Part(text=text),
+            wire.Part(data={"reason": session.end_reason}, media_type="application/json"),
+        ],
+        context_id=session.context_id,
+        task_id=session.task_id,
+    )
+
+
 def history_message(session: Session, entry: AppendHistory) -> wire.Message:
     parts = msgspec.json.decode(entry.parts_json, type=list[wire.Part])
     return wire.Message(
@@ -100,7 +126,11 @@ def _project(
         wire.TaskStatus(
             state=session.task_state,
             timestamp=wire.timestamp(now_ms),
-            message=requirement_message(session),
+            message=(
+                failure_message(session)
+                if session.state == "failed"
+                else requirement_message(session)
+            ),
         )
         if changed
         else previous.status

@@ -52,8 +52,13 @@ class Media(Wire, frozen=True):
 
 
 class Agent(Wire, frozen=True):
+    """The agent's presence: its state, the identity it joined with, which dispatch into the
+    room is current (1, then 2, … once replaced) and the job LiveKit started for it."""
+
     state: str
+    dispatch_attempt: int
     identity: str | None = None
+    job_id: str | UnsetType = UNSET
 
 
 class Requested(Wire, frozen=True):
@@ -168,7 +173,12 @@ def session_view(session: SessionSnapshot, *, version: int, media_url: str) -> S
                 ),
             ),
         ),
-        agent=Agent(state=session.agent_state, identity=session.agent_identity),
+        agent=Agent(
+            state=session.agent_state,
+            dispatch_attempt=session.agent_attempt,
+            identity=session.agent_identity,
+            job_id=session.agent_job.job_id if session.agent_job is not None else UNSET,
+        ),
         active_endpoint_id=(
             session.active_endpoint_id if session.active_endpoint_id is not None else UNSET
         ),

@@ -45,8 +45,10 @@ from realtime.engine.outcomes import (
     Replayed,
     Reused,
 )
+from realtime.engine.presence import changes as presence_changes
 from realtime.engine.schedule import armed_by, window_s
 from realtime.engine.session_events import notices
+from realtime.metrics import Metrics
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, SessionRecord, TaskRecord
 from realtime.store.sessions import Commit, Loaded, SessionStore
@@ -103,12 +105,14 @@ class Engine:
         project: TaskProjection,
         clock: Callable[[], float] = time.time,
         telemetry: Telemetry | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
         self.project = project
         self.clock = clock
         self.telemetry = telemetry or Telemetry(None)
+        self.metrics = metrics or Metrics(None)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -373,7 +377,7 @@ class Engine:
 
     async def _committed(self, decided: Decided) -> None:
         """After a commit that changed the session: an ended one leaves its owner's live
-        sessions, and the span notes the transition."""
+        sessions, the span notes the transition, the agent's presence changes are counted."""
         record, new = decided.loaded.record, decided.session
         assert record is not None  # noqa: S101 - checked by decide
         old = record.session
@@ -381,6 +385,8 @@ class Engine:
             await self.sessions.forget_live(record.owner, [decided.session_id])
         command_id = decided.command.command_id if decided.command else None
         note_transition(decided.session_id, new.epoch, command_id, old.state, new.state)
+        for change in presence_changes(old, new):
+            self.metrics.agent_presence(change)
 
     def _task(
         self, loaded: Loaded, now_ms: int, decision: Accepted[Session] | None = None

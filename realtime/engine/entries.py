@@ -11,8 +11,10 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
+from realtime.engine.presence import changes as presence_changes
 from realtime.store.records import (
     EVENT_ENCODER,
+    AgentMoved,
     Cause,
     CommandOutcome,
     EventEntry,
@@ -129,7 +131,20 @@ def event_entry(
             correction=dict(note.correction) if note and note.correction is not None else None,
             operations=_operations_moved(old, session),
             trace_id=trace_id_of(span) if span is not None else None,  # the committing span
+            agent=_agent_moved(old, session),
         )
+    )
+
+
+def _agent_moved(old: Session | None, new: Session) -> AgentMoved | None:
+    """The agent's presence, when the commit changed it (its state or its dispatch)."""
+    if old is None:
+        return None
+    found = presence_changes(old, new)
+    if not found and (old.agent_state, old.agent_attempt) == (new.agent_state, new.agent_attempt):
+        return None
+    return AgentMoved(
+        from_=old.agent_state, to=new.agent_state, dispatch_attempt=new.agent_attempt, changes=found
     )
 
 

@@ -13,12 +13,13 @@ from typing import NamedTuple
 
 from realtime.settings import Settings
 from state_machines import Session
-from state_machines.session import TERMINAL_STATES
+from state_machines.session import LIVE_STATES, TERMINAL_STATES
+from state_machines.session_model import AWAITING_AGENT
 
 
 class Timer(NamedTuple):
     session_id: str
-    kind: str  # provisioning | grace | idle | max | requirement | compact
+    kind: str  # provisioning | grace | idle | max | requirement | compact | agent
     version: int
     epoch: int
     endpoint_id: str
@@ -55,6 +56,12 @@ def armed_by(
         # armed when the session becomes idle; it fires only if the session stayed idle since
         timer = Timer(sid, "idle", version, new.epoch, str(new.idles))
         timers[timer.member] = now_ms + settings.idle_timeout_s * 1000
+    if _awaits_new_agent(old, new):
+        # the start timer of the dispatch made now (the room's with the session ready, or a
+        # replacement): its job must start in time, longer for each dispatch in a row that
+        # started nothing
+        timer = Timer(sid, "agent", version, new.room_epoch, str(new.agent_attempt))
+        timers[timer.member] = now_ms + settings.agent_start_timeout_s * 1000 * 2**new.agent_misses
     if old is None:
         timer = Timer(sid, "max", version, new.epoch, "")
         timers[timer.member] = now_ms + settings.max_session_s * 1000
@@ -75,6 +82,18 @@ def armed_by(
             )
             timers[timer.member] = ms_of(requirement.expires_at)
     return timers
+
+
+def _awaits_new_agent(old: Session | None, new: Session) -> bool:
+    """A dispatch whose job has not started became current with this move: the session left
+    provisioning with its room's first, or a replacement was dispatched."""
+    if new.state not in LIVE_STATES or new.state == "provisioning":
+        return False
+    if new.agent_state not in AWAITING_AGENT:
+        return False
+    if old is None or old.state == "provisioning":
+        return True
+    return (old.room_epoch, old.agent_attempt) != (new.room_epoch, new.agent_attempt)
 
 
 def window_s(settings: Settings, session: Session) -> int:

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
+from realtime.engine.presence import changes as presence_changes
 from realtime.settings import Settings
 from realtime.store.records import SessionRecord
 from realtime.store.sessions import Deliveries
@@ -131,7 +132,13 @@ def _numbered(
 
 
 def _moves(old: Session | None, new: Session) -> Iterator[tuple[str, dict[str, Any]]]:
-    """What the commit did, in the order a reader expects: the session, then its operations."""
+    """What the commit did, in the order a reader expects: the agent replaced, the session,
+    the agent joined, then the operations."""
+    presence = presence_changes(old, new)
+    for change in presence:
+        if change in ("lost", "not_started"):
+            # the next dispatch into the same room: why the one before it is gone
+            yield "agent.replaced", {"dispatchAttempt": new.agent_attempt, "reason": change}
     if old is None:
         yield "session.created", {"state": new.state, "requested": _requested(new)}
     before = old.state if old is not None else None
@@ -163,6 +170,9 @@ def _moves(old: Session | None, new: Session) -> Iterator[tuple[str, dict[str, A
                     "supersededEndpointIds": superseded,
                 },
             )
+    if "joined" in presence:
+        joined = {"identity": new.agent_identity, "dispatchAttempt": new.agent_attempt}
+        yield "agent.joined", joined
     yield from _operations(old, new)
 
 

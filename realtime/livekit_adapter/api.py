@@ -50,6 +50,23 @@ SOURCE_NAMES: Final = {
 }
 
 
+# the member of a dispatch's metadata that says which dispatch into its room it is (1, 2, ...);
+# LiveKit copies a dispatch's metadata into its jobs', so a job's webhook tells which it serves
+ATTEMPT_KEY: Final = "dispatchAttempt"
+
+
+def attempt_of(metadata: str) -> int:
+    """The dispatch attempt a dispatch's (or job's) metadata names; 1 when it names none (the
+    first dispatch of a room, or one made before attempts were written)."""
+    try:
+        value = json.loads(metadata).get(ATTEMPT_KEY) if metadata else None
+    except (ValueError, AttributeError, RecursionError):
+        return 1
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1_000_000:
+        return value
+    return 1
+
+
 class LiveKitUnavailable(Exception):  # noqa: N818 - reads as a condition, like ConnectionError
     """LiveKit could not be reached or answered 5xx: retry with backoff."""
 
@@ -78,6 +95,16 @@ class LiveParticipant(NamedTuple):
 
     identity: str
     is_agent: bool  # kind AGENT: joined with the token LiveKit minted for a dispatched agent
+    joined_ms: int = 0  # when it joined, by LiveKit's clock
+
+
+def dispatch_attributes(metadata: dict[str, Any]) -> dict[str, str]:
+    """The attributes that mark a dispatch as the one of a session's room epoch, so that the
+    agent and the reconciler tell ours apart without parsing the metadata."""
+    return {
+        "aim.sessionId": str(metadata.get("sessionId", "")),
+        "aim.sessionEpoch": str(metadata.get("sessionEpoch", "")),
+    }
 
 
 class LiveKitGateway:
@@ -100,10 +127,16 @@ class LiveKitGateway:
         if not self.settings.livekit_configured:
             raise LiveKitNotConfigured("LiveKit is not configured (AIM_LIVEKIT_URL and keys)")
         if self._api is None:
+            # failover off: livekit-api (since 1.2) replays any call that met a 5xx or a
+            # transport error against another LiveKit Cloud region, CreateDispatch included,
+            # and LiveKit does not de-duplicate dispatches, so a dispatch whose answer was lost
+            # would become a second agent in the room. The outbox is our one retry layer: it
+            # retries after a look at what LiveKit has (ensure_dispatch lists first).
             self._api = api.LiveKitAPI(
                 self.settings.livekit_url,
                 self.settings.livekit_api_key,
                 self.settings.livekit_api_secret,
+                failover=False,
             )
         return self._api
 
@@ -143,16 +176,42 @@ class LiveKitGateway:
             lambda c: c.room.list_rooms(api.ListRoomsRequest(names=["aim-check"])),
         )
 
-    async def create_room(self, room: str, *, metadata: dict[str, Any]) -> None:
-        """Create (or, since CreateRoom is an upsert, refresh) the session's room."""
+    async def create_room(
+        self,
+        room: str,
+        *,
+        metadata: dict[str, Any],
+        agent: dict[str, Any] | None = None,
+        retry: bool = False,
+    ) -> None:
+        """Create (or, since CreateRoom is an upsert, refresh) the session's room. With `agent`
+        (the dispatch metadata), LiveKit dispatches our agent as it creates the room: one round
+        trip provisions the session, and since a room's agents are dispatched only when it is
+        created, repeating the call never dispatches twice. A `retry` (an earlier attempt may
+        have created the room without its dispatch, or its answer was lost) then makes sure of
+        the dispatch, as `ensure_dispatch` does."""
+        agents = (
+            [
+                api.RoomAgentDispatch(
+                    agent_name=self.settings.agent_name,
+                    metadata=json.dumps(agent, separators=(",", ":")),
+                    attributes=dispatch_attributes(agent),
+                )
+            ]
+            if agent is not None
+            else []
+        )
         request = api.CreateRoomRequest(
             name=room,
             empty_timeout=ROOM_EMPTY_TIMEOUT_S,
             departure_timeout=ROOM_DEPARTURE_TIMEOUT_S,
             max_participants=ROOM_MAX_PARTICIPANTS,
             metadata=json.dumps(metadata, separators=(",", ":")),
+            agents=agents,
         )
         await self._call(ROOMS + "CreateRoom", room, lambda c: c.room.create_room(request))
+        if agent is not None and retry:
+            await self.ensure_dispatch(room, metadata=agent)
 
     async def ensure_dispatch(self, room: str, *, metadata: dict[str, Any]) -> str:
         """Dispatch the agent into `room` once: LiveKit does not de-duplicate dispatches, so an
@@ -165,12 +224,63 @@ class LiveKitGateway:
             if dispatch.agent_name == agent:
                 return str(dispatch.id)
         request = api.CreateAgentDispatchRequest(
-            agent_name=agent, room=room, metadata=json.dumps(metadata, separators=(",", ":"))
+            agent_name=agent,
+            room=room,
+            metadata=json.dumps(metadata, separators=(",", ":")),
+            attributes=dispatch_attributes(metadata),
         )
         created = await self._call(
             DISPATCH + "CreateDispatch", room, lambda c: c.agent_dispatch.create_dispatch(request)
         )
         return str(created.id)
+
+    async def dispatch_attempt(self, room: str, attempt: int, *, metadata: dict[str, Any]) -> str:
+        """The id of our agent's dispatch number `attempt` into `room`, created unless an
+        earlier try made it (LiveKit does not de-duplicate dispatches: the attempt in the
+        metadata tells ours apart)."""
+        agent = self.settings.agent_name
+        existing = await self._call(
+            DISPATCH + "ListDispatch", room, lambda c: c.agent_dispatch.list_dispatch(room)
+        )
+        for dispatch in existing:
+            if dispatch.agent_name == agent and attempt_of(dispatch.metadata) == attempt:
+                return str(dispatch.id)
+        request = api.CreateAgentDispatchRequest(
+            agent_name=agent,
+            room=room,
+            metadata=json.dumps({**metadata, ATTEMPT_KEY: attempt}, separators=(",", ":")),
+        )
+        created = await self._call(
+            DISPATCH + "CreateDispatch", room, lambda c: c.agent_dispatch.create_dispatch(request)
+        )
+        return str(created.id)
+
+    async def delete_dispatches(self, room: str, *, before_attempt: int) -> int:
+        """Delete our agent's dispatches in `room` older than `before_attempt` (LiveKit ends
+        their jobs and their agents leave); how many were deleted. One already gone counts as
+        done; so does a room that is gone."""
+        agent = self.settings.agent_name
+        try:
+            existing = await self._call(
+                DISPATCH + "ListDispatch", room, lambda c: c.agent_dispatch.list_dispatch(room)
+            )
+        except LiveKitRejected as exc:
+            if exc.status != 404:
+                raise
+            return 0
+        deleted = 0
+        for dispatch in existing:
+            if dispatch.agent_name != agent or attempt_of(dispatch.metadata) >= before_attempt:
+                continue
+            deleted += await self._delete_dispatch(room, str(dispatch.id))
+        return deleted
+
+    async def _delete_dispatch(self, room: str, dispatch_id: str) -> bool:
+        return await self._tolerate_missing(
+            DISPATCH + "DeleteDispatch",
+            room,
+            lambda c: c.agent_dispatch.delete_dispatch(dispatch_id, room),
+        )
 
     async def list_rooms(self, names: Sequence[str] = ()) -> list[LiveRoom]:
         """Every room (ListRooms does not page), or those of `names` that exist."""
@@ -188,11 +298,21 @@ class LiveKitGateway:
             ROOMS + "ListParticipants", room, lambda c: c.room.list_participants(request)
         )
         agent = api.ParticipantInfo.Kind.AGENT
-        return [LiveParticipant(p.identity, p.kind == agent) for p in reply.participants]
+        return [
+            LiveParticipant(p.identity, p.kind == agent, p.joined_at_ms or p.joined_at * 1000)
+            for p in reply.participants
+        ]
 
-    async def remove_participant(self, room: str, identity: str) -> bool:
-        """False when the participant (or its room) was not there: nothing to do."""
-        request = api.RoomParticipantIdentity(room=room, identity=identity)
+    async def remove_participant(
+        self, room: str, identity: str, *, revoke_before_s: int | None = None
+    ) -> bool:
+        """False when the participant (or its room) was not there: nothing to do. With
+        `revoke_before_s` (Unix seconds), LiveKit refuses the identity's tokens whose `nbf` is
+        earlier from then on (`revoke_token_ts`; it records it only for a participant in the
+        room)."""
+        request = api.RoomParticipantIdentity(
+            room=room, identity=identity, revoke_token_ts=revoke_before_s or 0
+        )
         return await self._tolerate_missing(
             ROOMS + "RemoveParticipant", room, lambda c: c.room.remove_participant(request)
         )

@@ -13,6 +13,7 @@ from typing import Final
 
 from livekit import api
 
+from realtime.livekit_adapter.api import attempt_of
 from realtime.settings import Settings
 from state_machines.session_model import MAX_EPOCH
 
@@ -35,6 +36,18 @@ class Notice:
     is_agent: bool
     participant_epoch: int | None  # sessionEpoch from the participant's token metadata
     track_source: str
+    job: JobNotice | None = None  # agent_job_started / agent_job_ended
+
+
+@dataclass(frozen=True, slots=True)
+class JobNotice:
+    """The agent job an `agent_job_*` webhook is about (livekit/protocol#1711)."""
+
+    job_id: str
+    dispatch_id: str
+    agent_name: str
+    attempt: int  # the dispatch's attempt, from the metadata the service gave it (1 if none)
+    identity: str  # the identity its agent joins with ("" before LiveKit knows it)
 
 
 def verify(settings: Settings, body: bytes, authorization: str) -> Notice:
@@ -56,15 +69,28 @@ def verify(settings: Settings, body: bytes, authorization: str) -> Notice:
     if event is None:
         raise WebhookRejected("signature, expiry or body hash did not verify")
     participant = event.participant
+    job = event.job if event.HasField("job") and event.job.id else None
     return Notice(
         event=event.event,
         event_id=event.id,
         created_at=int(event.created_at),
-        room=event.room.name,
+        # a job's webhook names its room in the job (and, from LiveKit, beside it too)
+        room=event.room.name or (job.room.name if job is not None else ""),
         identity=participant.identity,
         is_agent=participant.kind == api.ParticipantInfo.Kind.AGENT,
         participant_epoch=_epoch_from_metadata(participant.metadata),
         track_source=_source_name(event.track.source) if event.track.sid else "",
+        job=(
+            JobNotice(
+                job_id=job.id,
+                dispatch_id=job.dispatch_id,
+                agent_name=job.agent_name,
+                attempt=attempt_of(job.metadata),
+                identity=job.state.participant_identity,
+            )
+            if job is not None
+            else None
+        ),
     )
 
 

@@ -289,7 +289,8 @@ def merge(
 
 def from_event(event: EventEntry | None) -> list[dict[str, Any]]:
     """What one commit shows: the call, webhook, timer or correction behind it, the transition
-    (every commit is one, its state changed or not), the operations it moved."""
+    (every commit is one, its state changed or not), the agent's presence if it changed, the
+    operations it moved."""
     if event is None:  # an entry this release cannot read
         return [{"at": "", "kind": "unreadable"}]
     base: dict[str, Any] = {"at": event.at}
@@ -323,6 +324,10 @@ def from_event(event: EventEntry | None) -> list[dict[str, Any]]:
     if cause == Cause.EFFECT and event.effect:
         transition["effect"] = event.effect
     shown.append(transition)
+    if event.agent is not None:
+        moved = event.agent
+        agent = {"from": moved.from_, "to": moved.to, "dispatchAttempt": moved.dispatch_attempt}
+        shown.append({**base, "kind": "agent", **agent, "changes": list(moved.changes)})
     shown.extend(
         {**base, "kind": "operation", **msgspec.to_builtins(moved)} for moved in event.operations
     )

@@ -225,10 +225,14 @@ async def _provision(
     """Start provisioning now; when the caller waits, until ready/failed (at most 5 s: the
     worker's retries may land within it). Still provisioning after failures → -31012, and
     provisioning goes on in the background."""
-    services.runner.start(session_id)
+    running = services.runner.start(session_id)
     if not wait:
         return None
     deadline = services.clock() + PROVISIONING_WAIT_S
+    # the run started here usually provisions the session: its end is when to look (without
+    # cancelling it at the deadline); a run that left the work to another runner or a retry
+    # ends early, and the session is then watched until the deadline
+    await asyncio.wait({running}, timeout=PROVISIONING_WAIT_S)
     while True:
         loaded = await services.session_store.load(session_id, with_outbox=True)
         state = loaded.record.session.state if loaded.record else None

@@ -22,7 +22,15 @@ from realtime.methods.commands import execute
 from realtime.methods.context import Services
 from realtime.store.records import Cause
 from realtime.store.timeline import WebhookVerdict
-from state_machines import ParticipantJoined, ParticipantLeft, RoomLost, SessionEvent
+from state_machines import (
+    AgentJobEnded,
+    AgentJobStarted,
+    ParticipantJoined,
+    ParticipantLeft,
+    RoomLost,
+    Session,
+    SessionEvent,
+)
 from state_machines.interactions import InteractionEvent, TrackChanged
 from state_machines.session import parse_room_name
 
@@ -30,11 +38,15 @@ log = logging.getLogger(__name__)
 
 WEBHOOK_METHOD: Final = "livekit.webhook"
 LEFT_EVENTS: Final = frozenset({"participant_left", "participant_connection_aborted"})
+JOB_EVENTS: Final = frozenset({"agent_job_started", "agent_job_ended"})
 _ENCODER: Final = msgspec.json.Encoder()
 
 
-def session_event(notice: Notice, room_epoch: int) -> SessionEvent | InteractionEvent | None:
-    """The session event a webhook means, or None for events sessions do not follow yet."""
+def session_event(
+    notice: Notice, room_epoch: int, *, agent_name: str
+) -> SessionEvent | InteractionEvent | None:
+    """The session event a webhook means, or None for events sessions do not follow (yet): a
+    job of another agent than ours (`agent_name`) among them."""
     # an endpoint's epoch is the one its token carried; the agent belongs to the room's epoch
     epoch = room_epoch if notice.is_agent else (notice.participant_epoch or room_epoch)
     if notice.event == "participant_joined" and notice.identity:
@@ -43,6 +55,15 @@ def session_event(notice: Notice, room_epoch: int) -> SessionEvent | Interaction
         return ParticipantLeft(epoch, notice.identity, notice.is_agent)
     if notice.event == "room_finished":
         return RoomLost(notice.room)
+    if notice.event in JOB_EVENTS and notice.job is not None:
+        job = notice.job
+        if job.agent_name != agent_name:
+            return None
+        if notice.event == "agent_job_started":
+            return AgentJobStarted(
+                room_epoch, job.attempt, job.job_id, job.identity, job.dispatch_id
+            )
+        return AgentJobEnded(room_epoch, job.attempt, job.job_id, job.identity)
     if notice.event in ("track_published", "track_unpublished") and notice.track_source:
         return TrackChanged(
             epoch,
@@ -105,7 +126,7 @@ async def _apply(
     if named is None:
         return WebhookVerdict.IGNORED  # not a room of this service
     session_id, room_epoch = named
-    event = session_event(notice, room_epoch)
+    event = session_event(notice, room_epoch, agent_name=services.settings.agent_name)
     if event is None:
         return WebhookVerdict.IGNORED  # not one sessions follow (nor one their timeline shows)
     command = (
@@ -114,7 +135,12 @@ async def _apply(
             f"webhook:{notice.event_id}",
             params_digest(
                 WEBHOOK_METHOD,
-                {"event": notice.event, "room": notice.room, "identity": notice.identity},
+                {
+                    "event": notice.event,
+                    "room": notice.room,
+                    "identity": notice.identity,
+                    **({"job": notice.job.job_id} if notice.job is not None else {}),
+                },
             ),
         )
         if notice.event_id
@@ -141,7 +167,7 @@ async def _apply(
                 "The session is changing too fast to record this webhook.", service="redis"
             )
         case _:  # refused, for a session that is not there, or an event id seen for another event
-            if isinstance(outcome, Denied) and outcome.session.room != notice.room:
+            if isinstance(outcome, Denied) and _fenced(event, outcome.session, notice):
                 _note(services, session_id, notice, WebhookVerdict.FENCED)
             elif not isinstance(outcome, Missing):
                 _note(services, session_id, notice, WebhookVerdict.IGNORED)
@@ -152,6 +178,18 @@ async def _apply(
                 type(outcome).__name__.lower(),
             )
             return WebhookVerdict.IGNORED
+
+
+def _fenced(event: object, session: Session, notice: Notice) -> bool:
+    """Refused because it is about a room the session left, an older dispatch of the agent, or
+    an agent replaced since (rather than out of order in the current room)."""
+    if session.room != notice.room:
+        return True
+    if isinstance(event, AgentJobStarted | AgentJobEnded):
+        return event.attempt < session.agent_attempt
+    return isinstance(event, ParticipantJoined | ParticipantLeft) and (
+        event.identity in session.agents_replaced
+    )
 
 
 def _note(services: Services, session_id: str, notice: Notice, verdict: WebhookVerdict) -> None:

@@ -207,6 +207,17 @@ class OperationMoved(msgspec.Struct, frozen=True, rename="camel"):
     operation_kind: str
 
 
+class AgentMoved(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    """The agent's presence a commit changed: its state before and after, the current
+    dispatch into the room, and what happened (`engine/presence.py`: started, joined, lost,
+    not_started, unavailable)."""
+
+    from_: str = msgspec.field(name="from")
+    to: str
+    dispatch_attempt: int
+    changes: tuple[str, ...] = ()
+
+
 class EventEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
     """One entry of a session's event stream, written by the commit (`engine/entries.py`) and
     read by the same type: a subscriber renders the statusUpdate of any past event from it
@@ -229,6 +240,7 @@ class EventEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     correction: dict[str, str] | None = None
     operations: tuple[OperationMoved, ...] = ()
     trace_id: str | None = None
+    agent: AgentMoved | None = None  # written since the agent's presence is tracked
 
 
 EVENT_ENCODER: Final = msgspec.json.Encoder()

@@ -13,7 +13,10 @@ its token, renewed while it works). Each sweep:
   once. Sessions are found through the timers index: every live session has its max-duration
   timer armed there (decision 60);
 - participants of a live session's room whose identity is a superseded or removed endpoint, or
-  no endpoint at all (agents excepted) → RemoveParticipant.
+  no endpoint at all (agents excepted) → RemoveParticipant;
+- more than one agent participant in a live session's room (two dispatches, a replayed call, a
+  replaced agent that stayed): the session's current agent stays (else the first to join of
+  those not replaced), the others → RemoveParticipant (one agent per room).
 
 Every correction is counted (`aim.reconciler.corrections{kind}`) and, where a session exists,
 written to its event stream with `cause: reconciler`. LiveKit is asked before Redis is changed,
@@ -76,6 +79,7 @@ class Correction(StrEnum):
     ROOM_DELETED = "room_deleted"
     ROOM_MISSING = "room_missing"
     PARTICIPANT_REMOVED = "participant_removed"
+    EXTRA_AGENT_REMOVED = "extra_agent_removed"
 
 
 class Reason(StrEnum):
@@ -88,6 +92,7 @@ class Reason(StrEnum):
     SUPERSEDED = "superseded"  # a handoff moved the session to another device
     REMOVED = "removed"  # the endpoint's session is over
     UNKNOWN = "unknown"  # an identity the service never issued a token for
+    EXTRA_AGENT = "extra_agent"  # a second agent in a room that has one already
 
 
 class LeaseLost(Exception):  # noqa: N818 - reads as a condition
@@ -130,6 +135,21 @@ def stale(session: Session, participant: LiveParticipant) -> Reason | None:
     if endpoint.state == endpoints.REMOVED:
         return Reason.REMOVED
     return None
+
+
+def extra_agents(
+    session: Session, participants: Iterable[LiveParticipant]
+) -> list[LiveParticipant]:
+    """The agents of the room but one: the session's current agent when it is there, else the
+    one that joined first (ties: by identity) of those not replaced. An agent the session
+    replaced is never the one kept."""
+    agents = sorted(
+        (p for p in participants if p.is_agent), key=lambda p: (p.joined_ms, p.identity)
+    )
+    current = [p for p in agents if p.identity == session.agent_identity]
+    candidates = current or [p for p in agents if p.identity not in session.agents_replaced]
+    kept = candidates[0].identity if candidates else None
+    return [p for p in agents if p.identity != kept]
 
 
 def outlived(session: Session | None, name: RoomName) -> Reason | None:
@@ -285,15 +305,20 @@ class Reconciler:
         [session] = await self._load([session_id])
         if session is None or session.room != room or not _live(session):
             return
+        extra = {p.identity for p in extra_agents(session, participants)}
         for participant in participants:
-            why = stale(session, participant)
+            why = (
+                Reason.EXTRA_AGENT if participant.identity in extra else stale(session, participant)
+            )
             if why is None:
                 continue
             await self._keep_lease()
             if not await self.gateway.remove_participant(room, participant.identity):
                 continue  # it left meanwhile
             await self._corrected(
-                Correction.PARTICIPANT_REMOVED,
+                Correction.EXTRA_AGENT_REMOVED
+                if why is Reason.EXTRA_AGENT
+                else Correction.PARTICIPANT_REMOVED,
                 session_id,
                 room,
                 report,

@@ -4,7 +4,8 @@ Right after a commit the request that made it runs the session's outbox inline; 
 (LiveKit down, a crash) is found through the due index by the worker loop and retried with
 backoff. A per-session lease keeps two runners from racing (agent dispatch must happen once per
 room, and LiveKit does not de-duplicate dispatches). Effects that complete may feed an event back
-through the engine (room and dispatch done → Provisioned; room deleted → RoomDeleted).
+through the engine (room and dispatch done → Provisioned; a replacement dispatch made →
+AgentDispatched; room deleted → RoomDeleted).
 """
 
 from __future__ import annotations
@@ -20,15 +21,23 @@ from realtime.auth import mint_provider_token
 from realtime.engine.core import Engine
 from realtime.engine.entries import Note
 from realtime.engine.outcomes import Applied, Contended
+from realtime.engine.schedule import ms_of
 from realtime.errors import Unavailable
-from realtime.livekit_adapter.api import LiveKitGateway, LiveKitRejected, LiveKitUnavailable
+from realtime.livekit_adapter.api import (
+    ATTEMPT_KEY,
+    LiveKitGateway,
+    LiveKitRejected,
+    LiveKitUnavailable,
+)
 from realtime.metrics import Metrics
 from realtime.store.records import Cause, PendingEffect
 from realtime.store.timeline import effect_entry
 from realtime.telemetry import ATTR_SESSION_ID
 from realtime.timestamps import timestamp
 from state_machines import (
+    AgentDispatched,
     CreateRoom,
+    DeleteDispatch,
     DeleteRoom,
     DispatchAgent,
     OutboxEffect,
@@ -40,6 +49,7 @@ from state_machines import (
     SessionEvent,
     UpdatePermissions,
 )
+from state_machines.session import LIVE_STATES
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +59,8 @@ BACKOFF_BASE_MS: Final = 500
 BACKOFF_MAX_MS: Final = 60_000
 POLL_INTERVAL_S: Final = 0.5
 PROVIDER_TOKEN_MARGIN_S: Final = 600  # a provider token outlives the longest session by this
+# a run that finds work a racing commit added runs again at most this often (then the worker)
+RACED_RUNS: Final = 3
 ERROR_TEXT_MAX: Final = 200  # of a failure's description kept with the effect (the outbox view)
 # the LiveKit server API call that carries out each effect (what the operations timeline names)
 LIVEKIT_CALLS: Final[dict[type, str]] = {
@@ -58,6 +70,7 @@ LIVEKIT_CALLS: Final[dict[type, str]] = {
     DeleteRoom: "DeleteRoom",
     UpdatePermissions: "UpdateParticipant",
     SendData: "SendData",
+    DeleteDispatch: "DeleteDispatch",
 }
 
 
@@ -67,14 +80,19 @@ def livekit_call(effect: OutboxEffect) -> str:
 
 
 def _still_wanted(effect: OutboxEffect, session: Session | None) -> bool:
-    """Provisioning of a room the session no longer uses (failed, ended, rebound) is dropped;
-    clean-up effects (remove, delete) always run."""
+    """Provisioning of a room the session no longer uses (failed, ended, rebound) is dropped,
+    and so is a dispatch replaced since (its attempt is not the current one) or the deletion
+    of stale dispatches in a room that is going anyway; clean-up effects (remove, delete the
+    room) always run."""
     if isinstance(effect, CreateRoom | DispatchAgent):
         return (
             session is not None
             and session.state not in ("failed", "ended")
             and effect.room == session.room
+            and (isinstance(effect, CreateRoom) or effect.attempt == session.agent_attempt)
         )
+    if isinstance(effect, DeleteDispatch):
+        return session is not None and effect.room == session.room and session.state in LIVE_STATES
     if isinstance(effect, SendData | UpdatePermissions):
         # meant for a room the session left (rebind) or a session that is over
         return session is not None and effect.room == session.room and session.state != "ended"
@@ -115,11 +133,13 @@ class Runner:
             self.start(outcome.session.session_id)
         return outcome
 
-    def start(self, session_id: str) -> None:
-        """Run the session's outbox in the background; the task is kept until it finishes."""
+    def start(self, session_id: str) -> asyncio.Task[bool]:
+        """Run the session's outbox in the background; the task is kept until it finishes (a
+        caller may wait for it: it ends once the outbox is carried out, or left to a retry)."""
         task = asyncio.get_running_loop().create_task(self.run(session_id))
         self._started.add(task)
         task.add_done_callback(self._finished)
+        return task
 
     def _finished(self, task: asyncio.Task[bool]) -> None:
         self._started.discard(task)
@@ -134,19 +154,22 @@ class Runner:
 
     async def run(self, session_id: str) -> bool:
         """Empty the session's outbox; False when an effect failed (it stays for a retry)."""
-        token = uuid.uuid4().hex
-        if not await self.sessions.lease(session_id, token, self.lease_ms):
-            return True  # another runner holds it and will finish the work
-        emptied = False
-        try:
-            emptied, ok = await self._run_leased(session_id, token)
-        finally:
-            await self.sessions.release(session_id, token)
-        if emptied and await self.sessions.pending(session_id):
-            # a commit added work after we looked and was turned away by our lease: make sure
-            # the worker sees it (our ZREM may have removed its due entry)
+        for _ in range(RACED_RUNS):
+            token = uuid.uuid4().hex
+            if not await self.sessions.lease(session_id, token, self.lease_ms):
+                return True  # another runner holds it and will finish the work
+            emptied = False
+            try:
+                emptied, ok = await self._run_leased(session_id, token)
+            finally:
+                await self.sessions.release(session_id, token)
+            if not (emptied and await self.sessions.pending(session_id)):
+                return ok
+            # a commit added work after we looked, and its own run was turned away by our
+            # lease: the worker will see it (our ZREM may have removed its due entry), and this
+            # run takes it on at once rather than leaving it to the worker's next look
             await self.sessions.schedule(session_id, self.engine.now_ms())
-        return ok
+        return True
 
     async def _run_leased(self, session_id: str, token: str) -> tuple[bool, bool]:
         """(outbox emptied, no failure)."""
@@ -186,7 +209,9 @@ class Runner:
         call = livekit_call(entry.effect)
         started_ms, started = self.engine.now_ms(), time.perf_counter()
         try:
-            follow_up = await self._perform(session_id, entry.effect, session)
+            follow_up = await self._perform(
+                session_id, entry.effect, session, retry=entry.attempts > 0
+            )
         except (LiveKitUnavailable, LiveKitRejected) as exc:
             await self._failed(session_id, effect_id, entry, exc, started_ms, started)
             return False
@@ -261,10 +286,12 @@ class Runner:
             )
 
     def dispatch_metadata(
-        self, session_id: str, epoch: int, session: Session | None
+        self, session_id: str, epoch: int, session: Session | None, *, attempt: int = 1
     ) -> dict[str, Any]:
         """What the agent learns when it accepts the job (profile §9, §10), its provider token
-        included; the token lives as long as a session may."""
+        included; the token lives as long as a session may. `dispatchAttempt` says which
+        dispatch into the room it is (a replacement's is 2 or more); LiveKit copies it into
+        the job, so the job's webhooks say which dispatch they are about."""
         settings = self.engine.settings
         requested = session.requested if session else None
         return {
@@ -285,23 +312,47 @@ class Runner:
                 ttl_s=settings.max_session_s + PROVIDER_TOKEN_MARGIN_S,
                 now=self.engine.now_ms() // 1000,
             ),
+            ATTEMPT_KEY: attempt,
         }
 
     async def _perform(
-        self, session_id: str, effect: OutboxEffect, session: Session | None
+        self, session_id: str, effect: OutboxEffect, session: Session | None, *, retry: bool
     ) -> SessionEvent | None:
+        """Carry out `effect` (`retry`: an earlier attempt failed, and may have been applied)
+        and return the event it feeds back, if any."""
         if isinstance(effect, CreateRoom):
             await self.gateway.create_room(
-                effect.room, metadata={"sessionId": session_id, "sessionEpoch": effect.epoch}
+                effect.room,
+                metadata={"sessionId": session_id, "sessionEpoch": effect.epoch},
+                agent=(
+                    self.dispatch_metadata(session_id, effect.epoch, session)
+                    if effect.with_agent
+                    else None
+                ),
+                retry=retry,
             )
-            return None
+            return Provisioned(effect.epoch) if effect.with_agent else None
         if isinstance(effect, DispatchAgent):
-            await self.gateway.ensure_dispatch(
-                effect.room, metadata=self.dispatch_metadata(session_id, effect.epoch, session)
+            metadata = self.dispatch_metadata(
+                session_id, effect.epoch, session, attempt=effect.attempt
             )
-            return Provisioned(effect.epoch)
+            if effect.attempt == 1:  # stored before rooms were created with their agent
+                await self.gateway.ensure_dispatch(effect.room, metadata=metadata)
+                return Provisioned(effect.epoch)
+            dispatch_id = await self.gateway.dispatch_attempt(
+                effect.room, effect.attempt, metadata=metadata
+            )
+            return AgentDispatched(effect.epoch, effect.attempt, dispatch_id)
+        if isinstance(effect, DeleteDispatch):
+            await self.gateway.delete_dispatches(effect.room, before_attempt=effect.attempt)
+            return None
         if isinstance(effect, RemoveParticipant):
-            await self.gateway.remove_participant(effect.room, effect.identity)
+            revoke = effect.revoke_before
+            await self.gateway.remove_participant(
+                effect.room,
+                effect.identity,
+                revoke_before_s=None if revoke is None else ms_of(revoke) // 1000,
+            )
             return None
         if isinstance(effect, DeleteRoom):
             await self.gateway.delete_room(effect.room)

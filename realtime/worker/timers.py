@@ -33,6 +33,7 @@ from realtime.timestamps import timestamp
 from realtime.worker.runner import Runner
 from state_machines import (
     Accepted,
+    AgentStartTimeout,
     GraceExpired,
     IdleTimeout,
     MaxDuration,
@@ -51,6 +52,7 @@ BATCH: Final = 50
 
 
 def event_of(timer: Timer) -> SessionEvent | Resolve:
+    """The event a due timer fires (ValueError: a member this release cannot read)."""
     if timer.kind == "provisioning":
         return ProvisioningTimeout(timer.epoch)
     if timer.kind == "grace":
@@ -60,6 +62,8 @@ def event_of(timer: Timer) -> SessionEvent | Resolve:
         return IdleTimeout(int(timer.endpoint_id) if timer.endpoint_id else -1)
     if timer.kind == "max":
         return MaxDuration()
+    if timer.kind == "agent":
+        return AgentStartTimeout(timer.epoch, int(timer.endpoint_id))
     if timer.kind == "requirement":
         operation_id, _, requirement_id = timer.endpoint_id.partition("#")
         return Resolve(

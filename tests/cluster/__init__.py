@@ -52,6 +52,12 @@ SKIPPED_ON_CLUSTER: Final[dict[str, str]] = {
     "tests/integration/test_round_trips.py::test_reads_are_one_round_trip*": (
         "counts one server's read events (INFO answers for one master)"
     ),
+    "tests/e2e/test_task_bounds.py::test_a_thousand_large_messages_cost_little*": (
+        "counts one server's GET commands and memory (INFO answers for one master)"
+    ),
+    "tests/e2e/test_task_bounds.py::test_a_task_indexed_before_the_index_carried*": (
+        "finds the owner's index by a KEYS pattern, which a cluster client asks one node"
+    ),
     "tests/integration/test_faults.py::test_redis_dropped_during_the_commit*": _PROXY,
     "tests/integration/test_faults.py::test_redis_dropped_while_creating*": _PROXY,
     "tests/integration/test_faults.py::test_cuts_at_the_script_load_do_not_exhaust_the_pool": (

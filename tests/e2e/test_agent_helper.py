@@ -40,9 +40,9 @@ async def live_device(served: Served, livekit, client: AimClient, **options) -> 
     return session
 
 
-async def agent_joins(served: Served, livekit, session_id: str) -> None:
-    livekit.add_participant(room(session_id), AGENT, kind="agent")
-    joined = await send_webhook(served.http, "participant_joined", room(session_id), AGENT,
+async def agent_joins(served: Served, livekit, session_id: str, identity: str = AGENT) -> None:
+    livekit.add_participant(room(session_id), identity, kind="agent")
+    joined = await send_webhook(served.http, "participant_joined", room(session_id), identity,
                                 agent=True)  # fmt: skip
     assert joined == "applied"
 
@@ -182,11 +182,12 @@ async def test_data_messages_are_taken_once_each(livekit, store):
         assert agent.receive(update, topic) is None
         assert await agent.sync() == []  # known from the message
 
-        # the agent drops out and comes back: the server tells the states again, other ids
+        # the agent drops out and is replaced: the server tells its successor the states
+        # again, with other ids; a helper that was told already drops them
         livekit.leave(room(sid), AGENT)
         assert await send_webhook(served.http, "participant_left", room(sid), AGENT,
                                   agent=True) == "applied"  # fmt: skip
-        await agent_joins(served, livekit, sid)
+        await agent_joins(served, livekit, sid, "agent-2")
         await wait_for_data(livekit, room(sid), "operation.update", count=2)
         again, topic = packets(livekit, sid, "operation.update")[1]
         assert json.loads(again)["commandId"] != json.loads(update)["commandId"]

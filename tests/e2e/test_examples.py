@@ -134,7 +134,12 @@ async def test_journey_creates_joins_and_ends_a_session(livekit, store):
             (registered.group(1), "journey-script")
         ]
         assert [c.request.name for c in livekit.calls_to("CreateRoom")] == [room(sid)]
-        assert [c.request.room for c in livekit.calls_to("CreateDispatch")] == [room(sid)]
+        # the room was created with the agent's dispatch in it: one call, one agent
+        created = livekit.calls_to("CreateRoom")
+        assert [[a.agent_name for a in c.request.agents] for c in created] == [
+            ["aim-realtime-agent"]
+        ]
+        assert livekit.calls_to("CreateDispatch") == []
         await livekit.wait_for_call("DeleteRoom")
         assert room(sid) not in livekit.rooms
         task = (await rpc(http, "GetTask", {"id": task_id, "historyLength": 0}))["result"]

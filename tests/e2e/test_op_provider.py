@@ -24,6 +24,7 @@ from tests.conftest import (
     violations,
 )
 from tests.e2e.agent_operation_helpers import (
+    AGENT,
     Live,
     get_session,
     get_task,
@@ -33,6 +34,7 @@ from tests.e2e.agent_operation_helpers import (
     request_action,
 )
 from tests.e2e.realtime_helpers import new_id
+from tests.e2e.webhook_helpers import send_webhook
 from tests.livekit_standin import sign_webhook, webhook_headers
 
 pytestmark = pytest.mark.e2e
@@ -380,6 +382,11 @@ async def test_after_a_rebind_only_the_new_rooms_token_counts(rt_client, livekit
     session = await get_session(rt_client, live.sid)
     assert session["sessionEpoch"] == 2
     new_token = json.loads(dispatched[-1].metadata)["providerToken"]
+    # the new room's agent joins (its reports count once it has started)
+    livekit.add_participant(new_room, AGENT, kind="agent")
+    assert await send_webhook(rt_client, "participant_joined", new_room, AGENT, agent=True) == (
+        "applied"
+    )
     for epoch in (1, 2):
         _, old, _ = await provider_call(
             rt_client,

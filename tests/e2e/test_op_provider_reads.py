@@ -96,7 +96,7 @@ async def test_an_answer_given_before_the_agent_joined_reaches_it_when_it_joins(
     assert states(await list_operations(rt_client, live)) == [(op_id, "running")]
 
 
-async def test_a_redelivered_join_sends_nothing_again_and_a_rejoin_sends_the_states_again(
+async def test_a_redelivered_join_sends_nothing_again_and_a_replacement_hears_the_states_again(
     rt_client, livekit
 ):
     live = await open_session(rt_client, livekit, agent=False)
@@ -124,16 +124,22 @@ async def test_a_redelivered_join_sends_nothing_again_and_a_rejoin_sends_the_sta
     await quiet()
     assert len(data_to_agent(livekit, live.room, "operation.update")) == 2
 
-    # the agent drops out and comes back: it hears the current states again, with the same ids
+    # the agent drops out: it is replaced, and its successor hears the current states again,
+    # with the same ids
     livekit.leave(live.room, AGENT)
     assert (
         await send_webhook(rt_client, "participant_left", live.room, AGENT, agent=True) == "applied"
     )
-    livekit.add_participant(live.room, AGENT, kind="agent")
-    assert await deliver(rt_client, agent_joined(live, f"EV_{new_id()}")) == "applied"
+    successor = "agent-2"
+    livekit.add_participant(live.room, successor, kind="agent")
+    again = webhook_event(
+        "participant_joined", live.room, identity=successor, agent=True, ev_id=f"EV_{new_id()}"
+    )
+    assert await deliver(rt_client, again) == "applied"
     both = await wait_for_data(livekit, live.room, "operation.update", count=4)
     assert [body["commandId"] for body in both[2:]] == expected
     assert both[2:] == first
+    assert sent_to_agent(livekit, live)[2:] == [[successor]] * 2
     assert waiting["operationId"] not in {body["payload"]["operationId"] for body in both}
 
 

@@ -188,7 +188,6 @@ async def test_an_operator_sees_a_sessions_states_commands_webhooks_and_handoff(
         "ReportAgentState applied",
         "webhook participant_joined applied",
         "CreateRoom ok",
-        "CreateDispatch ok",
         "RemoveParticipant ok",
         "epoch 1 → 2",
     ):

@@ -213,7 +213,7 @@ async def test_a_sessions_life_is_on_its_timeline_in_order_with_trace_ids(liveki
     one(entries, kind="webhook", id=left.id, event="participant_left", verdict="applied")
 
     # LiveKit calls: attempt, result, duration; the ones a request ran carry its trace
-    for call in ("CreateRoom", "CreateDispatch", "SendData", "DeleteRoom"):
+    for call in ("CreateRoom", "SendData", "DeleteRoom"):
         effect = one(entries, kind="effect", effect=call)
         assert (effect["attempt"], effect["result"]) == (1, "ok")
         assert isinstance(effect["durationMs"], int)

@@ -73,11 +73,13 @@ async def test_timers_a_session_moved_past_are_stale_and_refused_the_others_fire
         assert await state_of(http, waiting) == "ready"
 
         # provisioning timers of sessions provisioned long ago, the idle timer of a session that
-        # became active: stale; the idle timer of a session still idle, the maximum durations: not
+        # became active, the agent's start timer of a session whose agent joined: stale; the
+        # idle and agent timers of a session still idle and without its agent, the maximum
+        # durations: not
         assert await timers(http, live.sid) == {
-            "provisioning@1": True, "idle@1": True, "max@1": False}  # fmt: skip
+            "provisioning@1": True, "idle@1": True, "max@1": False, "agent@1": True}  # fmt: skip
         assert await timers(http, waiting) == {
-            "provisioning@1": True, "idle@1": False, "max@1": False}  # fmt: skip
+            "provisioning@1": True, "idle@1": False, "max@1": False, "agent@1": False}  # fmt: skip
 
         # past the idle timeout: the stale ones were refused, the one that was not fired
         advance(IDLE_S + 1)
@@ -93,8 +95,12 @@ async def test_timers_a_session_moved_past_are_stale_and_refused_the_others_fire
         async def refused() -> dict[str, str]:  # the timeline's recorder writes in batches
             entries = await timeline_of(http, live.sid)
             found = {e["timer"]: e["result"] for e in entries if e["kind"] == "timer"}
-            return found if len(found) == 2 else {}
+            return found if len(found) == 3 else {}
 
-        assert await eventually(refused) == {"provisioning": "refused", "idle": "refused"}
+        assert await eventually(refused) == {
+            "provisioning": "refused",
+            "idle": "refused",
+            "agent": "refused",
+        }
         got = await call(http, "GetSession", sessionId=waiting)
         assert got["result"]["session"]["endReason"] == "idle_timeout"

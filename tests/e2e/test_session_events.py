@@ -34,6 +34,7 @@ LIFE = [
     "session.created",
     "session.ready",
     "session.active",
+    "agent.joined",
     "operation.requested",
     "operation.confirmed",
     "session.handoff",
@@ -96,12 +97,13 @@ async def test_a_whole_session_arrives_in_seq_order_signed(sent, livekit) -> Non
     assert [e["type"] for e in events] == LIFE
     assert [e["seq"] for e in events] == list(range(1, len(LIFE) + 1))
     assert all(r["verified"] for r in got.requests())
-    assert [r["webhookId"] for r in got.requests()] == [f"{sid}:{n}" for n in range(1, 9)]
+    assert [r["webhookId"] for r in got.requests()] == [f"{sid}:{n}" for n in range(1, 10)]
     first = events[0]
     assert first["principal"] == {"tenant": None, "sub": "alice"}
     assert {e["taskId"] for e in events} == {first["taskId"]}
-    assert [e["sessionEpoch"] for e in events] == [1, 1, 1, 1, 1, 2, 2, 2]
-    handoff = events[5]["data"]
+    assert [e["sessionEpoch"] for e in events] == [1, 1, 1, 1, 1, 1, 2, 2, 2]
+    assert events[3]["data"] == {"identity": "agent-1", "dispatchAttempt": 1}
+    handoff = events[6]["data"]
     assert handoff["fromEpoch"] == 1
     assert len(handoff["supersededEndpointIds"]) == 1
     end = events[-1]["data"]
@@ -182,20 +184,20 @@ async def test_an_operator_sees_the_attempts_and_redelivers_from_a_seq(sent, liv
     )
     assert missing.status_code == 404
     client_only = await http.post(
-        f"/ops/api/sessions/{sid}/events/redeliver", json={"fromSeq": 6}, headers=headers()
+        f"/ops/api/sessions/{sid}/events/redeliver", json={"fromSeq": 7}, headers=headers()
     )
     assert client_only.status_code == 403
     again = await http.post(
-        f"/ops/api/sessions/{sid}/events/redeliver", json={"fromSeq": 6}, headers=operator()
+        f"/ops/api/sessions/{sid}/events/redeliver", json={"fromSeq": 7}, headers=operator()
     )
     assert again.status_code == 200, again.text
-    assert again.json() == {"sessionId": sid, "fromSeq": 6, "redelivering": 3}
+    assert again.json() == {"sessionId": sid, "fromSeq": 7, "redelivering": 3}
     await got.wait_for(lambda: len(got.requests()) == before + 3)
     resent = got.requests()[before:]
-    assert [r["webhookId"] for r in resent] == [f"{sid}:6", f"{sid}:7", f"{sid}:8"]
-    assert [r["event"]["type"] for r in resent] == LIFE[5:]
+    assert [r["webhookId"] for r in resent] == [f"{sid}:7", f"{sid}:8", f"{sid}:9"]
+    assert [r["event"]["type"] for r in resent] == LIFE[6:]
     listed = (await http.get(f"/ops/api/sessions/{sid}/deliveries", headers=operator())).json()
-    assert [d["attempts"] for d in listed["deliveries"]] == [1] * 8
+    assert [d["attempts"] for d in listed["deliveries"]] == [1] * 9
     assert all(d["status"] == "delivered" for d in listed["deliveries"])
 
 
@@ -257,7 +259,8 @@ async def test_the_bound_is_on_the_backlog_and_a_dropped_event_leaves_a_gap(
         app = create_app(settings, store=store)
         async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
             got.answer(500)
-            live = await open_session(http, livekit)  # created, ready, active: the bound
+            # created, ready, active: the bound (the agent does not join: no agent.joined)
+            live = await open_session(http, livekit, agent=False)
             await request_action(http, live)  # a fourth, while none was delivered
             assert "1 session events not kept" in caplog.text
             got.answer(200)
@@ -304,7 +307,8 @@ async def test_a_full_backlog_keeps_the_end_and_says_what_it_dropped(
         app = create_app(settings, store=store)
         async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
             got.answer(500)  # the receiver fails: nothing leaves, the backlog fills
-            live = await open_session(http, livekit)  # created, ready, active: 1 to 3
+            # created, ready, active: 1 to 3 (the agent does not join: no agent.joined)
+            live = await open_session(http, livekit, agent=False)
             epoch = 1
             for key in ("laptop", "phone", "laptop", "phone", "laptop", "phone"):
                 epoch = await hand_over(http, live.sid, epoch, key)  # a handoff each: 4 to 9

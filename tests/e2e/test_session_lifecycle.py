@@ -224,7 +224,9 @@ async def test_a_room_lost_again_and_again_fails_the_session(rt_client, livekit)
     assert await task_state(rt_client, task_id) == "TASK_STATE_FAILED"
     for epoch in range(1, last + 1):  # exactly one dispatch per room, never a second
         assert len(livekit.dispatches_in(room(session_id, epoch), AGENT)) <= 1
-    assert len(livekit.calls_to("CreateDispatch")) == last
+    # one provisioning call per room: CreateRoom with the agent's dispatch in it
+    assert [len(c.request.agents) for c in livekit.calls_to("CreateRoom")] == [1] * last
+    assert livekit.calls_to("CreateDispatch") == []
 
     # over for good: webhooks and commands change nothing
     before = await snapshot(rt_client, session_id)

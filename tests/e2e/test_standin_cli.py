@@ -24,7 +24,7 @@ from livekit import api
 from realtime.app import create_app
 from realtime.settings import Settings
 from tests.conftest import TEST_SECRET, serving
-from tests.e2e.realtime_helpers import create_session, session_of
+from tests.e2e.realtime_helpers import call, create_session, session_of
 
 pytestmark = pytest.mark.e2e
 
@@ -182,3 +182,35 @@ async def test_by_default_it_takes_the_dev_server_keys_and_ctrl_c_stops_it(tmp_p
         assert await process.stop(signal.SIGINT) == 0
         assert "Traceback" not in process.output()
         assert refused(port)
+
+
+async def test_with_a_webhook_url_and_agent_jobs_the_service_sees_its_agent_join(tmp_path, store):
+    port = free_port()
+    settings = service_settings(
+        {
+            "AIM_LIVEKIT_URL": f"ws://127.0.0.1:{port}",
+            "AIM_LIVEKIT_API_KEY": KEY,
+            "AIM_LIVEKIT_API_SECRET": SECRET,
+        }
+    )
+    app = create_app(settings, store=store)
+    async with serving(app, settings) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        hook = f"{base_url}/livekit/webhook"
+        args = ("--port", str(port), "--api-key", KEY, "--api-secret", SECRET)
+        with standin(tmp_path, *args, "--webhook-url", hook, "--agent-jobs") as process:
+            output = await process.announced()
+            assert "a simulated agent worker takes every dispatch" in output
+            assert f"webhooks are sent to {hook}" in output
+            created = await create_session(client)
+            session_id = session_of(created["result"]["task"])["sessionId"]
+
+            deadline = time.monotonic() + 10
+            while True:
+                got = await call(client, "GetSession", sessionId=session_id)
+                agent = got["result"]["session"]["agent"]
+                if agent["state"] == "joined":
+                    break
+                assert time.monotonic() < deadline, agent
+                await asyncio.sleep(0.05)
+            assert agent["identity"] == f"agent-{agent['jobId']}"
+            assert await process.stop(signal.SIGTERM) == 0

@@ -114,13 +114,13 @@ async def test_an_unverified_webhook_has_a_span_and_no_session(rt_client, span_e
 async def test_an_effect_retried_by_the_worker_links_to_the_call_that_stored_it(
     rt_client, livekit, span_exporter
 ):
-    livekit.fail_next(1, status=503, method="CreateDispatch")
+    livekit.fail_next(1, status=503, method="CreateRoom")
     await create_session(rt_client)
     (create,) = named(span_exporter, "SendMessage")
     retried = await eventually(
         lambda: [
             s
-            for s in named(span_exporter, "effect DispatchAgent")
+            for s in named(span_exporter, "effect CreateRoom")
             if s.context.trace_id != create.context.trace_id
         ]
     )
@@ -132,7 +132,7 @@ async def test_an_effect_retried_by_the_worker_links_to_the_call_that_stored_it(
     assert transitions(span) == [("provisioning", "ready")]
     failed = [
         s
-        for s in named(span_exporter, "livekit.AgentDispatchService/CreateDispatch")
+        for s in named(span_exporter, "livekit.RoomService/CreateRoom")
         if s.context.trace_id == create.context.trace_id
     ]
     assert failed[0].status.status_code.name == "ERROR"

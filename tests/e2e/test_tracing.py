@@ -139,11 +139,8 @@ async def test_redis_commits_and_livekit_calls_are_child_spans(rt_client, liveki
         if s.name.startswith("livekit.") and s.context.trace_id == create_span.context.trace_id
     ]
     # one client span per Twirp call, named by its fully qualified method
-    assert [s.name for s in livekit_calls] == [
-        "livekit.RoomService/CreateRoom",
-        "livekit.AgentDispatchService/ListDispatch",
-        "livekit.AgentDispatchService/CreateDispatch",
-    ]
+    # one call provisions the session: the room, created with the agent's dispatch in it
+    assert [s.name for s in livekit_calls] == ["livekit.RoomService/CreateRoom"]
     for span in livekit_calls:
         assert span.kind.name == "CLIENT"
         assert span.attributes["rpc.system.name"] == "twirp"
@@ -153,4 +150,4 @@ async def test_redis_commits_and_livekit_calls_are_child_spans(rt_client, liveki
     # inside the span of the effect that made them, itself inside the creating call's trace
     by_id = {s.context.span_id: s for s in spans}
     parents = {by_id[s.parent.span_id].name for s in livekit_calls}
-    assert parents == {"effect CreateRoom", "effect DispatchAgent"}
+    assert parents == {"effect CreateRoom"}

@@ -438,7 +438,7 @@ async def test_agent_presence_is_reported_but_does_not_drive_the_session(rt_clie
     )
     assert await deliver(rt_client, joined) == "applied"
     session = await get(rt_client, session_id)
-    assert session["agent"] == {"state": "joined", "identity": AGENT_IDENTITY}
+    assert session["agent"] == {"state": "joined", "dispatchAttempt": 1, "identity": AGENT_IDENTITY}
     assert session["state"] == "ready"
     assert session["endpoints"] == []
 
@@ -448,18 +448,23 @@ async def test_agent_presence_is_reported_but_does_not_drive_the_session(rt_clie
         "participant_joined", room(session_id), identity=endpoint["endpointId"], epoch=1
     )
     assert await deliver(rt_client, me) == "applied"
+    # the agent leaves a live session: it is lost and replaced in the same room and epoch, and
+    # the session goes on (test_agent_presence.py)
     left = webhook_event("participant_left", room(session_id), identity=AGENT_IDENTITY, agent=True)
     assert await deliver(rt_client, left) == "applied"
     session = await get(rt_client, session_id)
-    assert session["agent"]["state"] == "left"
+    assert (session["agent"]["state"], session["agent"]["dispatchAttempt"]) == ("dispatching", 2)
     assert session["state"] == "active"
     assert session["sessionEpoch"] == 1
+    # the agent that left is not the session's any more; its replacement joins
     back = webhook_event(
         "participant_joined", room(session_id), identity=AGENT_IDENTITY, agent=True
     )
-    assert await deliver(rt_client, back) == "applied"
+    assert await deliver(rt_client, back) == "ignored"
+    other = webhook_event("participant_joined", room(session_id), identity="agent-AJ_2", agent=True)
+    assert await deliver(rt_client, other) == "applied"
     session = await get(rt_client, session_id)
-    assert session["agent"] == {"state": "joined", "identity": AGENT_IDENTITY}
+    assert session["agent"] == {"state": "joined", "dispatchAttempt": 2, "identity": "agent-AJ_2"}
     assert session["state"] == "active"
 
 

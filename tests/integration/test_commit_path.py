@@ -26,7 +26,7 @@ from realtime.store.records import (
 )
 from realtime.store.redis_client import RedisClient
 from realtime.store.sessions import Commit, Committed, Loaded, SessionStore
-from state_machines import Capabilities, CreateRoom, DeleteRoom, DispatchAgent
+from state_machines import Capabilities, CreateRoom, DeleteRoom
 from state_machines import session as machine
 from tests.conftest import TEST_SECRET
 from tests.integration.engine_helpers import OWNER, new_id, new_session
@@ -177,7 +177,7 @@ async def test_commit_writes_everything_at_once_and_a_replay_writes_nothing(stor
     session_id = await new_session(engine, provisioned=False)
 
     created = await layout(store, session_id)
-    assert (created.version, created.outcomes, created.events, created.outbox) == (1, 0, 1, 2)
+    assert (created.version, created.outcomes, created.events, created.outbox) == (1, 0, 1, 1)
     assert await store.client.zscore(keys.outbox_due_key(), session_id) is not None
     for key in (keys.session_key, keys.session_task_key, keys.events_key, keys.outbox_key):
         assert await store.client.ttl(key(session_id)) > 0
@@ -186,7 +186,7 @@ async def test_commit_writes_everything_at_once_and_a_replay_writes_nothing(stor
     ended = await end(engine, session_id, command_id)
     assert isinstance(ended, Applied)
     after = await layout(store, session_id)
-    assert (after.version, after.outcomes, after.events, after.outbox) == (2, 1, 2, 3)
+    assert (after.version, after.outcomes, after.events, after.outbox) == (2, 1, 2, 2)
     assert await store.client.ttl(keys.commands_key(session_id)) > 0
     loaded = await sessions.load(session_id, command_id)
     assert loaded.record is not None
@@ -206,7 +206,7 @@ async def test_commit_writes_everything_at_once_and_a_replay_writes_nothing(stor
     assert msgspec.json.decode(outcome.result) == {"version": 2, "state": "ending", "endpoints": []}
     assert [e["to"] for e in await events_of(store, session_id)] == ["provisioning", "ending"]
     effects = [type(e.effect) for _, e in await sessions.pending(session_id)]
-    assert effects == [CreateRoom, DispatchAgent, DeleteRoom]
+    assert effects == [CreateRoom, DeleteRoom]
 
     # the same command again: the stored outcome, nothing written
     replayed = await end(engine, session_id, command_id)

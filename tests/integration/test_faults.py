@@ -124,19 +124,22 @@ async def test_livekit_down_during_provisioning(rt_client, livekit, monkeypatch)
 
 
 @pytest.mark.parametrize("reply_lost", [False, True], ids=["refused", "reply-lost"])
-async def test_dispatch_fails_once_with_503(rt_client, livekit, reply_lost):
-    """A failed CreateDispatch is retried without a second dispatch: LiveKit does not
-    de-duplicate, so the retry must list first (reply-lost: the first one did happen)."""
-    livekit.fail_next(1, status=503, method="CreateDispatch", effect_first=reply_lost)
+async def test_provisioning_fails_once_with_503(rt_client, livekit, reply_lost):
+    """A failed CreateRoom, which carries the agent's dispatch, is retried without a second
+    dispatch: LiveKit dispatches a room's agents only when it creates the room, and the retry
+    lists the room's dispatches before it would create one (reply-lost: the first one did
+    happen)."""
+    livekit.fail_next(1, status=503, method="CreateRoom", effect_first=reply_lost)
     created = await create_session(rt_client)  # blocking: the worker's retry lands within 5 s
     task = created["result"]["task"]
     session_id = meta(task)["sessionId"]
     assert meta(task)["sessionState"] == "ready"
     assert (await get_session(rt_client, session_id))["state"] == "ready"
     assert_provisioned_once(livekit, session_id)
-    attempts = livekit.calls_to("CreateDispatch")  # an injected fault is answered undecoded
-    assert [c.code for c in attempts] == (["unavailable"] if reply_lost else ["unavailable", "ok"])
-    assert len(livekit.calls_to("ListDispatch")) >= 2
+    attempts = livekit.calls_to("CreateRoom")  # an injected fault is answered undecoded
+    assert [c.code for c in attempts] == ["unavailable", "ok"]
+    assert len(livekit.calls_to("ListDispatch")) == 1  # the retry looks; the first call did not
+    assert livekit.calls_to("CreateDispatch") == []  # the room brought its dispatch
 
 
 # --- Redis ---------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 
 from realtime.a2a.projection import follow
 from realtime.engine.core import Engine
+from realtime.engine.outcomes import Applied
 from realtime.fanout import EventHub, LaggedError, Subscription
 from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.store import keys
@@ -20,6 +21,7 @@ from realtime.store.events import Entry, EventStore
 from realtime.store.redis_client import RedisClient
 from realtime.store.sessions import SessionStore
 from realtime.worker.runner import Runner
+from state_machines import End
 from tests.conftest import livekit_settings
 from tests.e2e.agent_operation_helpers import get_session, interact, open_session
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
@@ -46,11 +48,12 @@ async def test_a_runner_whose_lease_ran_out_during_a_hung_call_does_not_carry_on
     """Guards the lease renewal in `Runner._run_leased` (`if not await self.sessions.renew(...):
     return False, True`).
 
-    Runner A provisions a session with a short lease; its CreateRoom hangs in LiveKit past the
-    lease. Runner B (another process) takes the lease over, redoes the CreateRoom (A never
-    recorded it done: at least once, and an upsert) and moves on to the dispatch, which LiveKit
-    is slow to answer. When A's CreateRoom finally returns, A must stop: carrying on would run
-    the dispatch a second time, and LiveKit does not de-duplicate dispatches."""
+    A session is created and ended at once: its outbox holds the CreateRoom that provisions it
+    and the DeleteRoom of its end. Runner A takes it with a short lease; its CreateRoom hangs in
+    LiveKit past the lease. Runner B (another process) takes the lease over, redoes the
+    CreateRoom (A never recorded it done: at least once, and an upsert) and moves on to the
+    DeleteRoom, which LiveKit is slow to answer. When A's CreateRoom finally returns, A must
+    stop: carrying on would run the session's next effect a second time."""
     settings = livekit_settings(livekit)
     engine = Engine(
         settings, SessionStore(store), project=follow
@@ -60,9 +63,10 @@ async def test_a_runner_whose_lease_ran_out_during_a_hung_call_does_not_carry_on
     takeover = Runner(engine, gateway)
     try:
         session_id = await new_session(engine, provisioned=False)
+        assert isinstance(await engine.execute(session_id, End("user_hangup")), Applied)
         lease_key = keys.runner_lease_key(session_id)
         livekit.delay(1.2, n=1, method="CreateRoom")  # A's call: answered long after its lease
-        livekit.delay(1.5, n=1, method="CreateDispatch")  # B's: A is back before it is answered
+        livekit.delay(1.5, n=1, method="DeleteRoom")  # B's: A is back before it is answered
 
         first = asyncio.create_task(stalled.run(session_id))
 
@@ -76,19 +80,16 @@ async def test_a_runner_whose_lease_ran_out_during_a_hung_call_does_not_carry_on
     finally:
         await gateway.aclose()
 
-    name = f"aim-{session_id}-e1"
-    dispatches = livekit.dispatches_in(name, AGENT)
-    assert len(dispatches) == 1, (
-        f"the agent was dispatched {len(dispatches)} times into {name}: the runner whose lease "
-        "ran out carried on with the session's effects after another runner took over"
+    deleted = livekit.calls_to("DeleteRoom")
+    assert len(deleted) == 1, (
+        f"the room was deleted {len(deleted)} times: the runner whose lease ran out carried on "
+        "with the session's effects after another runner took over"
     )
-    created = [c for c in livekit.calls_to("CreateDispatch") if c.request.room == name]
-    assert len(created) == 1, f"{len(created)} CreateDispatch calls for one dispatch effect"
     # the hung call and the takeover's retry of it; nothing else was carried out twice
     assert len(livekit.calls_to("CreateRoom")) == 2
     loaded = await engine.sessions.load(session_id)
     assert loaded.record is not None
-    assert loaded.record.session.state == "ready"
+    assert loaded.record.session.state == "ended"
     assert await engine.sessions.pending(session_id) == []
 
 

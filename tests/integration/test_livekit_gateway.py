@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from livekit import api
 from livekit.api import TokenVerifier
 
 from realtime.livekit_adapter.api import (
@@ -41,6 +44,38 @@ async def test_dispatch_happens_once_per_room_even_when_retried(gateway, livekit
     assert len(livekit.calls_to("CreateDispatch")) == 1
 
 
+def forced_failover(service: Any) -> None:
+    """Force livekit-api's region failover on for the stand-in's loopback host, as it is on
+    for a `*.livekit.cloud` host (its own test knobs), without its backoff."""
+    service._client._failover_force = True
+    service._client._failover_backoff = 0.0
+
+
+async def test_a_lost_dispatch_answer_is_never_replayed_into_a_second_agent(gateway, livekit):
+    request = api.CreateAgentDispatchRequest(agent_name="aim-realtime-agent", room=ROOM)
+    await gateway.create_room(ROOM, metadata={})
+    # livekit-api's default client: its failover replays the call whose answer was lost
+    sdk = api.LiveKitAPI(livekit.url, LIVEKIT_KEY, LIVEKIT_SECRET)
+    try:
+        forced_failover(sdk.agent_dispatch)
+        livekit.fail_next(1, status=503, method="CreateDispatch", effect_first=True)
+        await sdk.agent_dispatch.create_dispatch(request)
+    finally:
+        await sdk.aclose()
+    assert len(livekit.dispatches_in(ROOM, "aim-realtime-agent")) == 2  # two agents would join
+
+    other = "aim-4b1c-e1"
+    await gateway.create_room(other, metadata={})
+    forced_failover(gateway._client().agent_dispatch)
+    livekit.fail_next(1, status=503, method="CreateDispatch", effect_first=True)
+    with pytest.raises(LiveKitUnavailable):
+        await gateway.ensure_dispatch(other, metadata={"sessionId": "s"})
+    assert len(livekit.calls_to("CreateDispatch")) == 3  # the SDK's two, the gateway's one
+    # the outbox's retry looks before it creates: still one dispatch
+    await gateway.ensure_dispatch(other, metadata={"sessionId": "s"})
+    assert len(livekit.dispatches_in(other, "aim-realtime-agent")) == 1
+
+
 async def test_missing_room_and_participant_count_as_done(gateway, livekit):
     await gateway.delete_room("aim-nothing-e1")
     await gateway.create_room(ROOM, metadata={})
@@ -61,10 +96,10 @@ async def test_rooms_and_participants_are_listed_as_plain_values(gateway, liveki
         made.creation_time * 1000
     ]
     assert await gateway.list_rooms(["aim-missing-e1"]) == []
-    assert sorted(await gateway.list_participants(ROOM)) == [
-        ("agent-AJ_1", True),
-        ("device-1", False),
-    ]
+    listed = sorted(await gateway.list_participants(ROOM))
+    assert [(p.identity, p.is_agent) for p in listed] == [("agent-AJ_1", True), ("device-1", False)]
+    joined = {p.identity: p.joined_ms for p in listed}
+    assert joined["agent-AJ_1"] == livekit.participant(ROOM, "agent-AJ_1").joined_at_ms
     assert await gateway.list_participants("aim-missing-e1") == []
 
 

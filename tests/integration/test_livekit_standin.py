@@ -4,15 +4,25 @@ what the client cannot send), behaves like LiveKit's server (livekit-notes §2, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
+import time
 from collections.abc import AsyncIterator
 
 import aiohttp
+import aiohttp.web
+import jwt
 import pytest
 from livekit import api
 
-from tests.livekit_standin import LiveKitStandin, running_standin, sign_webhook, webhook_headers
+from tests.livekit_standin import (
+    ConnectRefused,
+    LiveKitStandin,
+    running_standin,
+    sign_webhook,
+    webhook_headers,
+)
 
 KEY = "APIstandinTestKey"
 SECRET = "standin-test-secret-0123456789-abcdefghij"  # 32+ bytes: PyJWT warns on short keys
@@ -581,3 +591,409 @@ def headers_ok(headers: dict[str, str], auth: str) -> bool:
     return headers["Authorization"] == auth and headers["Content-Type"] == (
         "application/webhook+json"
     )
+
+
+def join_token(room: str, identity: str, *, nbf: int, ttl_s: int = 300, exp: bool = True) -> str:
+    """A join token as a client would hold it, issued (nbf) at `nbf`."""
+    claims: dict[str, object] = {
+        "iss": KEY,
+        "sub": identity,
+        "nbf": nbf,
+        "video": {"roomJoin": True, "room": room, "canSubscribe": True},
+    }
+    if exp:
+        claims["exp"] = nbf + ttl_s
+    return jwt.encode(claims, SECRET, algorithm="HS256")
+
+
+async def test_a_client_connects_with_a_join_token_into_an_existing_room(standin, lkapi):
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    now = int(time.time())
+
+    joined = standin.connect(join_token(ROOM, "ep-1", nbf=now))
+
+    assert joined.identity == "ep-1"
+    assert standin.participant(ROOM, "ep-1") is not None
+    listed = await lkapi.room.list_participants(api.ListParticipantsRequest(room=ROOM))
+    assert [p.identity for p in listed.participants] == ["ep-1"]
+
+
+async def test_a_connect_is_refused_without_exp_expired_forged_or_to_a_missing_room(standin, lkapi):
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    now = int(time.time())
+    refused = [
+        join_token(ROOM, "ep-1", nbf=now, exp=False),  # exp is required (protocol #1706)
+        join_token(ROOM, "ep-1", nbf=now - 1000, ttl_s=300),  # expired beyond the leeway
+        join_token(ROOM, "ep-1", nbf=now + 600),  # not valid yet beyond the leeway
+        join_token("aim-none-e1", "ep-1", nbf=now),  # no such room (no auto_create)
+        jwt.encode({"iss": KEY, "sub": "ep-1", "exp": now + 60}, SECRET, algorithm="HS256"),
+        jwt.encode(
+            {"iss": KEY, "sub": "ep-1", "nbf": now, "exp": now + 60, "video": {"room": ROOM}},
+            "another-secret-0123456789-abcdefghijklmnop",
+            algorithm="HS256",
+        ),
+    ]
+    for token in refused:
+        with pytest.raises(ConnectRefused):
+            standin.connect(token)
+    assert standin.participant(ROOM, "ep-1") is None
+
+
+async def test_remove_participant_with_revoke_token_ts_refuses_older_tokens_at_connect(
+    standin, lkapi
+):
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    now = int(time.time())
+    old = join_token(ROOM, "ep-1", nbf=now - 10)
+    standin.connect(old)
+
+    await lkapi.room.remove_participant(
+        api.RoomParticipantIdentity(room=ROOM, identity="ep-1", revoke_token_ts=now)
+    )
+
+    assert standin.participant(ROOM, "ep-1") is None
+    with pytest.raises(ConnectRefused, match="revoked"):
+        standin.connect(old)
+    # a token issued from the revocation on connects; so does another identity's older token
+    assert standin.connect(join_token(ROOM, "ep-1", nbf=now)).identity == "ep-1"
+    assert standin.connect(join_token(ROOM, "ep-2", nbf=now - 10)).identity == "ep-2"
+
+
+async def test_a_removal_without_revoke_token_ts_leaves_the_token_usable(standin, lkapi):
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    token = join_token(ROOM, "ep-1", nbf=int(time.time()) - 10)
+    standin.connect(token)
+
+    await lkapi.room.remove_participant(api.RoomParticipantIdentity(room=ROOM, identity="ep-1"))
+
+    assert standin.connect(token).identity == "ep-1"  # LiveKit before protocol #1576
+
+
+# ---- webhooks sent, and the simulated agent worker ------------------------------------------
+class Receiver:
+    """A loopback webhook receiver that verifies each delivery with livekit-api's own
+    `WebhookReceiver` and `TokenVerifier`; `fail_next` answers the next deliveries 503."""
+
+    def __init__(self) -> None:
+        self.events: list[api.WebhookEvent] = []
+        self.refused: list[str] = []
+        self.fail_next = 0
+        self._verifier = api.WebhookReceiver(api.TokenVerifier(KEY, SECRET))
+        self._runner: aiohttp.web.AppRunner | None = None
+        self.url = ""
+
+    async def _receive(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        body = await request.text()
+        if request.headers.get("Content-Type") != "application/webhook+json":
+            self.refused.append("content type")
+            return aiohttp.web.Response(status=415)
+        try:
+            event = self._verifier.receive(body, request.headers.get("Authorization", ""))
+        except Exception as exc:  # noqa: BLE001 - any failure to verify is a refusal
+            self.refused.append(str(exc))
+            return aiohttp.web.Response(status=401)
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            return aiohttp.web.Response(status=503)
+        self.events.append(event)
+        return aiohttp.web.Response(text="ok")
+
+    async def __aenter__(self) -> Receiver:
+        app = aiohttp.web.Application()
+        app.router.add_post("/livekit/webhook", self._receive)
+        self._runner = aiohttp.web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = aiohttp.web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/livekit/webhook"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def kinds(self) -> list[str]:
+        return [event.event for event in self.events]
+
+    def of(self, kind: str) -> list[api.WebhookEvent]:
+        return [event for event in self.events if event.event == kind]
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    async with Receiver() as found:
+        yield found
+
+
+@contextlib.asynccontextmanager
+async def worker_standin(
+    receiver: Receiver, **options: object
+) -> AsyncIterator[tuple[LiveKitStandin, api.LiveKitAPI]]:
+    """A stand-in sending its webhooks to `receiver`, with a simulated agent worker, and a
+    livekit-api client on it."""
+    options = {"auto_jobs": True, **options}
+    async with running_standin(KEY, SECRET, webhook_url=receiver.url, **options) as lk:
+        client = lk.client()
+        try:
+            yield lk, client
+        finally:
+            await client.aclose()
+
+
+async def dispatch(client: api.LiveKitAPI, agent: str = "voice", metadata: str = "") -> str:
+    request = api.CreateAgentDispatchRequest(agent_name=agent, room=ROOM, metadata=metadata)
+    return str((await client.agent_dispatch.create_dispatch(request)).id)
+
+
+async def voice_dispatches(client: api.LiveKitAPI) -> list[api.AgentDispatch]:
+    """The room's dispatches of agent "voice" (a new room also has LiveKit's default one)."""
+    return [d for d in await client.agent_dispatch.list_dispatch(ROOM) if d.agent_name == "voice"]
+
+
+async def settle(lk: LiveKitStandin, seconds: float = 0.0) -> None:
+    """Let scheduled jobs start (after `seconds`) and every webhook so far be delivered."""
+    await asyncio.sleep(seconds)
+    await lk.webhooks_sent()
+
+
+async def test_webhooks_are_sent_signed_as_livekit_signs_them(receiver: Receiver) -> None:
+    async with worker_standin(receiver) as (lk, client):
+        await client.room.create_room(api.CreateRoomRequest(name=ROOM))
+        lk.add_participant(ROOM, "user-1", metadata='{"sessionEpoch":1}')
+        await client.room.remove_participant(
+            api.RoomParticipantIdentity(room=ROOM, identity="user-1")
+        )
+        await client.room.delete_room(api.DeleteRoomRequest(room=ROOM))
+        await settle(lk)
+
+    assert receiver.refused == []
+    assert receiver.kinds() == [
+        "room_started", "participant_joined", "participant_left", "room_finished"
+    ]  # fmt: skip
+    joined = receiver.of("participant_joined")[0]
+    assert joined.room.name == ROOM
+    assert joined.id.startswith("EV_")
+    assert abs(joined.created_at - time.time()) < 60
+    assert (joined.participant.identity, joined.participant.metadata) == (
+        "user-1",
+        '{"sessionEpoch":1}',
+    )
+    assert len({event.id for event in receiver.events}) == 4
+    assert all(sent.delivered and sent.attempts == 1 for sent in lk.webhooks)
+
+
+async def test_no_webhooks_without_a_target(receiver: Receiver) -> None:
+    async with running_standin(KEY, SECRET, auto_jobs=True) as lk:
+        lk.add_room(ROOM)
+        lk.add_participant(ROOM, "user-1")
+        client = lk.client()
+        try:
+            await dispatch(client)
+        finally:
+            await client.aclose()
+        await settle(lk, 0.05)
+        assert lk.webhooks == []
+        assert len(lk.jobs_in(ROOM, running=True)) == 1  # the worker works all the same
+        lk.set_webhook_target(receiver.url)  # from now on
+        lk.leave(ROOM, "user-1")
+        await settle(lk)
+    assert receiver.kinds() == ["participant_left"]
+
+
+async def test_a_refused_webhook_is_tried_again_with_the_same_id(receiver: Receiver) -> None:
+    receiver.fail_next = 2
+    async with worker_standin(receiver) as (lk, _):
+        lk.add_room(ROOM)
+        await settle(lk)
+    [sent] = lk.webhooks
+    assert (sent.attempts, sent.status) == (3, 200)
+    assert [event.id for event in receiver.events] == [sent.event.id]
+
+
+async def test_a_dispatch_gets_a_job_that_starts_after_the_delay(receiver: Receiver) -> None:
+    async with worker_standin(receiver, job_start_delay=0.3) as (lk, client):
+        lk.add_room(ROOM)
+        dispatch_id = await dispatch(client, metadata='{"sessionId":"s-1"}')
+        await settle(lk, 0.1)
+        assert receiver.of("agent_job_started") == []  # not yet: the worker takes its time
+        assert lk.participants[ROOM] == {}
+        await settle(lk, 0.4)
+        [listed] = await voice_dispatches(client)
+        participants = await client.room.list_participants(api.ListParticipantsRequest(room=ROOM))
+
+    assert receiver.kinds() == ["room_started", "agent_job_started", "participant_joined"]
+    [started] = receiver.of("agent_job_started")
+    job = started.job
+    assert job.id.startswith("AJ_")
+    assert (job.dispatch_id, job.agent_name, job.room.name) == (dispatch_id, "voice", ROOM)
+    assert job.metadata == '{"sessionId":"s-1"}'
+    assert started.room.name == ROOM
+    assert job.state.status == api.JS_RUNNING
+    assert job.state.started_at > 0
+    identity = job.state.participant_identity
+    assert identity == f"agent-{job.id}"
+    [joined] = receiver.of("participant_joined")
+    assert joined.participant.identity == identity
+    assert joined.participant.kind == api.ParticipantInfo.Kind.AGENT
+    assert joined.participant.attributes["lk.agent.name"] == "voice"
+    assert [j.id for j in listed.state.jobs] == [job.id]  # ListDispatch shows the job
+    assert [(p.identity, p.kind) for p in participants.participants] == [
+        (identity, api.ParticipantInfo.Kind.AGENT)
+    ]
+
+
+async def test_a_room_created_with_its_agent_gets_a_job(receiver: Receiver) -> None:
+    async with worker_standin(receiver) as (lk, client):
+        agents = [api.RoomAgentDispatch(agent_name="voice", metadata="m")]
+        await client.room.create_room(api.CreateRoomRequest(name=ROOM, agents=agents))
+        await settle(lk, 0.05)
+    [dispatched] = lk.dispatches_in(ROOM)
+    [started] = receiver.of("agent_job_started")
+    assert (started.job.dispatch_id, started.job.metadata) == (dispatched.id, "m")
+    assert receiver.kinds()[0] == "room_started"
+
+
+async def test_a_dispatch_without_an_agent_name_gets_no_job(receiver: Receiver) -> None:
+    async with worker_standin(receiver) as (lk, client):
+        await client.room.create_room(api.CreateRoomRequest(name=ROOM))  # the default dispatch
+        await dispatch(client, agent="")
+        await settle(lk, 0.05)
+    assert len(lk.dispatches_in(ROOM)) == 2
+    assert lk.jobs == {}
+    assert receiver.kinds() == ["room_started"]
+
+
+async def test_ending_a_job_says_so_and_its_agent_leaves(receiver: Receiver) -> None:
+    async with worker_standin(receiver) as (lk, client):
+        lk.add_room(ROOM)
+        dispatch_id = await dispatch(client)
+        await settle(lk, 0.05)
+        [job] = lk.jobs_of(dispatch_id)
+        lk.end_job(job.id)
+        await settle(lk)
+        [listed] = await voice_dispatches(client)
+
+    assert receiver.kinds()[-2:] == ["agent_job_ended", "participant_left"]
+    [ended] = receiver.of("agent_job_ended")
+    assert (ended.job.id, ended.job.dispatch_id) == (job.id, dispatch_id)
+    assert ended.job.state.status == api.JS_SUCCESS
+    assert ended.job.state.ended_at >= ended.job.state.started_at > 0
+    assert receiver.of("participant_left")[0].participant.identity == f"agent-{job.id}"
+    assert lk.participants[ROOM] == {}
+    assert listed.state.jobs[0].state.status == api.JS_SUCCESS
+    lk.end_job(job.id)  # an ended job stays as it is
+    assert len(lk.webhooks_of("agent_job_ended")) == 1
+
+
+async def test_an_agent_can_leave_before_its_job_ends(receiver: Receiver) -> None:
+    async with worker_standin(receiver) as (lk, client):
+        lk.add_room(ROOM)
+        dispatch_id = await dispatch(client)
+        await settle(lk, 0.05)
+        [job] = lk.jobs_of(dispatch_id)
+        lk.end_job(job.id, status=api.JS_FAILED, error="crashed", agent_leaves_first=True)
+        await settle(lk)
+    assert receiver.kinds()[-2:] == ["participant_left", "agent_job_ended"]
+    [ended] = receiver.of("agent_job_ended")
+    assert (ended.job.state.status, ended.job.state.error) == (api.JS_FAILED, "crashed")
+
+
+async def test_a_dying_worker_ends_its_jobs_failed_and_new_ones_still_start(
+    receiver: Receiver,
+) -> None:
+    async with worker_standin(receiver) as (lk, client):
+        lk.add_room(ROOM)
+        first, second = await dispatch(client), await dispatch(client)
+        await settle(lk, 0.05)
+        killed = lk.kill_worker()
+        await settle(lk)
+        assert {job.dispatch_id for job in killed} == {first, second}
+        assert lk.participants[ROOM] == {}
+        ended = receiver.of("agent_job_ended")
+        assert [e.job.state.status for e in ended] == [api.JS_FAILED] * 2
+        assert len(receiver.of("participant_left")) == 2
+        third = await dispatch(client)  # nothing re-dispatches the dead jobs; a new one starts
+        await settle(lk, 0.05)
+    assert [e.job.dispatch_id for e in receiver.of("agent_job_started")][-1] == third
+    assert len(receiver.of("agent_job_started")) == 3
+
+
+async def test_delete_dispatch_answers_the_dispatch_then_ends_its_job(receiver: Receiver) -> None:
+    async with worker_standin(receiver) as (lk, client):
+        lk.add_room(ROOM)
+        dispatch_id = await dispatch(client)
+        await settle(lk, 0.05)
+        deleted = await client.agent_dispatch.delete_dispatch(dispatch_id, ROOM)
+        assert deleted.id == dispatch_id
+        assert await client.agent_dispatch.get_dispatch(dispatch_id, ROOM) is None
+        await settle(lk, 0.05)
+        with pytest.raises(api.ServerError) as err:
+            await client.agent_dispatch.delete_dispatch(dispatch_id, ROOM)
+    assert (err.value.code, err.value.message) == ("not_found", "dispatch ID not found")
+    [ended] = receiver.of("agent_job_ended")
+    assert ended.job.dispatch_id == dispatch_id
+    assert ended.job.state.reason == api.JSR_DISPATCH_DELETED
+    assert receiver.kinds()[-1] == "participant_left"
+    assert lk.participants[ROOM] == {}
+
+
+async def test_a_job_not_started_when_its_dispatch_is_deleted_never_starts(
+    receiver: Receiver,
+) -> None:
+    async with worker_standin(receiver, job_start_delay=0.2) as (lk, client):
+        lk.add_room(ROOM)
+        dispatch_id = await dispatch(client)
+        await client.agent_dispatch.delete_dispatch(dispatch_id, ROOM)
+        await settle(lk, 0.3)
+    [job] = lk.jobs_of(dispatch_id)
+    assert job.state.status == api.JS_CANCELLED
+    assert receiver.kinds() == ["room_started"]
+
+
+async def test_dropped_dispatches_never_get_a_job(receiver: Receiver) -> None:
+    async with worker_standin(receiver) as (lk, client):
+        lk.add_room(ROOM)
+        lk.drop_next_dispatches(2)
+        dropped = [await dispatch(client), await dispatch(client)]
+        taken = await dispatch(client)
+        await settle(lk, 0.1)
+        listed = {d.id: d for d in await voice_dispatches(client)}
+    assert all(d.startswith("AD_") for d in dropped)  # created, and their ids answered
+    assert set(listed) == {*dropped, taken}
+    assert lk.dropped == dropped
+    assert [listed[d].state.jobs for d in dropped] == [[], []]
+    assert [e.job.dispatch_id for e in receiver.of("agent_job_started")] == [taken]
+    assert [lk.jobs_of(d) for d in dropped] == [[], []]
+
+
+async def test_with_auto_jobs_off_a_job_starts_only_by_hand(receiver: Receiver) -> None:
+    async with worker_standin(receiver, auto_jobs=False) as (lk, client):
+        lk.add_room(ROOM)
+        dispatch_id = await dispatch(client)
+        await settle(lk, 0.05)
+        assert lk.jobs == {}
+        job = lk.start_job(dispatch_id)
+        await settle(lk)
+        with pytest.raises(LookupError):
+            lk.start_job("AD_missing")
+    assert job.state.status == api.JS_RUNNING
+    assert receiver.kinds() == ["room_started", "agent_job_started", "participant_joined"]
+    assert receiver.of("agent_job_started")[0].job.id == job.id
+
+
+async def test_deleting_the_room_ends_its_jobs(receiver: Receiver) -> None:
+    async with worker_standin(receiver) as (lk, client):
+        await client.room.create_room(api.CreateRoomRequest(name=ROOM))
+        dispatch_id = await dispatch(client)
+        await settle(lk, 0.05)
+        lk.add_participant(ROOM, "user-1")
+        await client.room.delete_room(api.DeleteRoomRequest(room=ROOM))
+        await settle(lk)
+    [job] = lk.jobs_of(dispatch_id)
+    assert receiver.kinds()[-4:] == [
+        "agent_job_ended", "participant_left", "participant_left", "room_finished"
+    ]  # fmt: skip
+    ended = receiver.of("agent_job_ended")[0].job
+    assert (ended.id, ended.state.reason) == (job.id, api.JSR_ROOM_CLOSED)
+    left = {e.participant.identity for e in receiver.of("participant_left")}
+    assert left == {f"agent-{job.id}", "user-1"}

@@ -448,6 +448,41 @@ async def test_a_superseded_device_and_a_stranger_are_removed_the_device_and_age
     assert (await world.reconciler().sweep()).corrections == {}
 
 
+async def test_a_second_agent_in_a_room_is_removed_once_and_the_first_stays(world, livekit, store):
+    session_id, phone = await in_room(world.http, livekit)  # with the agent "agent-AJ_1"
+    await asyncio.sleep(0.01)
+    # a second agent, as a replayed dispatch would bring: it joined after the first
+    livekit.add_participant(room(session_id), "agent-AJ_2", kind="agent")
+
+    report = await world.reconciler().sweep()
+
+    assert report.corrections == {"extra_agent_removed": 1}
+    assert set(livekit.participants[room(session_id)]) == {phone, "agent-AJ_1"}
+    (found,) = await corrections_of(store, session_id)
+    assert found["correction"] == {
+        "kind": "extra_agent_removed",
+        "room": room(session_id),
+        "reason": "extra_agent",
+        "identity": "agent-AJ_2",
+    }
+    assert world.corrections() == {"extra_agent_removed": 1}
+    assert (await get(world.http, session_id))["state"] == "active"
+    assert (await world.reconciler().sweep()).corrections == {}  # once
+
+
+async def test_the_sessions_own_agent_stays_though_a_stray_one_joined_before_it(
+    world, livekit, store
+):
+    session_id, phone = await in_room(world.http, livekit)  # the session's agent: "agent-AJ_1"
+    stray = livekit.add_participant(room(session_id), "agent-AJ_0", kind="agent")
+    stray.joined_at_ms -= 60_000  # it joined a minute before the session's own agent
+
+    report = await world.reconciler().sweep()
+
+    assert report.corrections == {"extra_agent_removed": 1}
+    assert set(livekit.participants[room(session_id)]) == {phone, "agent-AJ_1"}
+
+
 # --- several workers ------------------------------------------------------------------------------
 
 

@@ -12,16 +12,30 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from hypothesis import event as hypothesis_event
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 from state_machines import Accepted, Rejected, RejectReason, decide
-from state_machines.effects import CreateRoom, DeleteRoom, DispatchAgent, RemoveParticipant
+from state_machines.effects import (
+    CreateRoom,
+    DeleteDispatch,
+    DeleteRoom,
+    DispatchAgent,
+    RemoveParticipant,
+)
 from state_machines.endpoint import Capabilities
 from state_machines.session import (
+    MAX_AGENT_DISPATCHES,
+    MAX_AGENT_MISSES,
     MAX_REBINDS,
     TERMINAL_STATES,
+    AgentDispatched,
+    AgentJobEnded,
+    AgentJobStarted,
+    AgentStartTimeout,
     Cancel,
     End,
     GraceExpired,
@@ -43,6 +57,7 @@ from state_machines.session import (
     new_session,
     room_name,
 )
+from state_machines.session_model import AWAITING_AGENT, agent_started
 
 SID = "0b5e8c1e-6a1f-4a57-9a55-6f2d0f4a9c11"
 T0 = "2025-01-01T00:00:00Z"
@@ -68,6 +83,10 @@ EPOCH = st.sampled_from(("current", "current", "current", "room", "stale", "ahea
 KEY = st.sampled_from(("a", "b", "c"))
 # events that end the session are rarer, so runs get deep (handoffs, reconnects, rebinds)
 ENDINGS = st.sampled_from(("end", "cancel", "max_duration", "idle_timeout"))
+# which dispatch a job report or timer belongs to, and which of two agents (LiveKit may start
+# a second job, or an old agent may linger)
+ATTEMPT = st.sampled_from(("current", "current", "current", "older", "newer"))
+AGENTS = st.sampled_from(("1", "1", "2"))
 
 STEPS = st.one_of(
     st.tuples(st.just("participant_joined"), WHO, EPOCH),
@@ -82,6 +101,11 @@ STEPS = st.one_of(
     st.tuples(st.just("join"), st.sampled_from(("a", "b", "c", "active", "superseded")), EPOCH),
     st.tuples(st.just("join"), st.sampled_from(("a", "b", "c", "active", "superseded")), EPOCH),
     st.tuples(ENDINGS),
+    st.tuples(st.sampled_from(("agent_job_started", "agent_job_ended")), ATTEMPT, AGENTS),
+    st.tuples(st.sampled_from(("agent_job_started", "agent_job_ended")), ATTEMPT, AGENTS),
+    st.tuples(st.just("agent_start_timeout"), ATTEMPT),
+    st.tuples(st.just("agent_dispatched"), ATTEMPT),
+    st.tuples(st.just("agent_participant"), st.booleans(), AGENTS, EPOCH),
 )
 
 
@@ -92,6 +116,10 @@ def epoch_of(session: Session, which: str) -> int:
         "stale": session.epoch - 1,
         "ahead": session.epoch + 1,
     }[which]
+
+
+def attempt_of(session: Session, which: str) -> int:
+    return {"current": 0, "older": -1, "newer": 1}[which] + session.agent_attempt
 
 
 def identity_of(session: Session, who: str) -> str:
@@ -155,6 +183,22 @@ def event_of(session: Session, step: tuple[Any, ...]) -> SessionEvent:
     if kind == "join":
         who, which = args
         return Join(epoch_of(session, which), identity_of(session, who))
+    if kind in ("agent_job_started", "agent_job_ended"):
+        which, agent = args
+        attempt = attempt_of(session, which)
+        job = f"AJ_{attempt}_{agent}"  # one job per dispatch and agent
+        if kind == "agent_job_started":
+            return AgentJobStarted(session.room_epoch, attempt, job, f"agent-{agent}", "AD")
+        return AgentJobEnded(session.room_epoch, attempt, job, f"agent-{agent}")
+    if kind == "agent_start_timeout":
+        return AgentStartTimeout(session.room_epoch, attempt_of(session, args[0]))
+    if kind == "agent_dispatched":
+        return AgentDispatched(session.room_epoch, attempt_of(session, args[0]), "AD_x")
+    if kind == "agent_participant":
+        joined, agent, which = args
+        epoch = epoch_of(session, "room" if which == "current" else which)
+        cls = ParticipantJoined if joined else ParticipantLeft
+        return cls(epoch, f"agent-{agent}", True)
     if kind == "end":
         return End("bye")
     return Cancel()
@@ -189,6 +233,13 @@ PREFIXES: dict[str, tuple[SessionEvent, ...]] = {
     "active": ACTIVE_PREFIX,
     "handed off": (*ACTIVE_PREFIX, RegisterEndpoint(1, "ep-b", "b", CAPS, 8), Join(1, "ep-b")),
     "rebound": (*ACTIVE_PREFIX, RoomLost(room_name(SID, 1))),
+    "agent present": (
+        *ACTIVE_PREFIX,
+        AgentJobStarted(1, 1, "AJ_1_1", "agent-1", "AD"),
+        ParticipantJoined(1, "agent-1", True),
+    ),
+    # two dispatches started nothing: one more miss and no agent can be had
+    "agent missing": (*ACTIVE_PREFIX, AgentStartTimeout(1, 1), AgentStartTimeout(1, 2)),
 }
 
 
@@ -234,6 +285,16 @@ def check_session(session: Session) -> None:
         assert session.ended_at is not None
     if session.state in OVER:
         assert session.end_reason
+    # the agent's presence: a job heard or an agent in the room means it started
+    if session.agent_job is not None or session.agent_identity is not None:
+        assert agent_started(session)
+        assert session.agent_state not in AWAITING_AGENT
+    assert 1 <= session.agent_attempt <= MAX_AGENT_DISPATCHES
+    assert 0 <= session.agent_misses < MAX_AGENT_MISSES
+    assert session.agent_identity not in session.agents_replaced
+    assert len(set(session.agents_replaced)) == len(session.agents_replaced)
+    if session.end_reason == "agent_unavailable":
+        assert session.state == "failed"
 
 
 def must_be_fenced(before: Session, event: SessionEvent) -> bool:
@@ -244,13 +305,15 @@ def must_be_fenced(before: Session, event: SessionEvent) -> bool:
         case Provisioned() | ProvisioningFailed() | ProvisioningTimeout() | RoomDeleted():
             return event.epoch != before.room_epoch
         case ParticipantJoined() | ParticipantLeft() if event.is_agent:
-            return event.epoch != before.room_epoch
+            return event.epoch != before.room_epoch or event.identity in before.agents_replaced
         case ParticipantJoined() | ParticipantLeft():
             return not before.room_epoch <= event.epoch <= before.epoch
         case GraceExpired():
             return event.epoch != before.epoch or event.disconnect not in (-1, before.disconnects)
         case RoomLost():
             return event.room != before.room
+        case AgentDispatched() | AgentJobStarted() | AgentJobEnded() | AgentStartTimeout():
+            return (event.epoch, event.attempt) != (before.room_epoch, before.agent_attempt)
     return False
 
 
@@ -280,16 +343,43 @@ def check_step(before: Session, event: SessionEvent, outcome: Accepted[Session] 
     effects = outcome.outbox
     for effect in effects:
         if isinstance(effect, RemoveParticipant):
-            assert effect.identity != after.active_endpoint_id
+            # a live session never removes its active device; its end removes every device,
+            # each with its tokens revoked, before the room is deleted
+            assert effect.identity != after.active_endpoint_id or after.state == "ending"
+            assert effect.revoke_before is not None
+        if isinstance(effect, RemoveParticipant) and after.state in ("ending", "failed"):
+            assert isinstance(effects[-1], DeleteRoom)
         if isinstance(effect, CreateRoom | DispatchAgent):
             assert (effect.room, effect.epoch) == (after.room, after.room_epoch)
         if isinstance(effect, DeleteRoom):
-            assert after.state == "ending"
+            assert after.state == "ending" or after.end_reason == "agent_unavailable"
+        if isinstance(effect, DeleteDispatch | DispatchAgent) and after.room == before.room:
+            # a replacement: the next dispatch into the same room, the stale ones deleted first
+            assert after.agent_attempt == before.agent_attempt + 1 == effect.attempt
+            assert (after.agent_state, after.agent_identity, after.agent_job) == (
+                "dispatching",
+                None,
+                None,
+            )
+            assert effects == (
+                DeleteDispatch(after.room, after.room_epoch, after.agent_attempt),
+                DispatchAgent(after.room, after.room_epoch, after.agent_attempt),
+            )
+    if after.room == before.room:
+        assert after.agent_attempt >= before.agent_attempt  # never back to an older dispatch
+    else:
+        assert (after.agent_attempt, after.agents_replaced) == (1, ())
     if after.room != before.room:  # a rebind: a new room for the new epoch, provisioned once
         assert after.room_epoch == after.epoch == before.epoch + 1
         assert after.bumps[-1].reason == "rebound"
-        assert sorted(type(e).__name__ for e in effects) == ["CreateRoom", "DispatchAgent"]
+        assert effects == (CreateRoom(after.room, after.epoch, with_agent=True),)
         assert (outcome.token, outcome.history) == (None, ())
+
+
+def observe(what: str) -> None:
+    """Count `what` in the property test's statistics (--hypothesis-show-statistics)."""
+    if currently_in_test_context():
+        hypothesis_event(what)
 
 
 def run(session: Session, steps: list[tuple[Any, ...]]) -> Session:
@@ -301,7 +391,13 @@ def run(session: Session, steps: list[tuple[Any, ...]]) -> Session:
         outcome = decide(session, event, now=now)
         assert msgspec.json.encode(session) == frozen  # decide never touches its input
         check_step(session, event, outcome)
+        verdict = "refused" if isinstance(outcome, Rejected) else "accepted"
+        observe(f"{type(event).__name__} {verdict}")
         if isinstance(outcome, Accepted):
+            if outcome.state.agent_attempt > session.agent_attempt:
+                observe("agent replaced")
+            if outcome.state.end_reason != session.end_reason == None:  # noqa: E711
+                observe(f"ended: {outcome.state.end_reason}")
             session = outcome.state
         check_session(session)
     return session
@@ -364,4 +460,4 @@ def test_a_superseded_endpoint_that_reconnects_is_removed_and_changes_nothing() 
     old = decide(session, ParticipantJoined(1, "ep-a", False), now=T0)
     assert isinstance(old, Accepted)
     assert old.state == session
-    assert old.outbox == (RemoveParticipant(session.room, "ep-a"),)
+    assert old.outbox == (RemoveParticipant(session.room, "ep-a", revoke_before=T0),)

@@ -6,11 +6,16 @@ import state_machines
 
 EXPORTS = (
     "Accepted",
+    "AgentDispatched",
+    "AgentJobEnded",
+    "AgentJobStarted",
+    "AgentStartTimeout",
     "AnyEvent",
     "AppendHistory",
     "Cancel",
     "Capabilities",
     "CreateRoom",
+    "DeleteDispatch",
     "DeleteRoom",
     "DispatchAgent",
     "End",

@@ -211,3 +211,36 @@ def test_the_lifecycle_and_terminal_events_are_marked_to_be_kept_whatever_the_ba
     kinds_of = {seq: json.loads(body)["type"] for seq, body in ending.items}
     assert {kinds_of[seq] for seq in ending.lasting} == {"session.ended"}
     assert set(kinds_of.values()) == {"operation.canceled", "session.ended"}
+
+
+def test_the_agent_joining_and_its_replacements_are_told() -> None:
+    from state_machines.session import AgentJobEnded, AgentStartTimeout, ParticipantLeft
+
+    ready = run(created(), Provisioned(1))
+    joined = run(ready, ParticipantJoined(1, "agent-1", True))
+    assert events(ready, joined)[0] | {"occurredAt": ""} == {
+        "type": "agent.joined",
+        "sessionId": "s1",
+        "taskId": "t1",
+        "principal": {"tenant": "acme", "sub": "alice"},
+        "seq": 1,
+        "sessionEpoch": 1,
+        "occurredAt": "",
+        "data": {"identity": "agent-1", "dispatchAttempt": 1},
+    }
+    assert kinds(joined, run(joined, ParticipantJoined(1, "agent-1", True))) == []  # again
+    lost = run(joined, ParticipantLeft(1, "agent-1", True))
+    assert [(e["type"], e["data"]) for e in events(joined, lost)] == [
+        ("agent.replaced", {"dispatchAttempt": 2, "reason": "lost"})
+    ]
+    missed = run(lost, AgentStartTimeout(1, 2))
+    assert [(e["type"], e["data"]) for e in events(lost, missed)] == [
+        ("agent.replaced", {"dispatchAttempt": 3, "reason": "not_started"})
+    ]
+    assert kinds(missed, run(missed, AgentJobEnded(1, 3, "AJ_3"))) == ["agent.replaced"]
+    # a third dispatch in a row starts nothing: no agent can be had
+    last = run(missed, AgentStartTimeout(1, 3))
+    gone = run(last, AgentStartTimeout(1, 4))
+    assert [(e["type"], e["data"]["reason"]) for e in events(last, gone)] == [
+        ("session.failed", "agent_unavailable")
+    ]

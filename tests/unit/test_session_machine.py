@@ -16,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from state_machines import Accepted, Rejected, RejectReason, decide
 from state_machines.effects import (
     CreateRoom,
+    DeleteDispatch,
     DeleteRoom,
     DispatchAgent,
     MintJoinToken,
@@ -29,6 +30,10 @@ from state_machines.session import (
     MAX_REBINDS,
     TERMINAL_STATES,
     TRANSITIONS,
+    AgentDispatched,
+    AgentJobEnded,
+    AgentJobStarted,
+    AgentStartTimeout,
     Cancel,
     End,
     EpochBump,
@@ -89,6 +94,10 @@ EXPECTED: dict[str, tuple[tuple[str, ...], str]] = {
     "room_lost": (LIVE_STATES, "provisioning"),
     "cancel": (LIVE_STATES, "ending"),
     "room_deleted": (("ending",), "ended"),
+    "agent_dispatched": (LIVE_STATES, "same"),
+    "agent_job_started": (LIVE_STATES, "same"),
+    "agent_job_ended": (LIVE_STATES, "same"),
+    "agent_start_timeout": (LIVE_STATES, "same"),
 }
 EXPECTED_PAIRS: dict[tuple[str, str], str] = {
     (source, name): source if target == "same" else target
@@ -183,6 +192,10 @@ def sample(name: SessionEventName, session: Session) -> SessionEvent:
         "end": End("done"),
         "cancel": Cancel(),
         "room_deleted": RoomDeleted(room_epoch),
+        "agent_dispatched": AgentDispatched(room_epoch, session.agent_attempt, "AD_1"),
+        "agent_job_started": AgentJobStarted(room_epoch, session.agent_attempt, "AJ_1", "agent-1"),
+        "agent_job_ended": AgentJobEnded(room_epoch, session.agent_attempt, "AJ_1", "agent-1"),
+        "agent_start_timeout": AgentStartTimeout(room_epoch, session.agent_attempt),
     }
     return events[name]
 
@@ -229,6 +242,8 @@ def test_events_and_effects_encode_as_tagged_unions() -> None:
     effects = [
         CreateRoom("r", 1),
         DispatchAgent("r", 1),
+        DispatchAgent("r", 1, 2),
+        DeleteDispatch("r", 1, 2),
         RemoveParticipant("r", "ep"),
         DeleteRoom("r", 1),
         UpdatePermissions("r", "ep", True, ("microphone",)),
@@ -271,7 +286,8 @@ def test_a_new_session_provisions_a_room_of_epoch_one_and_dispatches_the_agent()
     )
     assert (session.task_state, session.task_version) == ("TASK_STATE_WORKING", 1)
     assert (session.created_at, session.updated_at, session.agent_state) == (T0, T0, "dispatching")
-    assert created.outbox == (CreateRoom("aim-s1-e1", 1), DispatchAgent("aim-s1-e1", 1))
+    # one call provisions it: the room is created with the agent's dispatch in it
+    assert created.outbox == (CreateRoom("aim-s1-e1", 1, with_agent=True),)
 
 
 def test_room_names_carry_the_epoch() -> None:
@@ -483,7 +499,7 @@ def test_a_join_by_another_endpoint_hands_off_with_a_new_epoch() -> None:
     )
     assert [e.state for e in session.endpoints] == ["superseded", "joining"]
     assert (outcome.outbox, outcome.token) == (
-        (RemoveParticipant("aim-s1-e1", "ep-a"),),
+        (RemoveParticipant("aim-s1-e1", "ep-a", revoke_before=T1),),
         MintJoinToken("aim-s1-e1", "ep-b", 2, True, ("microphone",)),
     )
 
@@ -577,7 +593,7 @@ def test_a_superseded_device_entering_the_room_is_removed_again() -> None:
     outcome = outcome_of(session, ParticipantJoined(1, "ep-a", False))
 
     assert outcome.state is session
-    assert outcome.outbox == (RemoveParticipant("aim-s1-e1", "ep-a"),)
+    assert outcome.outbox == (RemoveParticipant("aim-s1-e1", "ep-a", revoke_before=T1),)
 
 
 def test_the_active_endpoint_with_a_token_of_an_older_epoch_is_not_counted() -> None:
@@ -592,7 +608,7 @@ def test_participant_events_outside_the_rooms_epochs_are_fenced(epoch: int) -> N
     rejected(session, ParticipantJoined(epoch, "ep-b", False), RejectReason.INVALID_STATE)
 
 
-def test_the_agent_joining_and_leaving_is_recorded_without_a_state_change() -> None:
+def test_the_agent_joining_and_leaving_keeps_the_session_state() -> None:
     session = run(active(), ParticipantJoined(1, "agent-7", True))
     assert (session.state, session.agent_state, session.agent_identity) == (
         "active",
@@ -600,8 +616,14 @@ def test_the_agent_joining_and_leaving_is_recorded_without_a_state_change() -> N
         "agent-7",
     )
 
-    session = run(session, ParticipantLeft(1, "agent-7", True))
-    assert (session.state, session.agent_state) == ("active", "left")
+    left = outcome_of(session, ParticipantLeft(1, "agent-7", True))
+    # lost while live: replaced in the same room and epoch (test_agent_presence.py)
+    assert (left.state.state, left.state.agent_state, left.state.agent_attempt) == (
+        "active",
+        "dispatching",
+        2,
+    )
+    assert left.outbox == (DeleteDispatch(session.room, 1, 2), DispatchAgent(session.room, 1, 2))
 
 
 def test_agent_events_of_another_room_are_fenced() -> None:
@@ -688,7 +710,7 @@ def test_losing_the_room_rebinds_to_a_new_room_at_a_new_epoch() -> None:
         ("superseded", 1),
         ("registered", None),
     ]
-    assert outcome.outbox == (CreateRoom("aim-s1-e3", 3), DispatchAgent("aim-s1-e3", 3))
+    assert outcome.outbox == (CreateRoom("aim-s1-e3", 3, with_agent=True),)
     assert session.task_state == "TASK_STATE_WORKING"
 
 
@@ -711,6 +733,9 @@ def test_losing_the_room_once_too_often_fails_the_session() -> None:
     )
 
 
+HOLDING_TOKENS = ("joining", "connected", "disconnected")
+
+
 # --- end and cancel -----------------------------------------------------------------------------
 
 
@@ -721,7 +746,14 @@ def test_end_makes_the_task_completed_at_once_and_deletes_the_room(state: Sessio
     session = outcome.state
     assert (session.state, session.end_reason, session.canceled) == ("ending", "user_hangup", False)
     assert (session.task_state, session.task_version) == ("TASK_STATE_COMPLETED", 2)
-    assert outcome.outbox == (DeleteRoom("aim-s1-e1", 1),)
+    # every device that was issued a token is removed with its tokens revoked, then the room goes
+    holders = [e.endpoint_id for e in session.endpoints if e.state in HOLDING_TOKENS]
+    assert outcome.outbox == (
+        *(RemoveParticipant("aim-s1-e1", holder, revoke_before=T1) for holder in holders),
+        DeleteRoom("aim-s1-e1", 1),
+    )
+    if state == "active":
+        assert holders == ["ep-a"]
 
 
 @pytest.mark.parametrize("state", ENDED_LIKE)
@@ -905,6 +937,7 @@ class SessionLifecycle(RuleBasedStateMachine):
     def event(self, name: SessionEventName, key: str, offset: int, limit: int) -> SessionEvent:
         session = self.session
         epoch, room_epoch = session.epoch + offset, session.room_epoch + offset
+        attempt = session.agent_attempt + offset
         identity = f"ep-{key}"
         events: dict[str, SessionEvent] = {
             "provisioned": Provisioned(room_epoch),
@@ -923,6 +956,10 @@ class SessionLifecycle(RuleBasedStateMachine):
             "end": End("bye"),
             "cancel": Cancel(),
             "room_deleted": RoomDeleted(room_epoch),
+            "agent_dispatched": AgentDispatched(room_epoch, attempt, "AD_1"),
+            "agent_job_started": AgentJobStarted(room_epoch, attempt, "AJ_1", "agent"),
+            "agent_job_ended": AgentJobEnded(room_epoch, attempt, "AJ_1", "agent"),
+            "agent_start_timeout": AgentStartTimeout(room_epoch, attempt),
         }
         return events[name]
 
