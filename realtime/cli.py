@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from realtime import supervisor
-from realtime.auth import CLIENT_SCOPES, OPERATOR_SCOPE, PROVIDER_SCOPE
+from realtime.auth import CLIENT_SCOPES, OPERATOR_SCOPE
 from realtime.environment import EnvironmentReader, without_credentials
 from realtime.logs import JsonLogFormatter
+from realtime.provider_tokens import PROVIDER_SCOPE
 from realtime.settings import Settings, SettingsError
 from realtime.store.datadir import UnsafeDataDirError, dev_secret, unsafe_data_dir
 
