@@ -230,13 +230,25 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
 # what a browser app on another origin sends and reads (profile §1 headers, SSE resumption,
 # trace context, the card's validators)
 CORS_REQUEST_HEADERS: Final = (
-    "Authorization", "Content-Type", "A2A-Version", "A2A-Extensions", "X-A2A-Extensions",
-    "Last-Event-ID", "traceparent", "tracestate", "If-None-Match", "If-Modified-Since",
-)  # fmt: skip
+    "Authorization",
+    "Content-Type",
+    "A2A-Version",
+    "A2A-Extensions",
+    "X-A2A-Extensions",
+    "Last-Event-ID",
+    "traceparent",
+    "tracestate",
+    "If-None-Match",
+    "If-Modified-Since",
+)
 CORS_RESPONSE_HEADERS: Final = (
-    "A2A-Extensions", "X-A2A-Extensions", "Retry-After", "WWW-Authenticate", "ETag",
+    "A2A-Extensions",
+    "X-A2A-Extensions",
+    "Retry-After",
+    "WWW-Authenticate",
+    "ETag",
     "Last-Modified",
-)  # fmt: skip
+)
 
 
 def cors_config(origins: tuple[str, ...]) -> CORSConfig | None:

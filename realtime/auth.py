@@ -23,6 +23,9 @@ of it is what it is.
 Lifetime: a client token's `exp - iat` is at most `AIM_AUTH_MAX_TOKEN_LIFETIME_S`; a token
 without `iat` counts from the moment it is first presented, so its `exp` must be that close
 (within the leeway), which is as strict for a token that never says when it was issued.
+
+The agent's provider tokens are read the same way (`bearer_token`, `refusal`, `numeric_date`,
+`granted_scopes`) and minted and verified in realtime/provider_tokens.py.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from realtime.jwks import JWKS_KEY_TYPES, JwksKeys, invalid_token
 from realtime.settings import Settings
 
 _HS_ALGS = ("HS256",)
-_MAX_LEEWAY_S = 30
+MAX_LEEWAY_S = 30
 _MAX_TOKEN_CHARS = 8192  # far above any real token; stops huge headers reaching the decoder
 # a verified token is remembered (by its exact text) so its next call skips the signature check;
 # its time claims are checked on every call, and it is verified again after the TTL, or sooner
@@ -117,10 +120,10 @@ def _missing(message: str) -> AuthError:
 
 _invalid = invalid_token
 # a required claim that is missing, by the cause it makes (any other: invalid_claims)
-_CLAIM_CAUSES: Final[Mapping[str, AuthCause]] = {"aud": "invalid_audience", "iss": "invalid_issuer"}
+CLAIM_CAUSES: Final[Mapping[str, AuthCause]] = {"aud": "invalid_audience", "iss": "invalid_issuer"}
 
 
-def _refusal(
+def refusal(
     exc: jwt.PyJWTError, *, issuer: str | None, audience: str | None, what: str = "token"
 ) -> AuthError:
     """The 401 of what pyjwt refused while decoding (`what`: the token's name in messages)."""
@@ -149,7 +152,7 @@ class Authenticator:
         self._settings = settings
         self._now = now
         self._secret = settings.auth_hs256_secret
-        self._leeway = min(max(settings.auth_leeway_s, 0), _MAX_LEEWAY_S)
+        self._leeway = min(max(settings.auth_leeway_s, 0), MAX_LEEWAY_S)
         self._max_lifetime_s = settings.auth_max_token_lifetime_s
         url = settings.auth_jwks_url
         self._jwks = JwksKeys(url, now, max_age_s=VERIFIED_TTL_S) if url else None
@@ -161,7 +164,7 @@ class Authenticator:
 
     async def authenticate(self, authorization: str | None) -> Principal:
         """Verify the bearer token in `authorization`; raise `AuthError` (401) when unusable."""
-        token = _bearer_token(authorization)
+        token = bearer_token(authorization)
         known = self._verified.get(token)
         if known is not None and self._now() < known.until and self._key_held(known):
             self._check_times(known.times)
@@ -187,9 +190,9 @@ class Authenticator:
             )
         claims = self._decode(token, key, alg)
         times = (
-            _numeric_date(claims, "exp"),
-            _numeric_date(claims, "nbf"),
-            _numeric_date(claims, "iat"),
+            numeric_date(claims, "exp"),
+            numeric_date(claims, "nbf"),
+            numeric_date(claims, "iat"),
         )
         self._check_times(times)
         self._check_lifetime(times)
@@ -249,11 +252,11 @@ class Authenticator:
             )
         except jwt.MissingRequiredClaimError as exc:
             raise _invalid(
-                _CLAIM_CAUSES.get(exc.claim, "invalid_claims"),
+                CLAIM_CAUSES.get(exc.claim, "invalid_claims"),
                 f"the token lacks the required '{exc.claim}' claim",
             ) from None
         except jwt.PyJWTError as exc:
-            raise _refusal(exc, issuer=issuer, audience=audience) from None
+            raise refusal(exc, issuer=issuer, audience=audience) from None
 
     def _check_times(self, times: tuple[float | None, float | None, float | None]) -> None:
         now, leeway = self._now(), self._leeway
@@ -307,10 +310,11 @@ class Authenticator:
                     f"the token's '{tenant_claim}' claim must not contain {_REFUSED_WHAT}",
                 )
             tenant = value
-        return Principal(subject=subject, tenant=tenant, scopes=_scopes(claims))
+        return Principal(subject=subject, tenant=tenant, scopes=granted_scopes(claims))
 
 
-def _bearer_token(authorization: str | None) -> str:
+def bearer_token(authorization: str | None) -> str:
+    """The token of an `Authorization: Bearer <token>` header, or AuthError (401)."""
     # a blank header carries no credentials at all, so it is answered like an absent one
     if authorization is None or not authorization.strip():
         raise _missing("send an 'Authorization: Bearer <token>' header")
@@ -335,7 +339,7 @@ def _bearer_token(authorization: str | None) -> str:
     return token
 
 
-def _numeric_date(claims: Mapping[str, Any], name: str) -> float | None:
+def numeric_date(claims: Mapping[str, Any], name: str) -> float | None:
     value = claims.get(name)
     if value is None:
         return None
@@ -348,7 +352,7 @@ def _numeric_date(claims: Mapping[str, Any], name: str) -> float | None:
     return float(value)
 
 
-def _scopes(claims: Mapping[str, Any]) -> frozenset[str]:
+def granted_scopes(claims: Mapping[str, Any]) -> frozenset[str]:
     """Granted scopes: `scope` (space separated) and/or `scp` (array, or string as Azure AD sends).
 
     Decision: a scope claim of any other shape makes the token invalid (401) rather than
@@ -406,81 +410,3 @@ def mint_dev_token(
     if audience is not None:
         claims["aud"] = audience
     return jwt.encode(claims, secret, algorithm="HS256")
-
-
-PROVIDER_AUDIENCE: Final = "urn:aim:a2a:realtime:v1:provider"
-PROVIDER_ISSUER: Final = "aim-realtime"
-PROVIDER_SCOPE: Final = "aim.provider"
-
-
-class ProviderGrant(msgspec.Struct, frozen=True):
-    """What a verified provider token allows: calls for one session, from its room's agent."""
-
-    session_id: str
-    epoch: int
-
-
-def mint_provider_token(secret: str, *, session_id: str, epoch: int, ttl_s: int, now: int) -> str:
-    """The provider token of `session_id`'s room of `epoch` (handed over in dispatch metadata)."""
-    claims = {
-        "iss": PROVIDER_ISSUER,
-        "aud": PROVIDER_AUDIENCE,
-        "sub": f"provider:{session_id}",
-        "sid": session_id,
-        "epoch": epoch,
-        "scope": PROVIDER_SCOPE,
-        "iat": now,
-        "exp": now + ttl_s,
-    }
-    return jwt.encode(claims, secret, algorithm="HS256")
-
-
-def verify_provider_token(
-    secret: str, authorization: str | None, *, now: float, leeway: int
-) -> ProviderGrant:
-    """The grant of a provider token, or AuthError (401, or 403 without the provider scope)."""
-    token = _bearer_token(authorization)
-    try:
-        claims = jwt.decode(
-            token,
-            secret,
-            algorithms=["HS256"],
-            issuer=PROVIDER_ISSUER,
-            audience=PROVIDER_AUDIENCE,
-            # times are checked below against the service's clock
-            options={
-                "require": ["exp", "sid", "epoch", "aud", "iss"],
-                "verify_exp": False,
-                "verify_iat": False,
-                "verify_nbf": False,
-            },
-        )
-    except jwt.InvalidAudienceError:
-        raise _invalid(
-            "invalid_audience", f"this is not a provider token (aud must be '{PROVIDER_AUDIENCE}')"
-        ) from None
-    except jwt.MissingRequiredClaimError as exc:
-        raise _invalid(
-            _CLAIM_CAUSES.get(exc.claim, "invalid_claims"),
-            f"the provider token lacks the '{exc.claim}' claim",
-        ) from None
-    except jwt.PyJWTError as exc:
-        cause = _refusal(exc, issuer=PROVIDER_ISSUER, audience=PROVIDER_AUDIENCE).cause
-        raise _invalid(
-            cause or "invalid_claims",
-            "the provider token could not be verified; use the session's token",
-        ) from None
-    exp = _numeric_date(claims, "exp")
-    if exp is None or now >= exp + min(leeway, _MAX_LEEWAY_S):
-        raise _invalid("token_expired", "the provider token has expired")
-    session_id, epoch = claims.get("sid"), claims.get("epoch")
-    if not isinstance(session_id, str) or not isinstance(epoch, int) or isinstance(epoch, bool):
-        raise _invalid("invalid_claims", "the provider token's sid and epoch claims are malformed")
-    if PROVIDER_SCOPE not in _scopes(claims):
-        raise AuthError(
-            403,
-            "insufficient_scope",
-            f"the token lacks the scope {PROVIDER_SCOPE}",
-            required_scope=PROVIDER_SCOPE,
-        )
-    return ProviderGrant(session_id=session_id, epoch=epoch)

@@ -11,13 +11,15 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from realtime import supervisor
-from realtime.auth import CLIENT_SCOPES, OPERATOR_SCOPE, PROVIDER_SCOPE
+from realtime.auth import CLIENT_SCOPES, OPERATOR_SCOPE
 from realtime.environment import EnvironmentReader, without_credentials
 from realtime.logs import JsonLogFormatter
+from realtime.provider_tokens import PROVIDER_SCOPE
 from realtime.settings import Settings, SettingsError
-from realtime.store.datadir import print_dev_secret, unsafe_data_dir
+from realtime.store.datadir import UnsafeDataDirError, dev_secret, unsafe_data_dir
 
 log = logging.getLogger("realtime.cli")
 
@@ -70,6 +72,7 @@ def _refuse_unsafe_data_dir(settings: Settings) -> None:
 
 
 def _dev_secret(args: argparse.Namespace) -> int:
+    """`aim-realtime dev-secret`: print the secret (to stdout only), or why not; exit code."""
     _load_dotenv()  # for a service not configured yet: only AIM_DATA_DIR and production count
     reader = EnvironmentReader(os.environ)
     production = reader.flag("AIM_REQUIRE_REDIS")
@@ -83,7 +86,14 @@ def _dev_secret(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return BAD_CONFIGURATION
-    return print_dev_secret(os.environ.get("AIM_DATA_DIR") or Settings().data_dir)
+    data_dir = Path(os.environ.get("AIM_DATA_DIR") or Settings().data_dir)
+    try:
+        secret = dev_secret(data_dir)
+    except (UnsafeDataDirError, OSError) as exc:
+        print(exc, file=sys.stderr)
+        return BAD_CONFIGURATION
+    print(secret)  # to stdout only
+    return 0
 
 
 def _announce_dev_secret(settings: Settings, secret: str) -> None:

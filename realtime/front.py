@@ -73,8 +73,11 @@ async def read_body(receive: Receive, limit: int, declared: str | None) -> tuple
 # characters JSON may carry raw inside strings that many line readers (Python's splitlines,
 # httpx's aiter_lines, JavaScript's U+2028 handling in older engines) take for a line break;
 # escaped, the JSON means the same and a `data:` line stays one line for every reader
-_LINE_BREAKERS: Final = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"),
-                         (b"\xc2\x85", b"\\u0085"))  # fmt: skip
+_LINE_BREAKERS: Final = (
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+    (b"\xc2\x85", b"\\u0085"),
+)
 
 
 def one_line(data: bytes) -> bytes:
@@ -98,8 +101,10 @@ def sse_frame(event: SseEvent) -> bytes:
 
 
 def _headers(reply: Reply) -> list[tuple[bytes, bytes]]:
-    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in
-            reply.headers.items()]  # fmt: skip
+    return [
+        (name.lower().encode("latin-1"), value.encode("latin-1"))
+        for name, value in reply.headers.items()
+    ]
 
 
 class RpcExchange:

@@ -70,8 +70,22 @@ def _meter_provider(readers: list[MetricReader]) -> MeterProvider | None:
 # (method, error code) pairs whose attributes are kept: the registry's methods (and `_OTHER`)
 # times the error codes, well within this
 RPC_ATTRIBUTE_SETS: Final = 4096
-RPC_DURATION_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                               0.5, 1.0, 2.5, 5.0, 10.0)  # fmt: skip
+RPC_DURATION_BUCKETS: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 # one read of the Redis gauges may take this long; a scrape waits for it at most this long
 READ_TIMEOUT_S: Final = 2.0
 # the text format every Prometheus reads (the names are all legacy-valid, so the 1.0.0 format

@@ -235,5 +235,14 @@ async def sdk(request: Request[Any, Any, Any], state: State) -> ASGIResponse:
     return found.response(request)
 
 
-ROUTES: Final = [a2a, a2a_v01, provider, livekit_webhook, agent_card, agent_card_v01, healthz,
-                 readyz, sdk]  # fmt: skip
+ROUTES: Final = [
+    a2a,
+    a2a_v01,
+    provider,
+    livekit_webhook,
+    agent_card,
+    agent_card_v01,
+    healthz,
+    readyz,
+    sdk,
+]

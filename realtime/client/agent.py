@@ -114,13 +114,15 @@ class AgentSession:
 
     async def call(self, method: str, **params: Any) -> Any:
         """`aim.provider.<method>` for this session (sessionId added)."""
-        return await self.rpc.call(f"aim.provider.{method}", {"sessionId": self.session_id,
-                                                              **params})  # fmt: skip
+        return await self.rpc.call(
+            f"aim.provider.{method}", {"sessionId": self.session_id, **params}
+        )
 
     async def report_state(self, state: AgentState) -> dict[str, Any]:
         """ReportAgentState: GetSession's `agent.state` shows it (last writer wins)."""
-        result: dict[str, Any] = await self.call("ReportAgentState", sessionEpoch=self.epoch,
-                                                 state=state)  # fmt: skip
+        result: dict[str, Any] = await self.call(
+            "ReportAgentState", sessionEpoch=self.epoch, state=state
+        )
         return result
 
     async def request_operation(
@@ -132,8 +134,9 @@ class AgentSession:
     ) -> dict[str, Any]:
         """RequestOperation of kind `action` ({title, description?, tool?, arguments?}): the
         operation, `awaiting_confirmation` (the user is asked) or `running` without one."""
-        return await self._request("action", {"action": dict(action)}, confirmation,
-                                   expires_in_seconds)  # fmt: skip
+        return await self._request(
+            "action", {"action": dict(action)}, confirmation, expires_in_seconds
+        )
 
     async def request_media(
         self,
@@ -170,8 +173,11 @@ class AgentSession:
     ) -> dict[str, Any]:
         """UpdateOperation of a confirmed operation: `running`, then `succeeded` (with
         `result`) or `failed` (with `error`)."""
-        params: dict[str, Any] = {"requestId": str(uuid.uuid4()), "operationId": operation_id,
-                                  "state": state}  # fmt: skip
+        params: dict[str, Any] = {
+            "requestId": str(uuid.uuid4()),
+            "operationId": operation_id,
+            "state": state,
+        }
         if result is not _UNSET:
             params["result"] = result
         if error is not None:
@@ -189,8 +195,9 @@ class AgentSession:
         """AppendTranscript of stable text (needs `retention.transcript` on, else
         CapabilityUnavailable -31009): the itemId, the message's id in the task history."""
         item = item_id or str(uuid.uuid4())
-        await self.call("AppendTranscript", sessionEpoch=self.epoch, itemId=item, role=role,
-                        text=text)  # fmt: skip
+        await self.call(
+            "AppendTranscript", sessionEpoch=self.epoch, itemId=item, role=role, text=text
+        )
         return item
 
     async def operations(self) -> list[dict[str, Any]]:

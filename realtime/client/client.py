@@ -107,10 +107,13 @@ class AimClient:
         configuration: dict[str, Any] = {"historyLength": 0}
         if return_immediately:
             configuration["returnImmediately"] = True
-        result = await self.rpc.call("SendMessage", {
-            "message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": parts},
-            "configuration": configuration,
-        })  # fmt: skip
+        result = await self.rpc.call(
+            "SendMessage",
+            {
+                "message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": parts},
+                "configuration": configuration,
+            },
+        )
         task: dict[str, Any] = result["task"]
         status: dict[str, Any] = task.get("status") or {}
         meta = (task.get("metadata") or {}).get(REALTIME)

@@ -63,9 +63,11 @@ def _decoded(raw: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
             raise AgentMetadataError(["not UTF-8 text"]) from None
     if not raw.strip():
         raise AgentMetadataError(
-            ["empty: this job was not dispatched by the AIM realtime service (it dispatches "
-             "every session's agent explicitly, with metadata)"]
-        )  # fmt: skip
+            [
+                "empty: this job was not dispatched by the AIM realtime service (it dispatches "
+                "every session's agent explicitly, with metadata)"
+            ]
+        )
     try:
         value = json.loads(raw)
     except ValueError as exc:
@@ -99,15 +101,24 @@ def parse_metadata(raw: str | bytes | Mapping[str, Any]) -> DispatchMetadata:
     retention = data.get("retention")
     url = data.get("providerUrl")
     need("sessionId", _uuid(data.get("sessionId")), "a UUID")
-    need("sessionEpoch", isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 1,
-         "an integer of at least 1")  # fmt: skip
+    need(
+        "sessionEpoch",
+        isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 1,
+        "an integer of at least 1",
+    )
     need("taskId", _uuid(data.get("taskId")), "a UUID")
-    need("retention", isinstance(retention, dict) and all(
-        retention.get(key) in RETENTION_VALUES for key in ("transcript", "summary")
-    ), '{"transcript": "on"|"off", "summary": "on"|"off"}')  # fmt: skip
+    need(
+        "retention",
+        isinstance(retention, dict)
+        and all(retention.get(key) in RETENTION_VALUES for key in ("transcript", "summary")),
+        '{"transcript": "on"|"off", "summary": "on"|"off"}',
+    )
     need("requested", isinstance(data.get("requested"), dict), "an object")
-    need("providerUrl", isinstance(url, str) and url.startswith(("http://", "https://")),
-         "an http(s) URL")  # fmt: skip
+    need(
+        "providerUrl",
+        isinstance(url, str) and url.startswith(("http://", "https://")),
+        "an http(s) URL",
+    )
     token = data.get("providerToken")
     need("providerToken", isinstance(token, str) and token.count(".") == 2, "a JWT", secret=True)
     if problems:

@@ -29,10 +29,17 @@ NOT_FOUND_CODES: Final = frozenset({-32001, -31001, -31006, -31010, -31005})
 TOKEN_EXPIRED: Final = "token_expired"  # noqa: S105 - a reason code, not a secret
 # the 401s a new token from the same source does not cure: the app's or the service's
 # configuration is wrong (another key, audience or issuer, a token that is no JWT, clocks)
-MISCONFIGURED: Final = frozenset({
-    "malformed_token", "token_not_yet_valid", "invalid_signature", "unknown_key",
-    "invalid_audience", "invalid_issuer", "invalid_claims",
-})  # fmt: skip
+MISCONFIGURED: Final = frozenset(
+    {
+        "malformed_token",
+        "token_not_yet_valid",
+        "invalid_signature",
+        "unknown_key",
+        "invalid_audience",
+        "invalid_issuer",
+        "invalid_claims",
+    }
+)
 
 ERROR_INFO: Final = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST: Final = "type.googleapis.com/google.rpc.BadRequest"
@@ -261,8 +268,9 @@ def error_from_rpc(
 def transport_error(method: str, cause: BaseException) -> UnavailableError:
     """No answer: the connection failed, was cut, or timed out."""
     said = str(cause) or type(cause).__name__
-    return UnavailableError(f"no answer from the service: {said}", reason="TRANSPORT",
-                            method=method)  # fmt: skip
+    return UnavailableError(
+        f"no answer from the service: {said}", reason="TRANSPORT", method=method
+    )
 
 
 def http_error(method: str, status: int, retry_after: str | None = None) -> AimError:
@@ -270,14 +278,17 @@ def http_error(method: str, status: int, retry_after: str | None = None) -> AimE
     message = f"HTTP {status} without a JSON-RPC answer"
     wait = retry_after_ms(retry_after, {})
     if status in (502, 503, 504):
-        return UnavailableError(message, reason="HTTP", http_status=status, method=method,
-                                retry_after_ms=wait)  # fmt: skip
+        return UnavailableError(
+            message, reason="HTTP", http_status=status, method=method, retry_after_ms=wait
+        )
     if status in (401, 403):
         return AuthError(message, reason="HTTP", http_status=status, method=method)
     if 300 <= status < 400:
         return RedirectError(
             f"HTTP {status}: the service answered with a redirect, which this client does not "
             "follow (it would send the request's body and token to another URL); check its URL",
-            reason="REDIRECT", http_status=status, method=method,
-        )  # fmt: skip
+            reason="REDIRECT",
+            http_status=status,
+            method=method,
+        )
     return AimError(message, reason="HTTP", http_status=status, method=method)

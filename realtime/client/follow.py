@@ -64,8 +64,12 @@ class Follower:
         session = self.session
         client = session.client
         if self.stream is None:
-            self.stream = TaskStream(client.rpc, session.task_id, backoff=client.stream_backoff,
-                                     idle_timeout_s=client.stream_idle_timeout_s)  # fmt: skip
+            self.stream = TaskStream(
+                client.rpc,
+                session.task_id,
+                backoff=client.stream_backoff,
+                idle_timeout_s=client.stream_idle_timeout_s,
+            )
         try:
             async for frame in self.stream.frames():
                 session.emit(Update(frame.event_id, frame.result))
@@ -130,6 +134,7 @@ class Follower:
             session.emit(StreamFailed(refusal))
             return
         reason = session.info.get("endReason")
-        session.ended = Ended(session.state, session.task_state,
-                              str(reason) if reason is not None else None)  # fmt: skip
+        session.ended = Ended(
+            session.state, session.task_state, str(reason) if reason is not None else None
+        )
         session.emit(session.ended)

@@ -185,8 +185,9 @@ class RpcCaller:
             )
         except httpx.TransportError as exc:
             raise transport_error(method, exc) from exc
-        return answer_of(method, response.status_code, response.content,
-                         response.headers.get("retry-after"))  # fmt: skip
+        return answer_of(
+            method, response.status_code, response.content, response.headers.get("retry-after")
+        )
 
 
 def answer_of(method: str, status: int, content: bytes, retry_after: str | None) -> Any:

@@ -203,9 +203,11 @@ class Session:
         if self._superseded:
             raise SupersededError(
                 "another device took this session over; join() again to take it back",
-                code=-31002, reason="STALE_EPOCH", method=method,
+                code=-31002,
+                reason="STALE_EPOCH",
+                method=method,
                 metadata={"currentEpoch": str(self.epoch), "reason": "superseded"},
-            )  # fmt: skip
+            )
 
     async def refresh(self) -> dict[str, Any]:
         """GetSession: the whole session object now (also kept in `info`)."""
@@ -220,8 +222,11 @@ class Session:
         deadline = time.monotonic() + limit / 1000
         while (state := str((await self.refresh())["state"])) == "provisioning":
             if time.monotonic() > deadline:
-                raise AimError(f"the session is still provisioning after {limit / 1000:g} s",
-                               reason="TIMEOUT", method="aim.realtime.GetSession")  # fmt: skip
+                raise AimError(
+                    f"the session is still provisioning after {limit / 1000:g} s",
+                    reason="TIMEOUT",
+                    method="aim.realtime.GetSession",
+                )
             await asyncio.sleep(POLL_S)
         return state
 
@@ -300,11 +305,14 @@ class Session:
             result = await self.send_interaction("operation.cancel", {"operationId": operation_id})
         else:
             asked = self.requirements.get(operation_id) or await self._requirement(operation_id)
-            result = await self.send_interaction("operation.confirm", {
-                "operationId": operation_id,
-                "requirementId": asked.requirement_id,
-                "actionDigest": asked.action_digest,
-            })  # fmt: skip
+            result = await self.send_interaction(
+                "operation.confirm",
+                {
+                    "operationId": operation_id,
+                    "requirementId": asked.requirement_id,
+                    "actionDigest": asked.action_digest,
+                },
+            )
         if result.operation is not None:
             return result.operation
         return await self.operation(operation_id)
@@ -343,15 +351,22 @@ class Session:
             asked = await self._requirement(operation_id)
         parts: list[dict[str, Any]] = [{"text": text}] if text else []
         parts.append({"data": {"decision": decision}, "mediaType": "application/json"})
-        await self.client.rpc.call("ContinueTask", {
-            "id": self.task_id,
-            "requirementId": asked.requirement_id,
-            "expectedVersion": asked.expected_version,
-            "actionDigest": asked.action_digest,
-            "message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER",
-                        "taskId": self.task_id, "parts": parts},
-            "historyLength": 0,
-        })  # fmt: skip
+        await self.client.rpc.call(
+            "ContinueTask",
+            {
+                "id": self.task_id,
+                "requirementId": asked.requirement_id,
+                "expectedVersion": asked.expected_version,
+                "actionDigest": asked.action_digest,
+                "message": {
+                    "messageId": str(uuid.uuid4()),
+                    "role": "ROLE_USER",
+                    "taskId": self.task_id,
+                    "parts": parts,
+                },
+                "historyLength": 0,
+            },
+        )
         return await self.operation(operation_id)
 
     async def end(self, reason: str = "ended by the app") -> dict[str, Any]:

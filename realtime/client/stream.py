@@ -28,9 +28,14 @@ from realtime.client.errors import (
 )
 from realtime.client.rpc import RetryPolicy, RpcCaller, answer_of, encode
 
-TERMINAL_TASK_STATES: Final = frozenset({
-    "TASK_STATE_COMPLETED", "TASK_STATE_CANCELED", "TASK_STATE_FAILED", "TASK_STATE_REJECTED",
-})  # fmt: skip
+TERMINAL_TASK_STATES: Final = frozenset(
+    {
+        "TASK_STATE_COMPLETED",
+        "TASK_STATE_CANCELED",
+        "TASK_STATE_FAILED",
+        "TASK_STATE_REJECTED",
+    }
+)
 STREAM_BACKOFF: Final = RetryPolicy(attempts=10, base_delay_ms=250, max_delay_ms=5000)
 IDLE_TIMEOUT_S: Final = 45.0  # three missed 15 s heartbeats: the connection is dead
 RECONNECT_COMMENT: Final = "reconnect"  # the service's last line of a stream it cut on purpose
@@ -156,8 +161,9 @@ class TaskStream:
         self.refusal: AimError | None = None
         self.connections = 0
         self._cut = False  # the last connection ended with the service's `: reconnect`
-        self._body = encode(caller.next_id(), "SubscribeToTask", {"id": task_id,
-                                                                  "historyLength": 0})  # fmt: skip
+        self._body = encode(
+            caller.next_id(), "SubscribeToTask", {"id": task_id, "historyLength": 0}
+        )
 
     async def frames(self) -> AsyncIterator[Frame]:
         failures = 0
@@ -240,8 +246,9 @@ class TaskStream:
             return None
         error = answer.get("error")
         if event.event == "error" or isinstance(error, dict):
-            failure = error_from_rpc(error if isinstance(error, dict) else {},
-                                     method="SubscribeToTask")  # fmt: skip
+            failure = error_from_rpc(
+                error if isinstance(error, dict) else {}, method="SubscribeToTask"
+            )
             if failure.code == UNSUPPORTED_OPERATION:
                 self.refused_terminal, self.refusal = True, failure
             raise _BrokenError(failure)

@@ -19,7 +19,6 @@ from msgspec import UNSET
 
 from realtime.a2a import provider as p
 from realtime.a2a import types as wire
-from realtime.auth import ProviderGrant
 from realtime.engine.core import AnyEvent
 from realtime.engine.entries import Command, Note, params_digest
 from realtime.engine.outcomes import Decided
@@ -28,6 +27,7 @@ from realtime.methods.commands import applied, execute, run_command
 from realtime.methods.context import Services
 from realtime.methods.operations import operation_result, operations_result
 from realtime.methods.rejections import reject
+from realtime.provider_tokens import ProviderGrant
 from realtime.store.records import Cause
 from state_machines import Requirement, Session, provider
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from realtime.a2a.provider import decode_provider_params
-from realtime.auth import ProviderGrant, verify_provider_token
 from realtime.errors import AuthError, MethodNotFound
 from realtime.methods.provider import PROVIDER_METHODS
+from realtime.provider_tokens import ProviderGrant, verify_provider_token
 from realtime.rpc.dispatch import Endpoint, Reply, Served
 from realtime.rpc.envelope import result_response
 from realtime.telemetry import ATTR_PRINCIPAL, ATTR_SESSION_ID, RpcSpan

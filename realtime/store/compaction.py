@@ -133,8 +133,12 @@ class Compactor:
         for _ in range(MAX_BATCHES):
             async with translated_errors():
                 cursor, found = await self._client.hscan(key, cursor, count=REPACK_BATCH)
-            pairs = [item for field, raw in found.items() if raw[:1] == b"{"
-                     for item in (field, pack(raw))]  # fmt: skip
+            pairs = [
+                item
+                for field, raw in found.items()
+                if raw[:1] == b"{"
+                for item in (field, pack(raw))
+            ]
             if pairs:
                 async with translated_errors():
                     await self._repack_script(keys=[key], args=pairs)

@@ -16,7 +16,6 @@ import errno
 import os
 import secrets
 import stat
-import sys
 from pathlib import Path
 
 DEV_SECRET = "dev-secret"  # noqa: S105 - the file name, not a secret
@@ -59,17 +58,6 @@ def unsafe_data_dir(data_dir: Path, redis_url: str | None) -> str | None:
     except UnsafeDataDirError as exc:
         return str(exc)
     return None
-
-
-def print_dev_secret(data_dir: str | Path) -> int:
-    """`aim-realtime dev-secret`: print the secret (to stdout only), or why not; exit code."""
-    try:
-        secret = dev_secret(Path(data_dir))
-    except (UnsafeDataDirError, OSError) as exc:
-        sys.stderr.write(f"{exc}\n")
-        return 2
-    sys.stdout.write(f"{secret}\n")
-    return 0
 
 
 def private_dir(path: Path) -> Path:

@@ -120,10 +120,11 @@ class EventStore:
             else:
                 pipe = self._client.pipeline(transaction=False)
                 for group in slot_groups(list(cursors)):
+                    streams = [*group, *(cursors[s] for s in group)]
+                    node = self._client.get_node_from_key(group[0])
                     pipe.execute_command(
-                        "XREAD", "COUNT", count, "STREAMS", *group, *(cursors[s] for s in group),
-                        target_nodes=self._client.get_node_from_key(group[0]),
-                    )  # fmt: skip
+                        "XREAD", "COUNT", count, "STREAMS", *streams, target_nodes=node
+                    )
                 groups = await pipe.execute()
                 replies = [reply for group in groups for reply in group or ()]
         return [

@@ -39,6 +39,7 @@ def redis_server_args(
     binary: str, data_dir: Path, sock: Path, *, appendonly: bool = True
 ) -> list[str]:
     """The command line of a server on `sock` only (mode 700), keeping its files in `data_dir`."""
+    # a table, one option and its value a line (hence `fmt: skip`)
     return [
         binary,
         "--port", "0",

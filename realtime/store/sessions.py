@@ -270,9 +270,14 @@ class SessionStore:
         ]
         sends = c.now_ms if c.deliveries.items else None  # session events: due now
         armed = due_entries(
-            c.session_id, c.effects, c.due_ms, c.timers, c.ttl_s, c.traceparent,
+            c.session_id,
+            c.effects,
+            c.due_ms,
+            c.timers,
+            c.ttl_s,
+            c.traceparent,
             deliveries_due_ms=sends,
-        )  # fmt: skip
+        )
         owned = task_listing(c.record.owner, c.task)
         listed = listings(c.record, c.session_id, c.now_ms, c.ttl_s, deliveries_due_ms=sends)
         with self._telemetry.redis_span("commit", c.session_id):
@@ -282,8 +287,11 @@ class SessionStore:
             log.warning(
                 "session %s: %s session events not kept: a session keeps %d at most "
                 "(AIM_EVENTS_MAX_PER_SESSION); the oldest waiting went, its lifecycle events "
-                "stay", c.session_id, reply[2], c.deliveries.kept,
-            )  # fmt: skip
+                "stay",
+                c.session_id,
+                reply[2],
+                c.deliveries.kept,
+            )
         if c.command_id is not None and committed.status != "conflict":
             self.cache.saw(c.session_id, c.command_id)
         if committed.status == "ok":

@@ -149,6 +149,7 @@ def _start(binary: str, redis_dir: Path) -> SharedRedis:
     try:
         if not _try_lock(server_lock, fcntl.LOCK_EX):
             raise RedisUnavailableError(f"{redis_dir / 'server.lock'} is held by another process")
+        # a table, one option and its value a line (hence `fmt: skip`)
         args = [
             *redis_server_args(binary, redis_dir, sock),
             "--daemonize", "yes",

@@ -17,7 +17,6 @@ import time
 import uuid
 from typing import Any, Final, TypeVar, assert_never
 
-from realtime.auth import mint_provider_token
 from realtime.engine.core import Engine
 from realtime.engine.entries import Note
 from realtime.engine.outcomes import Applied, Contended
@@ -30,6 +29,7 @@ from realtime.livekit_adapter.api import (
     LiveKitUnavailable,
 )
 from realtime.metrics import Metrics
+from realtime.provider_tokens import mint_provider_token
 from realtime.store.records import Cause, PendingEffect
 from realtime.store.timeline import effect_entry
 from realtime.telemetry import ATTR_SESSION_ID

@@ -10,7 +10,7 @@ import jwt
 import pytest
 
 from realtime.app import create_app
-from realtime.auth import mint_provider_token
+from realtime.provider_tokens import mint_provider_token
 from realtime.settings import Settings
 from realtime.store.redis_client import RedisClient
 from tests.conftest import TEST_SECRET, error_info, rpc, serving, token

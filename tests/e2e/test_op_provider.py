@@ -14,7 +14,7 @@ from livekit import api
 
 from realtime.a2a.provider import MAX_ACTION_BYTES
 from realtime.app import create_app
-from realtime.auth import PROVIDER_AUDIENCE, PROVIDER_ISSUER, mint_provider_token
+from realtime.provider_tokens import PROVIDER_AUDIENCE, PROVIDER_ISSUER, mint_provider_token
 from tests.conftest import (
     LIVEKIT_KEY,
     LIVEKIT_SECRET,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from realtime.auth import mint_provider_token
+from realtime.provider_tokens import mint_provider_token
 from tests.conftest import livekit_settings, rpc, violations
 from tests.e2e.agent_operation_helpers import (
     AGENT,

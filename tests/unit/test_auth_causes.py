@@ -10,8 +10,9 @@ from typing import Any
 import jwt
 import pytest
 
-from realtime.auth import Authenticator, mint_provider_token, verify_provider_token
+from realtime.auth import Authenticator
 from realtime.errors import AuthError
+from realtime.provider_tokens import mint_provider_token, verify_provider_token
 from realtime.rpc.errors import error_object
 from realtime.settings import Settings
 from tests.jwks_server import (

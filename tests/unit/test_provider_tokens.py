@@ -1,17 +1,13 @@
-"""Provider tokens (realtime/auth.py): minted per session, good for nothing else."""
+"""Provider tokens (realtime/provider_tokens.py): minted per session, good for nothing else."""
 
 from __future__ import annotations
 
 import jwt
 import pytest
 
-from realtime.auth import (
-    PROVIDER_AUDIENCE,
-    Authenticator,
-    mint_provider_token,
-    verify_provider_token,
-)
+from realtime.auth import Authenticator
 from realtime.errors import AuthError
+from realtime.provider_tokens import PROVIDER_AUDIENCE, mint_provider_token, verify_provider_token
 from realtime.settings import Settings, SettingsError
 
 SECRET = "p" * 40
