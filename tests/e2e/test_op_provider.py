@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 import httpx
 import jwt
@@ -428,10 +429,8 @@ async def test_an_action_the_digest_cannot_encode_is_invalid_params(rt_client, l
     assert any(f.startswith("params.action") for f in violations(body))
 
 
-async def test_an_action_over_16_kib_is_refused_and_nothing_is_stored(rt_client, livekit):
-    live = await open_session(rt_client, livekit)
-    before = await get_session(rt_client, live.sid)
-    big = {"title": "Import", "arguments": {"rows": "r" * MAX_ACTION_BYTES}}
+async def request_import(rt_client, live: Live, rows: int) -> dict[str, Any]:
+    """The agent's RequestOperation of an action whose arguments hold `rows` characters."""
     _, body, _ = await provider_call(
         rt_client,
         live.provider_token,
@@ -440,9 +439,17 @@ async def test_an_action_over_16_kib_is_refused_and_nothing_is_stored(rt_client,
         sessionEpoch=1,
         requestId=new_id(),
         kind="action",
-        action=big,
+        action={"title": "Import", "arguments": {"rows": "r" * rows}},
         confirmation="none",
     )
+    answer: dict[str, Any] = body
+    return answer
+
+
+async def test_an_action_over_16_kib_is_refused_and_nothing_is_stored(rt_client, livekit):
+    live = await open_session(rt_client, livekit)
+    before = await get_session(rt_client, live.sid)
+    body = await request_import(rt_client, live, MAX_ACTION_BYTES)
     assert body["error"]["code"] == -32602, body
     assert "params.action" in violations(body)
     assert str(MAX_ACTION_BYTES) in body["error"]["message"]
@@ -450,18 +457,7 @@ async def test_an_action_over_16_kib_is_refused_and_nothing_is_stored(rt_client,
     assert after["version"] == before["version"]
     assert after.get("pendingOperationIds", []) == before.get("pendingOperationIds", [])
     # an action within the bound is served
-    fits = {"title": "Import", "arguments": {"rows": "r" * (MAX_ACTION_BYTES - 100)}}
-    _, served, _ = await provider_call(
-        rt_client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=new_id(),
-        kind="action",
-        action=fits,
-        confirmation="none",
-    )
+    served = await request_import(rt_client, live, MAX_ACTION_BYTES - 100)
     assert served["result"]["operation"]["state"] == "running", served
 
 

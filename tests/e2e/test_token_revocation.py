@@ -64,15 +64,22 @@ async def removal_of(livekit, identity: str) -> Any:
         await asyncio.sleep(0.02)
 
 
+async def phone_in_room(client, livekit) -> tuple[str, str, str]:
+    """(sessionId, endpointId, its join token) of a ready session whose phone joined and is in
+    the room (LiveKit's participant_joined applied)."""
+    _, session_id = await ready_session(client)
+    phone, token = await joined_device(client, livekit, session_id, "phone", 1)
+    joined = webhook_event("participant_joined", room(session_id), identity=phone, epoch=1)
+    assert await deliver(client, joined) == "applied"
+    return session_id, phone, token
+
+
 async def test_a_superseded_device_cannot_connect_again_and_a_new_join_can(
     livekit, store, tracer_provider
 ):
     clock = Clock(time.time() - 20)
     async with service_at(livekit, store, tracer_provider, clock) as client:
-        _, session_id = await ready_session(client)
-        phone, phone_token = await joined_device(client, livekit, session_id, "phone", 1)
-        joined = webhook_event("participant_joined", room(session_id), identity=phone, epoch=1)
-        assert await deliver(client, joined) == "applied"
+        session_id, phone, phone_token = await phone_in_room(client, livekit)
 
         clock.now += 5  # the tablet takes over five seconds after the phone's token was issued
         tablet, tablet_token = await joined_device(client, livekit, session_id, "tablet", 1)
@@ -100,10 +107,7 @@ async def test_the_end_revokes_every_device_before_the_room_is_deleted(
 ):
     clock = Clock(time.time() - 20)
     async with service_at(livekit, store, tracer_provider, clock) as client:
-        _, session_id = await ready_session(client)
-        phone, _ = await joined_device(client, livekit, session_id, "phone", 1)
-        joined = webhook_event("participant_joined", room(session_id), identity=phone, epoch=1)
-        assert await deliver(client, joined) == "applied"
+        session_id, phone, _ = await phone_in_room(client, livekit)
         clock.now += 3
 
         ended = await call(
