@@ -31,7 +31,7 @@ from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.logs import ACCESS_LOG
 from realtime.methods.context import Services
 from realtime.metrics import Metrics, StoreReading
-from realtime.ops_routes import METRICS_ROUTE, OPS_ROUTES, OpsConsole
+from realtime.operator_routes import METRICS_ROUTE, OPERATOR_ROUTES, OperatorConsole
 from realtime.routes import ROUTES, AgentCardBody, load_sdk
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
 from realtime.rpc.errors import code_of
@@ -45,7 +45,7 @@ from realtime.store.compaction import Compactor
 from realtime.store.deliveries import DeliveryStore
 from realtime.store.events import EventStore
 from realtime.store.leases import DutyLease
-from realtime.store.ops import OpsStore
+from realtime.store.operator_reads import OperatorReads
 from realtime.store.redis_client import RedisClient
 from realtime.store.selection import open_store
 from realtime.store.sessions import SessionStore
@@ -136,7 +136,7 @@ async def running(
         runner=runner,
         hub=EventHub(events, buffer=settings.sse_buffer_events),
         recorder=recorder,
-        ops_store=OpsStore(redis),
+        operator_reads=OperatorReads(redis),
         card_store=CardStore(redis),
         timer_store=timers,
         delivery_store=DeliveryStore(redis),
@@ -352,7 +352,9 @@ def create_app(
     varies = bool(settings.cors_origins) and "*" not in settings.cors_origins
     app = Litestar(
         route_handlers=(
-            [*ROUTES, *OPS_ROUTES, METRICS_ROUTE] if settings.metrics else [*ROUTES, *OPS_ROUTES]
+            [*ROUTES, *OPERATOR_ROUTES, METRICS_ROUTE]
+            if settings.metrics
+            else [*ROUTES, *OPERATOR_ROUTES]
         ),
         lifespan=[lifespan],
         # the JSON-RPC route enforces its own limit so it can answer with a JSON-RPC body
@@ -365,7 +367,7 @@ def create_app(
     )
     app.state.agent_card = AgentCardBody(build_agent_card(settings))
     app.state.agent_card_v01 = AgentCardBody(agent_card_v01(build_agent_card(settings), settings))
-    app.state.ops_console = OpsConsole.load()
+    app.state.operator_console = OperatorConsole.load()
     app.state.sdk = load_sdk()  # the browser client library, served at /sdk/
     # the JSON-RPC calls that carry the load skip Litestar's request machinery (`front`)
     return RpcFront(app, vary_origin=varies)

@@ -78,7 +78,7 @@ INVOKE_SCOPE: Final = "a2a.invoke"
 READ_SCOPE: Final = "a2a.tasks.read"
 CANCEL_SCOPE: Final = "a2a.tasks.cancel"
 CLIENT_SCOPES: Final = (INVOKE_SCOPE, READ_SCOPE, CANCEL_SCOPE)
-OPERATOR_SCOPE: Final = "aim.operator"  # the operations API and console (profile §17)
+OPERATOR_SCOPE: Final = "aim.operator"  # the operator API and console (profile §17)
 
 
 class Principal(msgspec.Struct, frozen=True):

@@ -354,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the HTTP service",
         description="Serve /a2a, /provider, /livekit/webhook, the Agent Card, probes, /metrics "
-        "and the operations console, with the worker loops (unless --no-worker).",
+        "and the operator console, with the worker loops (unless --no-worker).",
         formatter_class=helpful,
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -403,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_scopes,
         default=ALL_SCOPES,
         help=f"space-separated scopes, of: {', '.join(KNOWN_SCOPES)} ({OPERATOR_SCOPE} opens "
-        "the operations API and console, /ops)",
+        "the operator API and console, /ops)",
     )
     token.add_argument(
         "--ttl",

@@ -3,7 +3,7 @@ bytes (JSON, or SSE framing with the client's disconnect watched).
 
 `RpcFront` is the ASGI app the HTTP server runs. A POST to a JSON-RPC path without an `Origin`
 header (a server, a device, an agent: the calls that carry the load) is answered here at once;
-everything else goes to Litestar: the cards, the operations API, metrics, probes, webhooks, and
+everything else goes to Litestar: the cards, the operator API, metrics, probes, webhooks, and
 the JSON-RPC calls of browsers, whose CORS Litestar answers (its routes for those paths hand
 the call back to an `RpcExchange`, so both ways run the same code).
 """

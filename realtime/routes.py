@@ -1,6 +1,6 @@
 """HTTP routes of clients, agents and LiveKit: the JSON-RPC endpoints (/a2a, /a2a/v0.1,
 /provider), the LiveKit webhook, the Agent Cards, the browser client library (/sdk/) and the
-probes (the operator's routes are in `ops_routes.py`)."""
+probes (the operator's routes are in `operator_routes.py`)."""
 
 from __future__ import annotations
 

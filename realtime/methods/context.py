@@ -19,7 +19,7 @@ from realtime.settings import Settings
 from realtime.store.cards import CardStore
 from realtime.store.deliveries import DeliveryStore
 from realtime.store.events import EventStore
-from realtime.store.ops import OpsStore
+from realtime.store.operator_reads import OperatorReads
 from realtime.store.sessions import SessionStore
 from realtime.store.tasks import TaskStore
 from realtime.store.timeline import Recorder
@@ -50,7 +50,7 @@ class Services:
     runner: Runner
     hub: EventHub
     recorder: Recorder  # the operations timeline's entries that no commit carries
-    ops_store: OpsStore  # the operations API's reads
+    operator_reads: OperatorReads  # the operator API's reads
     card_store: CardStore  # when the Agent Card last changed (its Last-Modified)
     timer_store: TimerStore  # the durable timers (the worker's)
     delivery_store: DeliveryStore  # the session events for the app's backend

@@ -4,7 +4,7 @@ GetSession and the operations listing still show: the final summary (`records.su
 the task, both compressed, with the session's armed timers gone. What the replay window keeps
 is kept, smaller: each command outcome compressed in place, the event stream and the timeline
 as one archive of compressed entries (`keys.archive_key`), which their readers read with the
-streams (`store/events.py`, `store/ops.py`); all of them go by their TTL when the window
+streams (`store/events.py`, `store/operator_reads.py`); all of them go by their TTL when the window
 ends."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The session events for the app's backend, as the worker sends them (profile §21).
 
 The commit stores each event (seq → body) in the session's slot and puts the session in the
-deliveries index; this store is the worker's and the operations API's door to them: the next
+deliveries index; this store is the worker's and the operator API's door to them: the next
 event to send, what each attempt found, the sessions that wait, a redelivery from a seq.
 """
 
@@ -60,7 +60,7 @@ class Head(msgspec.Struct, frozen=True):
 
 
 class Delivery(msgspec.Struct, frozen=True):
-    """One kept event and how sending it fared (the operations API's view); `body` as sent."""
+    """One kept event and how sending it fared (the operator API's view); `body` as sent."""
 
     seq: int
     body: bytes

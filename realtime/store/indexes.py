@@ -61,9 +61,9 @@ def listings(
     its tenant's), and the deliveries index once more when the commit stored session events: a
     worker that found nothing to send and left the index between the entry written before the
     commit and the commit itself finds the session again."""
-    listed: list[Any] = [("ZADD", keys.ops_sessions_key(), "GT", now_ms, session_id)]
+    listed: list[Any] = [("ZADD", keys.operator_sessions_key(), "GT", now_ms, session_id)]
     if record.tenant is not None:
-        index = keys.ops_tenant_sessions_key(record.tenant)
+        index = keys.operator_tenant_sessions_key(record.tenant)
         listed += [("ZADD", index, "GT", now_ms, session_id), ("EXPIRE", index, ttl_s)]
     if deliveries_due_ms is not None:
         listed.append(_deliveries_due(session_id, deliveries_due_ms))

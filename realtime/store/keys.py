@@ -163,7 +163,7 @@ def agent_card_key() -> str:
     return f"{PREFIX}:{{card}}:modified"
 
 
-# --- the operations API (profile §17) ---------------------------------------------------------
+# --- the operator API (profile §17) ---------------------------------------------------------
 # a session's timeline keeps what its commits do not carry (replays, rejections, duplicate
 # webhooks, LiveKit calls, refused timers); capped like the event stream, and expiring with its
 # command outcomes (the replay window)
@@ -197,15 +197,15 @@ def timer_causes_key(session_id: str) -> str:
     return f"{PREFIX}:{{{session_id}}}:timer-causes"
 
 
-def ops_sessions_key() -> str:
+def operator_sessions_key() -> str:
     """Sorted set: every session id scored by its last commit (ms), newest the highest; its own
     hash tag, so it has a slot of its own on Redis Cluster. Written (ZADD GT) in each commit's
     pipeline; entries older than the task TTL are pruned when it is read."""
     return f"{PREFIX}:{{ops}}:sessions"
 
 
-def ops_tenant_sessions_key(tenant: str) -> str:
-    """Sorted set: a tenant's sessions, like `ops_sessions_key` (same slot), so a tenant's
+def operator_tenant_sessions_key(tenant: str) -> str:
+    """Sorted set: a tenant's sessions, like `operator_sessions_key` (same slot), so a tenant's
     operator lists its own sessions at a cost that does not grow with the other tenants'.
     Written beside it when the session's record names its tenant; it expires a task TTL
     after its last write, with the newest of its entries."""

@@ -7,7 +7,7 @@ claim loses it when the lease runs out and another worker fires the timer; the s
 (and the version an idle timer was armed at) makes a second firing a no-op, so each timer's
 transition happens exactly once.
 
-`fires` says, without firing it, whether a timer would still do something: the operations API
+`fires` says, without firing it, whether a timer would still do something: the operator API
 marks the others stale (profile §17).
 """
 

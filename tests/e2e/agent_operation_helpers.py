@@ -1,4 +1,4 @@
-"""Building blocks for the agent operations / interactions / provider e2e tests (test_op_*.py).
+"""Building blocks for the agent operations, interactions and provider e2e tests.
 
 A "live" session here is one the way a user sees it after joining: created with the realtime
 extension, one device registered and joined, the device and the agent in the stand-in's room

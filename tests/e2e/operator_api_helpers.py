@@ -1,4 +1,4 @@
-"""Building blocks for the operator API and console tests (test_ops_*.py)."""
+"""Building blocks for the operator API and console tests (test_operator_*.py)."""
 
 from __future__ import annotations
 
@@ -38,21 +38,21 @@ def bearer(
     return f"Bearer {token}"
 
 
-async def ops_get(
+async def operator_get(
     client: httpx.AsyncClient,
     path: str,
     *,
     authorization: str | None = None,
     **params: Any,
 ) -> httpx.Response:
-    """GET an operations API path as an operator (a default operator token unless given)."""
+    """GET an operator API path as an operator (a default operator token unless given)."""
     headers = {"Authorization": authorization if authorization is not None else bearer()}
     query = {name: str(value) for name, value in params.items() if value is not None}
     return await client.get(path, headers=headers, params=query)
 
 
-async def ops_json(client: httpx.AsyncClient, path: str, **params: Any) -> dict[str, Any]:
-    response = await ops_get(client, path, **params)
+async def operator_json(client: httpx.AsyncClient, path: str, **params: Any) -> dict[str, Any]:
+    response = await operator_get(client, path, **params)
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
@@ -63,7 +63,7 @@ async def timeline_of(client: httpx.AsyncClient, session_id: str, **params: Any)
     entries: list[dict[str, Any]] = []
     cursor = None
     for _ in range(100):
-        page = await ops_json(
+        page = await operator_json(
             client, f"/ops/api/sessions/{session_id}/timeline", cursor=cursor, **params
         )
         entries += page["entries"]

@@ -20,7 +20,7 @@ from realtime.store.compaction import Compactor
 from realtime.store.redis_client import RedisClient
 from realtime.store.sessions import SessionStore
 from tests.conftest import error_info, rpc
-from tests.e2e.operator_api_helpers import ops_json
+from tests.e2e.operator_api_helpers import operator_json
 from tests.e2e.realtime_helpers import call, new_id
 from tests.e2e.sse_helpers import stream
 from tests.e2e.webhook_helpers import active_session, get, service, wait_until
@@ -122,7 +122,7 @@ async def whole_timeline(
     cursor = None
     for _ in range(100):
         path = f"/ops/api/sessions/{session_id}/timeline"
-        page = await ops_json(http, path, cursor=cursor, limit=limit)
+        page = await operator_json(http, path, cursor=cursor, limit=limit)
         entries += page["entries"]
         cursor = page["nextCursor"]
         if cursor is None:
@@ -159,7 +159,7 @@ async def compacted_answers_as_before(http: httpx.AsyncClient, store: RedisClien
     await until(settled)
     session_before = seen_by_client(await get(http, session_id))
     task_before = (await rpc(http, "GetTask", {"id": task_id}))["result"]
-    listed_before = await ops_json(http, "/ops/api/sessions")
+    listed_before = await operator_json(http, "/ops/api/sessions")
     command_before = await call(http, "GetCommand", sessionId=session_id, commandId=command_id)
     timeline_before = await whole_timeline(http, session_id)
     assert await whole_timeline(http, session_id, limit=2) == timeline_before  # paged
@@ -184,7 +184,7 @@ async def compacted_answers_as_before(http: httpx.AsyncClient, store: RedisClien
     # what a client and an operator read is unchanged
     assert seen_by_client(await get(http, session_id)) == session_before
     assert (await rpc(http, "GetTask", {"id": task_id}))["result"] == task_before
-    listed = await ops_json(http, "/ops/api/sessions")
+    listed = await operator_json(http, "/ops/api/sessions")
     assert listed["sessions"] == listed_before["sessions"]
     again = await call(http, "GetCommand", sessionId=session_id, commandId=command_id)
     assert again == command_before

@@ -1,4 +1,4 @@
-"""The operations API (profile §17): read-only views of the sessions for operators.
+"""The operator API (profile §17): read-only views of the sessions for operators.
 
 - `list_sessions`: live and recent sessions, newest commit first, filtered by state and
   principal, paged with an opaque cursor (a position in `aim:{ops}:sessions`);
@@ -32,7 +32,7 @@ from realtime.engine.schedule import Timer
 from realtime.errors import SessionNotFound, invalid_params
 from realtime.methods.context import Services
 from realtime.store.events import Entry, is_entry_id
-from realtime.store.ops import EVERY, Position
+from realtime.store.operator_reads import EVERY, Position
 from realtime.store.records import EVENT_DECODER, Cause, EventEntry, PendingEffect, SessionRecord
 from realtime.store.timeline import TIMELINE_DECODER
 from realtime.timestamps import timestamp
@@ -79,7 +79,7 @@ async def list_sessions(
     principal = query.get("principal") or None
     limit = _limit(query, SESSIONS_LIMIT, SESSIONS_LIMIT_MAX)
     position = _session_cursor(query.get("cursor"))
-    store = services.ops_store
+    store = services.operator_reads
     prune_before = services.now_ms() - services.settings.task_ttl_s * 1000
     found: list[dict[str, Any]] = []
     examined, exhausted = 0, False
@@ -146,7 +146,7 @@ async def session_detail(
 ) -> dict[str, Any]:
     """The Session object of §4 plus `principal`, `outbox`, `timers`, `pendingOperations`."""
     check_id(session_id)
-    detail = await services.ops_store.detail(session_id)
+    detail = await services.operator_reads.detail(session_id)
     record = detail.record
     if record is None or not visible(services, operator, record):
         raise SessionNotFound(session_id)
@@ -241,7 +241,7 @@ async def timeline(
     check_id(session_id)
     limit = _limit(query, TIMELINE_LIMIT, TIMELINE_LIMIT_MAX)
     events_after, noted_after = _timeline_cursor(query.get("cursor"))
-    read = await services.ops_store.timeline(
+    read = await services.operator_reads.timeline(
         session_id, events_after=events_after, noted_after=noted_after, count=limit
     )
     if read.record is None or not visible(services, operator, read.record):

@@ -1,4 +1,4 @@
-"""The operations API and console (profile §17) and the Prometheus scrape: routes an operator
+"""The operator API and console (profile §17) and the Prometheus scrape: routes an operator
 uses, never the public Ingress's (k8s/overlays/prod). Read-only but for one call, the
 redelivery of a session's events; the API needs an operator token (scope aim.operator), the
 console page and /metrics hold no data of their own."""
@@ -28,7 +28,7 @@ from realtime.errors import (
     Unavailable,
 )
 from realtime.logs import ACCESS_LOG
-from realtime.methods import ops, ops_events
+from realtime.methods import operator_deliveries, operator_views
 from realtime.methods.context import Services
 from realtime.metrics import PROMETHEUS_CONTENT_TYPE
 from realtime.rpc.dispatch import Dispatcher
@@ -53,14 +53,14 @@ async def metrics(state: State) -> Response[bytes]:
 METRICS_ROUTE: Final = metrics
 
 
-# --- the operations API and console (profile §17): scope aim.operator ----------------------------
+# --- the operator API and console (profile §17): scope aim.operator ----------------------------
 
-OPS_HEADERS: Final = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+OPERATOR_HEADERS: Final = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 _ENCODER: Final = msgspec.json.Encoder()
 
 
-def ops_status(error: ServiceError) -> int:
-    """The HTTP status of a failed operations API call (REST: the status carries the outcome)."""
+def operator_status(error: ServiceError) -> int:
+    """The HTTP status of a failed operator API call (REST: the status carries the outcome)."""
     if isinstance(error, AuthError):
         return error.status
     if isinstance(error, LimitExceeded):
@@ -74,24 +74,27 @@ def ops_status(error: ServiceError) -> int:
     return 500
 
 
-def ops_error(error: ServiceError) -> ASGIResponse:
+def operator_error(error: ServiceError) -> ASGIResponse:
     """`{"error": {"code", "message"}}` (the JSON-RPC code of the same failure), with the
     challenge of an authentication failure as on /a2a."""
-    headers = dict(OPS_HEADERS)
+    headers = dict(OPERATOR_HEADERS)
     if isinstance(error, AuthError):
         headers["WWW-Authenticate"] = error.www_authenticate
     if isinstance(error, LimitExceeded) and error.retry_after is not None:
         headers["Retry-After"] = str(error.retry_after)
     body = {"error": {"code": code_of(error), "message": error.message}}
     return ASGIResponse(
-        body=_ENCODER.encode(body), status_code=ops_status(error), media_type=JSON, headers=headers
+        body=_ENCODER.encode(body),
+        status_code=operator_status(error),
+        media_type=JSON,
+        headers=headers,
     )
 
 
 Read = Callable[[Services, Principal], Awaitable[dict[str, Any]]]
 
 
-async def ops_call(
+async def operator_call(
     request: Request[Any, Any, Any], read: Read, *, session_id: str | None = None
 ) -> ASGIResponse:
     """Authenticate the operator (the bearer tokens of /a2a, scope aim.operator), charge the
@@ -106,16 +109,16 @@ async def ops_call(
             combined(request.scope["headers"]).get("authorization")
         )
         authenticator.require_scope(operator, OPERATOR_SCOPE)
-        dispatcher.limiter.charge(operator.key, "operations API calls")
+        dispatcher.limiter.charge(operator.key, "operator API calls")
         body = await read(dispatcher.services, operator)
         response = ASGIResponse(
-            body=_ENCODER.encode(body), status_code=200, media_type=JSON, headers=OPS_HEADERS
+            body=_ENCODER.encode(body), status_code=200, media_type=JSON, headers=OPERATOR_HEADERS
         )
     except ServiceError as exc:
-        response = ops_error(exc)
+        response = operator_error(exc)
     except Exception:  # a bug: logged, never leaked
         log.exception("internal error serving %s", request.url.path)
-        response = ops_error(InternalError())
+        response = operator_error(InternalError())
     _audit(request, operator, session_id, response.status_code, started)
     return response
 
@@ -149,55 +152,57 @@ def _query(request: Request[Any, Any, Any]) -> dict[str, str]:
 
 
 @get("/ops/api/sessions")
-async def ops_sessions(request: Request[Any, Any, Any]) -> ASGIResponse:
+async def operator_sessions(request: Request[Any, Any, Any]) -> ASGIResponse:
     query = _query(request)
-    return await ops_call(
-        request, lambda services, operator: ops.list_sessions(services, operator, query)
+    return await operator_call(
+        request, lambda services, operator: operator_views.list_sessions(services, operator, query)
     )
 
 
 @get("/ops/api/sessions/{session_id:str}")
-async def ops_session(request: Request[Any, Any, Any]) -> ASGIResponse:
+async def operator_session(request: Request[Any, Any, Any]) -> ASGIResponse:
     session_id = str(request.path_params["session_id"])
-    return await ops_call(
+    return await operator_call(
         request,
-        lambda services, operator: ops.session_detail(services, operator, session_id),
+        lambda services, operator: operator_views.session_detail(services, operator, session_id),
         session_id=session_id,
     )
 
 
 @get("/ops/api/sessions/{session_id:str}/timeline")
-async def ops_timeline(request: Request[Any, Any, Any]) -> ASGIResponse:
+async def operator_timeline(request: Request[Any, Any, Any]) -> ASGIResponse:
     session_id, query = str(request.path_params["session_id"]), _query(request)
-    return await ops_call(
+    return await operator_call(
         request,
-        lambda services, operator: ops.timeline(services, operator, session_id, query),
+        lambda services, operator: operator_views.timeline(services, operator, session_id, query),
         session_id=session_id,
     )
 
 
 @get("/ops/api/sessions/{session_id:str}/deliveries")
-async def ops_deliveries(request: Request[Any, Any, Any]) -> ASGIResponse:
+async def operator_session_deliveries(request: Request[Any, Any, Any]) -> ASGIResponse:
     session_id = str(request.path_params["session_id"])
-    return await ops_call(
+    return await operator_call(
         request,
-        lambda services, operator: ops_events.deliveries(services, operator, session_id),
+        lambda services, operator: operator_deliveries.deliveries(services, operator, session_id),
         session_id=session_id,
     )
 
 
 @post("/ops/api/sessions/{session_id:str}/events/redeliver", status_code=200)
-async def ops_redeliver(request: Request[Any, Any, Any]) -> ASGIResponse:
+async def operator_redeliver(request: Request[Any, Any, Any]) -> ASGIResponse:
     session_id, body = str(request.path_params["session_id"]), await request.body()
-    return await ops_call(
+    return await operator_call(
         request,
-        lambda services, operator: ops_events.redeliver(services, operator, session_id, body),
+        lambda services, operator: operator_deliveries.redeliver(
+            services, operator, session_id, body
+        ),
         session_id=session_id,
     )
 
 
-class OpsConsole:
-    """The console page (`realtime/ops_console.html`: one file, its script and styles inline),
+class OperatorConsole:
+    """The console page (`realtime/operator_console.html`: one file, its script and styles inline),
     read once; each response gets a fresh nonce, the only way its script and styles may run
     under the page's Content-Security-Policy."""
 
@@ -207,8 +212,8 @@ class OpsConsole:
         self.parts = page.split(self.NONCE)
 
     @classmethod
-    def load(cls) -> OpsConsole:
-        return cls(resources.files("realtime").joinpath("ops_console.html").read_text("utf-8"))
+    def load(cls) -> OperatorConsole:
+        return cls(resources.files("realtime").joinpath("operator_console.html").read_text("utf-8"))
 
     def render(self) -> tuple[bytes, str]:
         """The page with a new nonce, and its Content-Security-Policy."""
@@ -222,13 +227,13 @@ class OpsConsole:
 
 
 @get("/ops")
-async def ops_page(state: State) -> Response[bytes]:
+async def operator_page(state: State) -> Response[bytes]:
     """The console: public like the Agent Card (it holds no data); it asks for an operator token
     and keeps it in the tab's memory only."""
-    console: OpsConsole = state.ops_console
+    console: OperatorConsole = state.operator_console
     page, policy = console.render()
     headers = {
-        **OPS_HEADERS,
+        **OPERATOR_HEADERS,
         "Content-Security-Policy": policy,
         "Referrer-Policy": "no-referrer",
         "X-Frame-Options": "DENY",
@@ -236,11 +241,11 @@ async def ops_page(state: State) -> Response[bytes]:
     return Response(page, media_type="text/html; charset=utf-8", headers=headers)
 
 
-OPS_ROUTES: Final = [
-    ops_sessions,
-    ops_session,
-    ops_timeline,
-    ops_deliveries,
-    ops_redeliver,
-    ops_page,
+OPERATOR_ROUTES: Final = [
+    operator_sessions,
+    operator_session,
+    operator_timeline,
+    operator_session_deliveries,
+    operator_redeliver,
+    operator_page,
 ]

@@ -1,4 +1,4 @@
-"""The operations API (profile §17): who may read it, the listing (order, paging, filters,
+"""The operator API (profile §17): who may read it, the listing (order, paging, filters,
 tenants) and one session's detail."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from tests.e2e.operator_api_helpers import (
     TENANT_CLAIM,
     bearer,
     eventually,
-    ops_get,
-    ops_json,
+    operator_get,
+    operator_json,
     rpc_as,
     service,
     timeline_of,
@@ -71,14 +71,14 @@ async def test_without_credentials_the_api_answers_401_with_a_bearer_challenge(h
 
 @pytest.mark.parametrize("path", PATHS)
 async def test_a_bad_token_is_401_invalid_token(http, path):
-    response = await ops_get(http, path, authorization="Bearer not.a.jwt")
+    response = await operator_get(http, path, authorization="Bearer not.a.jwt")
     assert response.status_code == 401
     assert 'error="invalid_token"' in response.headers["www-authenticate"]
 
 
 @pytest.mark.parametrize("path", PATHS)
 async def test_a_client_token_without_the_operator_scope_is_403(http, path):
-    response = await ops_get(http, path, authorization=bearer("alice", ALL_SCOPES))
+    response = await operator_get(http, path, authorization=bearer("alice", ALL_SCOPES))
     assert response.status_code == 403
     challenge = response.headers["www-authenticate"]
     assert 'error="insufficient_scope"' in challenge
@@ -110,7 +110,7 @@ async def test_sessions_are_listed_newest_first_with_their_principal(http):
     second = await new_session(http, "bob")
     third = await new_session(http, "alice")
 
-    body = await ops_json(http, "/ops/api/sessions")
+    body = await operator_json(http, "/ops/api/sessions")
 
     assert [s["sessionId"] for s in body["sessions"]] == [third, second, first]
     assert body["nextCursor"] is None
@@ -129,7 +129,7 @@ async def test_a_session_that_changes_moves_to_the_front(http):
         http, "aim.realtime.EndSession", {"sessionId": older, "commandId": new_id(),
                                           "reason": "moving on"},
     )  # fmt: skip
-    body = await ops_json(http, "/ops/api/sessions")
+    body = await operator_json(http, "/ops/api/sessions")
     assert body["sessions"][0]["sessionId"] == older
     assert body["sessions"][0]["endReason"] == "moving on"
 
@@ -140,7 +140,7 @@ async def test_pages_follow_each_other_with_nothing_lost_or_repeated(http):
     cursor = None
     pages = 0
     while True:
-        page = await ops_json(http, "/ops/api/sessions", limit=2, cursor=cursor)
+        page = await operator_json(http, "/ops/api/sessions", limit=2, cursor=cursor)
         assert len(page["sessions"]) <= 2
         seen += [s["sessionId"] for s in page["sessions"]]
         pages += 1
@@ -162,26 +162,26 @@ async def test_the_listing_filters_by_state_and_by_principal(http):
     alices = await new_session(http, "alice")
     bobs = await new_session(http, "bob")
 
-    by_state = await ops_json(http, "/ops/api/sessions", state="ended")
+    by_state = await operator_json(http, "/ops/api/sessions", state="ended")
     assert [s["sessionId"] for s in by_state["sessions"]] == [ended]
-    ready = await ops_json(http, "/ops/api/sessions", state="ready")
+    ready = await operator_json(http, "/ops/api/sessions", state="ready")
     assert [s["sessionId"] for s in ready["sessions"]] == [bobs, alices]
-    by_principal = await ops_json(http, "/ops/api/sessions", principal="alice")
+    by_principal = await operator_json(http, "/ops/api/sessions", principal="alice")
     assert [s["sessionId"] for s in by_principal["sessions"]] == [alices, ended]
-    both = await ops_json(http, "/ops/api/sessions", principal="alice", state="ready")
+    both = await operator_json(http, "/ops/api/sessions", principal="alice", state="ready")
     assert [s["sessionId"] for s in both["sessions"]] == [alices]
-    nobody = await ops_json(http, "/ops/api/sessions", principal="carol")
+    nobody = await operator_json(http, "/ops/api/sessions", principal="carol")
     assert nobody == {"sessions": [], "nextCursor": None}
-    filtered_pages = await ops_json(http, "/ops/api/sessions", principal="alice", limit=1)
+    filtered_pages = await operator_json(http, "/ops/api/sessions", principal="alice", limit=1)
     assert [s["sessionId"] for s in filtered_pages["sessions"]] == [alices]
-    rest = await ops_json(
+    rest = await operator_json(
         http, "/ops/api/sessions", principal="alice", limit=1, cursor=filtered_pages["nextCursor"]
     )
     assert [s["sessionId"] for s in rest["sessions"]] == [ended]
 
 
 async def _state_is(http: httpx.AsyncClient, session_id: str, state: str) -> bool:
-    detail = await ops_json(http, f"/ops/api/sessions/{session_id}")
+    detail = await operator_json(http, f"/ops/api/sessions/{session_id}")
     return bool(detail["session"]["state"] == state)
 
 
@@ -191,7 +191,7 @@ async def _state_is(http: httpx.AsyncClient, session_id: str, state: str) -> boo
      {"cursor": "%%%"}, {"cursor": "bm90IGEgY3Vyc29y"}],
 )  # fmt: skip
 async def test_bad_listing_params_are_400_naming_the_param(http, params):
-    response = await ops_get(http, "/ops/api/sessions", **params)
+    response = await operator_get(http, "/ops/api/sessions", **params)
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == -32602
@@ -209,18 +209,18 @@ async def test_with_a_tenant_claim_an_operator_sees_its_tenant_only(livekit, sto
         acme = bearer("ops", tenant="acme")
         globex = bearer("ops", tenant="globex")
 
-        listed = (await ops_get(http, "/ops/api/sessions", authorization=acme)).json()
+        listed = (await operator_get(http, "/ops/api/sessions", authorization=acme)).json()
         alice = (
-            await ops_get(http, "/ops/api/sessions", authorization=acme, principal="alice")
+            await operator_get(http, "/ops/api/sessions", authorization=acme, principal="alice")
         ).json()
-        other_side = (await ops_get(http, "/ops/api/sessions", authorization=globex)).json()
-        mine = await ops_get(http, f"/ops/api/sessions/{ours}", authorization=acme)
-        foreign = await ops_get(http, f"/ops/api/sessions/{theirs}", authorization=acme)
-        unknown = await ops_get(http, f"/ops/api/sessions/{UNKNOWN}", authorization=acme)
-        foreign_timeline = await ops_get(
+        other_side = (await operator_get(http, "/ops/api/sessions", authorization=globex)).json()
+        mine = await operator_get(http, f"/ops/api/sessions/{ours}", authorization=acme)
+        foreign = await operator_get(http, f"/ops/api/sessions/{theirs}", authorization=acme)
+        unknown = await operator_get(http, f"/ops/api/sessions/{UNKNOWN}", authorization=acme)
+        foreign_timeline = await operator_get(
             http, f"/ops/api/sessions/{theirs}/timeline", authorization=acme
         )
-        unknown_timeline = await ops_get(
+        unknown_timeline = await operator_get(
             http, f"/ops/api/sessions/{UNKNOWN}/timeline", authorization=acme
         )
 
@@ -244,7 +244,7 @@ async def test_with_a_tenant_claim_an_operator_sees_its_tenant_only(livekit, sto
 async def test_an_unknown_or_malformed_session_id_is_404_with_a_json_body(http):
     for session_id in (UNKNOWN, "not-a-uuid", UNKNOWN.upper()):
         for suffix in ("", "/timeline"):
-            response = await ops_get(http, f"/ops/api/sessions/{session_id}{suffix}")
+            response = await operator_get(http, f"/ops/api/sessions/{session_id}{suffix}")
             assert response.status_code == 404
             assert response.json()["error"]["code"] == -31001
 
@@ -253,7 +253,7 @@ async def test_a_sessions_detail_is_its_session_with_principal_outbox_timers_and
     http,
 ):
     session_id = await new_session(http, "alice")
-    body = await ops_json(http, f"/ops/api/sessions/{session_id}")
+    body = await operator_json(http, f"/ops/api/sessions/{session_id}")
     got = (await rpc_as(http, "aim.realtime.GetSession", {"sessionId": session_id}))["result"]
 
     session = body["session"]
@@ -275,7 +275,7 @@ async def test_operations_show_by_kind_and_state_never_by_their_action(http, liv
     title = f"Transfer the savings {new_id()}"
     live = await open_session(http, livekit)
     operation = await request_action(http, live, title=title)
-    detail = await ops_json(http, f"/ops/api/sessions/{live.sid}")
+    detail = await operator_json(http, f"/ops/api/sessions/{live.sid}")
     pending = detail["session"]["pendingOperations"]
     assert [(op["operationId"], op["kind"], op["state"]) for op in pending] == [
         (operation["operationId"], "action", "awaiting_confirmation")
@@ -313,7 +313,7 @@ async def test_operations_show_by_kind_and_state_never_by_their_action(http, liv
         f"/ops/api/sessions/{live.sid}/timeline",
         "/ops/api/sessions",
     ):
-        assert title not in (await ops_get(http, path)).text
+        assert title not in (await operator_get(http, path)).text
 
 
 # --- the console page ----------------------------------------------------------------------------

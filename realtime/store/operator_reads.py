@@ -1,4 +1,4 @@
-"""Reads of the operations API (profile §17): the sessions index, one session with its outbox
+"""Reads of the operator API (profile §17): the sessions index, one session with its outbox
 and armed timers, and a session's two timeline streams (the second, once the session is
 compacted, partly from its archive). Read-only; each read is one pipelined
 round trip (a listing page two: the index, then the snapshots).
@@ -29,7 +29,7 @@ from realtime.store.redis_client import REFUSED_ERRORS, RedisClient, text, trans
 
 @contextlib.asynccontextmanager
 async def _read() -> AsyncIterator[None]:
-    """A read of the operations API: connection failures are -31012, and a command Redis
+    """A read of the operator API: connection failures are -31012, and a command Redis
     refuses (what an operator's query made it read) is a bad request, never a 500."""
     try:
         async with translated_errors():
@@ -44,7 +44,11 @@ Tenant = str | None
 
 
 def _index(tenant: Tenant) -> str:
-    return keys.ops_sessions_key() if tenant is None else keys.ops_tenant_sessions_key(tenant)
+    return (
+        keys.operator_sessions_key()
+        if tenant is None
+        else keys.operator_tenant_sessions_key(tenant)
+    )
 
 
 Position = tuple[int, str]  # (score: last commit in ms, session id) of an index entry
@@ -72,8 +76,8 @@ class Timeline(NamedTuple):
     noted: list[Entry]  # timeline stream entries, after the cursor
 
 
-class OpsStore:
-    """The operations API's door to storage."""
+class OperatorReads:
+    """The operator API's door to storage."""
 
     def __init__(self, redis: RedisClient) -> None:
         self._client = redis.client

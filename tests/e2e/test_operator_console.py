@@ -1,11 +1,11 @@
-"""The operations console in a real browser (profile §17): Debian's chromium, headless, driven
+"""The operator console in a real browser (profile §17): Debian's chromium, headless, driven
 by selenium through chromedriver. An operator logs in with a token, opens a session made
 through the API, and sees what a person would look for: the states, the commands, the webhook
 and its verdict, the epoch change of a handoff.
 
 Needs `chromium` and `chromedriver` (Debian: `chromium`, `chromium-driver`; `.ci/run` installs
 them). Without them the test is skipped, except in CI (`CI` set), where it fails.
-`AIM_OPS_SCREENSHOT=<file.png>` saves a screenshot of the page (`scripts/screenshot-ops`).
+`AIM_CONSOLE_SCREENSHOT=<file.png>` saves a screenshot of the page (`scripts/screenshot-console`).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def look(
 
 async def test_an_operator_sees_a_sessions_states_commands_webhooks_and_handoff(livekit, store):
     browser, driver_path = binaries()
-    screenshot = os.environ.get("AIM_OPS_SCREENSHOT") or None
+    screenshot = os.environ.get("AIM_CONSOLE_SCREENSHOT") or None
     if screenshot:
         Path(screenshot).parent.mkdir(parents=True, exist_ok=True)
     async with service(livekit, store) as (base_url, http):

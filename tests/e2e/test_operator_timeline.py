@@ -1,4 +1,4 @@
-"""A session's timeline in the operations API (profile §17): one session's whole life, in order,
+"""A session's timeline in the operator API (profile §17): one session's whole life, in order,
 with the trace ids of the requests behind it, and never its message text."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from realtime.store.redis_client import RedisClient
 from tests.conftest import livekit_settings, serving
 from tests.e2e.operator_api_helpers import (
     eventually,
-    ops_get,
-    ops_json,
+    operator_get,
+    operator_json,
     rpc_as,
     timeline_of,
     traceparent,
@@ -67,7 +67,7 @@ def one(entries: list[dict[str, Any]], **wanted: Any) -> dict[str, Any]:
 
 
 async def session_state(http: httpx.AsyncClient, session_id: str) -> str:
-    body = await ops_json(http, f"/ops/api/sessions/{session_id}")
+    body = await operator_json(http, f"/ops/api/sessions/{session_id}")
     state: str = body["session"]["state"]
     return state
 
@@ -137,7 +137,7 @@ async def test_a_sessions_life_is_on_its_timeline_in_order_with_trace_ids(liveki
 
         entries = await eventually(complete)
         texts = [
-            (await ops_get(http, path)).text
+            (await operator_get(http, path)).text
             for path in (
                 "/ops/api/sessions",
                 f"/ops/api/sessions/{sid}",
@@ -295,7 +295,7 @@ async def test_a_failing_effect_shows_its_attempts_and_last_error_without_the_me
         assert "result" in said, said
 
         async def failing() -> dict[str, Any] | None:
-            detail = await ops_json(http, f"/ops/api/sessions/{sid}")
+            detail = await operator_json(http, f"/ops/api/sessions/{sid}")
             outbox = detail["session"]["outbox"]
             return detail if outbox and outbox[0].get("lastError") else None
 
@@ -303,7 +303,7 @@ async def test_a_failing_effect_shows_its_attempts_and_last_error_without_the_me
         entries = await eventually(
             lambda: _with(http, sid, kind="effect", effect="SendData", result="retry")
         )
-        raw = (await ops_get(http, f"/ops/api/sessions/{sid}")).text
+        raw = (await operator_get(http, f"/ops/api/sessions/{sid}")).text
     item = detail["session"]["outbox"][0]
     assert item["effect"] == "SendData"
     assert item["attempts"] >= 1
@@ -355,8 +355,8 @@ async def test_a_page_of_a_timeline_continues_where_the_last_one_stopped(livekit
         await asyncio.sleep(0.3)  # the recorder's entries, if any, are written
         everything = await timeline_of(http, sid)
         paged = await timeline_of(http, sid, limit=3)
-        bad = await ops_get(http, f"/ops/api/sessions/{sid}/timeline", cursor="not-a-cursor")
-        too_many = await ops_get(http, f"/ops/api/sessions/{sid}/timeline", limit=5000)
+        bad = await operator_get(http, f"/ops/api/sessions/{sid}/timeline", cursor="not-a-cursor")
+        too_many = await operator_get(http, f"/ops/api/sessions/{sid}/timeline", limit=5000)
     assert len(everything) >= 10
     assert sorted(map(str, paged)) == sorted(map(str, everything))
     assert bad.status_code == too_many.status_code == 400

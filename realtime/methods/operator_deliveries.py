@@ -1,4 +1,4 @@
-"""The operations API's view of a session's events for the app's backend (profile §17, §21).
+"""The operator API's view of a session's events for the app's backend (profile §17, §21).
 
 - `deliveries`: every kept event of the session, in seq order, with how sending it fared
   (attempts, the last HTTP status or error, the next attempt, when it was delivered);
@@ -18,7 +18,7 @@ from realtime.auth import Principal
 from realtime.engine.session_events import webhook_id
 from realtime.errors import SessionNotFound, invalid_params
 from realtime.methods.context import Services
-from realtime.methods.ops import check_id, visible
+from realtime.methods.operator_views import check_id, visible
 
 MAX_BODY: Final = 1024
 

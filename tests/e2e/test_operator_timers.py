@@ -1,4 +1,4 @@
-"""The operations API marks the timers a session has moved past as stale (profile §17): armed
+"""The operator API marks the timers a session has moved past as stale (profile §17): armed
 at an older epoch, or of a kind the session's state no longer accepts. They stay armed until
 they come due and are refused; the timers it does not mark stale are the ones that fire."""
 
@@ -16,7 +16,7 @@ from realtime.app import create_app
 from realtime.store.redis_client import RedisClient
 from tests.conftest import livekit_settings, serving
 from tests.e2e.agent_operation_helpers import open_session
-from tests.e2e.operator_api_helpers import eventually, ops_json, rpc_as, timeline_of
+from tests.e2e.operator_api_helpers import eventually, operator_json, rpc_as, timeline_of
 from tests.e2e.realtime_helpers import call, create_part, new_id, register, session_of
 from tests.e2e.webhook_helpers import send_webhook
 
@@ -44,7 +44,7 @@ async def service(
 
 async def timers(http: httpx.AsyncClient, sid: str) -> dict[str, bool]:
     """`kind@epoch` → stale, for the session's armed timers."""
-    found = (await ops_json(http, f"/ops/api/sessions/{sid}"))["session"]["timers"]
+    found = (await operator_json(http, f"/ops/api/sessions/{sid}"))["session"]["timers"]
     return {f"{t['kind']}@{t['epoch']}": t["stale"] for t in found}
 
 

@@ -1,4 +1,4 @@
-"""The operations API under hostile operator input (profile §19): every query string is a 400
+"""The operator API under hostile operator input (profile §19): every query string is a 400
 naming its parameter or an answer, never a 5xx or a traceback; operator calls are charged to the
 caller's rate limit and audited; a tenant's listing reads an index of its own."""
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from realtime.store import keys
 from tests.e2e.agent_operation_helpers import Live, open_session
-from tests.e2e.operator_api_helpers import TENANT_CLAIM, bearer, ops_get, rpc_as, service
+from tests.e2e.operator_api_helpers import TENANT_CLAIM, bearer, operator_get, rpc_as, service
 from tests.e2e.realtime_helpers import create_part, new_id
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(600)]
@@ -56,7 +56,7 @@ async def test_what_the_review_sent_is_400_naming_the_parameter(
     rt_client, live, caplog, route, params, named
 ):
     path = "/ops/api/sessions" + (f"/{live.sid}/timeline" if route == "timeline" else "")
-    response = await ops_get(rt_client, path, **params)
+    response = await operator_get(rt_client, path, **params)
 
     assert response.status_code == 400, response.text
     error = response.json()["error"]
@@ -67,7 +67,7 @@ async def test_what_the_review_sent_is_400_naming_the_parameter(
 
 async def test_the_largest_stream_ids_are_a_valid_cursor_with_nothing_after_them(rt_client, live):
     largest = "18446744073709551615-18446744073709551615"
-    response = await ops_get(
+    response = await operator_get(
         rt_client, f"/ops/api/sessions/{live.sid}/timeline", cursor=cursor(f"{largest}|{largest}")
     )
 
@@ -122,10 +122,10 @@ async def test_no_query_string_gives_a_5xx_or_a_traceback(rt_client, live, caplo
 
 async def test_operator_calls_are_charged_to_the_operators_rate_limit(livekit, store):
     async with service(livekit, store, rate_limit_rps=2.0) as http:
-        statuses = [(await ops_get(http, "/ops/api/sessions")).status_code for _ in range(8)]
-        limited = await ops_get(http, "/ops/api/sessions")
+        statuses = [(await operator_get(http, "/ops/api/sessions")).status_code for _ in range(8)]
+        limited = await operator_get(http, "/ops/api/sessions")
         # another operator has a budget of its own
-        other = await ops_get(http, "/ops/api/sessions", authorization=bearer("someone-else"))
+        other = await operator_get(http, "/ops/api/sessions", authorization=bearer("someone-else"))
 
     assert statuses[:4] == [200] * 4  # the burst is twice the rate
     assert 429 in statuses
@@ -139,11 +139,11 @@ async def test_each_operator_call_is_audited_with_its_principal_and_session(
     livekit, store, access_lines
 ):
     async with service(livekit, store, auth_tenant_claim=TENANT_CLAIM, access_log=False) as http:
-        await ops_get(http, "/ops/api/sessions", authorization=bearer("ops-1", tenant="acme"))
-        await ops_get(
+        await operator_get(http, "/ops/api/sessions", authorization=bearer("ops-1", tenant="acme"))
+        await operator_get(
             http, f"/ops/api/sessions/{UUID}/timeline", authorization=bearer("ops-1", tenant="acme")
         )
-        await ops_get(http, f"/ops/api/sessions/{UUID}")  # no tenant claim in the token: 401
+        await operator_get(http, f"/ops/api/sessions/{UUID}")  # no tenant claim in the token: 401
 
     lines = [line for line in access_lines() if line.get("path", "").startswith("/ops/")]
     assert [(line["path"], line["status"]) for line in lines] == [
@@ -167,9 +167,11 @@ async def test_a_tenants_listing_reads_its_own_index(livekit, store):
             await rpc_as(
                 http, "SendMessage", {"message": message}, subject=f"g{index}", tenant="globex"
             )
-        acme = await ops_get(http, "/ops/api/sessions", authorization=bearer("o", tenant="acme"))
+        acme = await operator_get(
+            http, "/ops/api/sessions", authorization=bearer("o", tenant="acme")
+        )
 
     assert len(acme.json()["sessions"]) == 1
-    assert await store.client.zcard(keys.ops_tenant_sessions_key("acme")) == 1
-    assert await store.client.zcard(keys.ops_tenant_sessions_key("globex")) == 3
-    assert await store.client.ttl(keys.ops_tenant_sessions_key("acme")) > 0
+    assert await store.client.zcard(keys.operator_tenant_sessions_key("acme")) == 1
+    assert await store.client.zcard(keys.operator_tenant_sessions_key("globex")) == 3
+    assert await store.client.ttl(keys.operator_tenant_sessions_key("acme")) > 0
