@@ -22,10 +22,11 @@ from realtime.store import keys
 from realtime.store.records import (
     OUTCOME_DECODER,
     TASK_DECODER,
+    Loaded,
     PendingEffect,
 )
 from realtime.store.redis_client import RedisClient
-from realtime.store.sessions import Commit, Committed, Loaded, SessionStore
+from realtime.store.sessions import Commit, Committed, SessionStore
 from state_machines import Capabilities, CreateRoom, DeleteRoom
 from state_machines import session as machine
 from tests.conftest import TEST_SECRET
