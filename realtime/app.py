@@ -151,7 +151,7 @@ async def running(
     )
     deliveries = DeliveryStore(redis)
     task_store = TaskStore(redis)
-    ledger = Ledger(task_store, deliveries, CardStore(redis))
+    ledger = Ledger(settings, task_store, deliveries, CardStore(redis))
     commands = Commands(settings, engine, runner, recorder)
     tasks = TaskDeps(settings, task_store, ledger, clock=clock)
     sessions_deps = SessionDeps(settings, commands, sessions, tasks, clock=clock)

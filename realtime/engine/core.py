@@ -11,6 +11,10 @@ session, version, task and join media as they will be committed), the method ren
 from it, and `commit` stores both at once. `commit` answers None when another writer committed
 in between; the caller decides again (`execute` does so for events whose result is fixed). Effects
 are stored in the commit (outbox) and carried out right after it by the runner.
+
+A new session is claimed (`claim_create`: its messageId and clientSessionId, within the owner's
+limits) and created (`create`) here too: every change of a session's state, and of its owner's
+live index, is the engine's (`engine/ledger.py` writes what concerns no session).
 """
 
 from __future__ import annotations
@@ -431,16 +435,16 @@ class Engine:
 
     async def _committed(self, decided: Decided) -> None:
         """After a commit that changed the session: an ended one leaves its owner's live
-        sessions, the span notes the transition, the agent's presence changes are counted."""
+        sessions, the agent's presence changes are counted, the span notes the transition."""
         record, new = decided.loaded.record, decided.session
         assert record is not None  # noqa: S101 - checked by decide
         old = record.session
         if new.state in machine.TERMINAL_STATES and old.state not in machine.TERMINAL_STATES:
             await self._forget_live(record.owner, [decided.session_id])
-        command_id = decided.command.command_id if decided.command else None
-        note_transition(decided.session_id, new.epoch, command_id, old.state, new.state)
         for change in presence_changes(old, new):
             self.metrics.agent_presence(change)
+        command_id = decided.command.command_id if decided.command else None
+        note_transition(decided.session_id, new.epoch, command_id, old.state, new.state)
 
     def _task(
         self, loaded: Loaded, now_ms: int, decision: Accepted[Session] | None = None

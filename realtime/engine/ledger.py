@@ -11,6 +11,7 @@ Each answers with what the store answered (values); nothing here decides.
 
 from __future__ import annotations
 
+from realtime.settings import Settings
 from realtime.store.cards import CardStore
 from realtime.store.deliveries import DeliveryStore
 from realtime.store.indexes import TaskInfo
@@ -21,38 +22,34 @@ from realtime.store.tasks import Claim, TaskStore
 class Ledger:
     """The one door of the methods' and routes' writes that are no session's commit."""
 
-    def __init__(self, tasks: TaskStore, deliveries: DeliveryStore, cards: CardStore) -> None:
+    def __init__(
+        self, settings: Settings, tasks: TaskStore, deliveries: DeliveryStore, cards: CardStore
+    ) -> None:
+        self._settings = settings
         self._tasks = tasks
         self._deliveries = deliveries
         self._cards = cards
 
     async def claim_message(
-        self,
-        owner: str,
-        message_id: str,
-        task_id: str,
-        info: TaskInfo,
-        *,
-        now_ms: int,
-        task_ttl_s: int,
-        ttl_s: int,
-        limit: int,
+        self, owner: str, message_id: str, task_id: str, info: TaskInfo, *, now_ms: int
     ) -> Claim:
-        """Bind a refused message's id to its REJECTED task and index it (`TaskStore`)."""
+        """Bind a refused message's id to its REJECTED task and index it, within the tasks the
+        owner may hold (kept AIM_REJECTED_TASK_TTL_S)."""
+        settings = self._settings
         return await self._tasks.claim_message(
             owner,
             message_id,
             task_id,
             info,
             now_ms=now_ms,
-            task_ttl_s=task_ttl_s,
-            ttl_s=ttl_s,
-            limit=limit,
+            task_ttl_s=settings.task_ttl_s,
+            ttl_s=settings.rejected_ttl_s,
+            limit=settings.max_tasks_per_principal,
         )
 
-    async def put_rejected(self, record: TaskRecord, *, ttl_s: int) -> None:
-        """Write the REJECTED task `claim_message` indexed."""
-        await self._tasks.put(record, ttl_s=ttl_s)
+    async def put_rejected(self, record: TaskRecord) -> None:
+        """Write the REJECTED task `claim_message` indexed (kept AIM_REJECTED_TASK_TTL_S)."""
+        await self._tasks.put(record, ttl_s=self._settings.rejected_ttl_s)
 
     async def claim_client_task(
         self, owner: str, client_task_id: str, digest: str, *, ttl_s: int

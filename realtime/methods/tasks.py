@@ -123,14 +123,7 @@ async def send_message_rejected(
         raise RuntimeError(f"task lifecycle refused a new rejected task: {outcome}")
     state = outcome.state.state
     claim = await deps.ledger.claim_message(
-        owner,
-        params.message.message_id,
-        task_id,
-        TaskInfo(state, context_id),
-        now_ms=now_ms,
-        task_ttl_s=settings.task_ttl_s,
-        ttl_s=settings.rejected_ttl_s,
-        limit=settings.max_tasks_per_principal,
+        owner, params.message.message_id, task_id, TaskInfo(state, context_id), now_ms=now_ms
     )
     if claim.status == "limit":
         raise tasks_limit(settings, claim.expires_ms, now_ms)
@@ -166,7 +159,7 @@ async def send_message_rejected(
         status_ms=now_ms,
         task=task,
     )
-    await deps.ledger.put_rejected(record, ttl_s=settings.rejected_ttl_s)
+    await deps.ledger.put_rejected(record)
     return wire.SendMessageResult(task=view(task, history_length))
 
 

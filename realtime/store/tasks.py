@@ -10,8 +10,9 @@ repair.
 The owner's task index carries what ListTasks sorts and filters on (status time, state,
 contextId: `indexes.TaskInfo`), so a listing reads the index and then only its page's tasks.
 
-The A2A 0.1 id map (`ClientTask` records, one key per principal and client task id) lives here
-too: it is one more owner-side index of tasks, beside the messageId claims it relies on.
+The A2A 0.1 id map (`records.ClientTask` records, one key per principal and client task id)
+lives here too: it is one more owner-side index of tasks, beside the messageId claims it relies
+on. The methods write through `engine/ledger.Ledger`, never through this door.
 """
 
 from __future__ import annotations
