@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Final
 
 from litestar import Litestar
@@ -25,14 +26,23 @@ from realtime.a2a import projection
 from realtime.agent_card import build_agent_card
 from realtime.auth import Authenticator
 from realtime.engine.core import Engine
+from realtime.engine.ledger import Ledger
 from realtime.fanout import EventHub, StreamSlots
 from realtime.front import RpcFront
 from realtime.livekit_adapter.api import LiveKitGateway
 from realtime.logs import ACCESS_LOG
-from realtime.methods.context import Services
+from realtime.methods.context import (
+    Commands,
+    MethodDeps,
+    OperatorDeps,
+    ProviderDeps,
+    SessionDeps,
+    StreamDeps,
+    TaskDeps,
+)
 from realtime.metrics import Metrics, StoreReading
 from realtime.operator_routes import METRICS_ROUTE, OPERATOR_ROUTES, OperatorConsole
-from realtime.routes import ROUTES, AgentCardBody, load_sdk
+from realtime.routes import ROUTES, AgentCardBody, RouteDeps, load_sdk
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
 from realtime.rpc.errors import code_of
 from realtime.rpc.provider import ProviderDispatcher
@@ -59,6 +69,19 @@ from realtime.worker.runner import Runner
 from realtime.worker.timers import Timers
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What `running` built for the HTTP side: each family's dependencies, once. The engine and
+    the runner are `commands`' (the same objects the worker loops use)."""
+
+    methods: MethodDeps  # the A2A methods
+    provider: ProviderDeps
+    operator: OperatorDeps
+    commands: Commands  # LiveKit's webhooks (the methods' are the same)
+    ledger: Ledger  # the writes no commit carries (the card's Last-Modified among them)
+    store_ready: Callable[[], Awaitable[bool]]  # whether Redis answers (readiness)
 
 
 def store_reading(
@@ -91,7 +114,7 @@ async def running(
     run_worker: bool = True,
     metrics: Metrics | None = None,
     telemetry: Telemetry | None = None,
-) -> AsyncIterator[Services]:
+) -> AsyncIterator[Running]:
     """Everything but HTTP: the stores, the engine, the outbox runner and (with `run_worker`)
     the worker loops that retry effects, fire timers and reconcile LiveKit with the sessions.
     `serve` and `worker` both start here. `store` is the Redis client to use (opened as the
@@ -126,26 +149,28 @@ async def running(
         metrics=metrics,
         code_of=code_of,
     )
-    services = Services(
-        settings=settings,
-        task_store=TaskStore(redis),
-        session_store=sessions,
-        event_store=events,
-        store_ready=redis.ping,
-        engine=engine,
-        runner=runner,
-        hub=EventHub(events, buffer=settings.sse_buffer_events),
-        recorder=recorder,
-        operator_reads=OperatorReads(redis),
-        card_store=CardStore(redis),
-        timer_store=timers,
-        delivery_store=DeliveryStore(redis),
-        metrics=metrics,
-        streams=StreamSlots(
-            per_principal=settings.sse_max_streams_per_principal,
-            per_task=settings.sse_max_streams_per_task,
+    deliveries = DeliveryStore(redis)
+    task_store = TaskStore(redis)
+    ledger = Ledger(settings, task_store, deliveries, CardStore(redis))
+    commands = Commands(settings, engine, runner, recorder)
+    tasks = TaskDeps(settings, task_store, ledger, clock=clock)
+    sessions_deps = SessionDeps(settings, commands, sessions, tasks, clock=clock)
+    hub = EventHub(events, buffer=settings.sse_buffer_events)
+    slots = StreamSlots(
+        per_principal=settings.sse_max_streams_per_principal,
+        per_task=settings.sse_max_streams_per_task,
+    )
+    built = Running(
+        methods=MethodDeps(
+            tasks, sessions_deps, StreamDeps(settings, sessions_deps, events, hub, slots, clock)
         ),
-        clock=clock,
+        provider=ProviderDeps(settings, commands, sessions, clock=clock),
+        operator=OperatorDeps(
+            settings, OperatorReads(redis), sessions, deliveries, ledger, clock=clock
+        ),
+        commands=commands,
+        ledger=ledger,
+        store_ready=redis.ping,
     )
     metrics.store.attach(
         store_reading(CensusStore(redis, timers), clock), max_age_s=settings.metrics_refresh_s
@@ -169,7 +194,7 @@ async def running(
         else []
     )
     if run_worker and settings.events_enabled:
-        deliverer = Deliverer(settings, services.delivery_store, metrics=metrics, clock=clock)
+        deliverer = Deliverer(settings, deliveries, metrics=metrics, clock=clock)
         loops.append(asyncio.create_task(deliverer.loop(stop)))
         for route in settings.events_routes:
             log.info("session events: %s", route)
@@ -191,10 +216,10 @@ async def running(
         )
     recording = asyncio.create_task(recorder.run())
     try:
-        yield services
+        yield built
     finally:
         stop.set()
-        await services.hub.close()
+        await hub.close()
         await asyncio.gather(*loops)
         await metrics.store.aclose()
         await runner.drain()
@@ -316,7 +341,7 @@ def create_app(
                 run_worker=run_worker,
                 metrics=metrics,
                 telemetry=telemetry,
-            ) as services:
+            ) as built:
                 log.info(
                     startup_summary(
                         os.environ,
@@ -326,15 +351,33 @@ def create_app(
                     )
                 )
                 app.state.dispatcher = Dispatcher(
-                    services, authenticator, telemetry, RateLimiter(settings.rate_limit_rps)
+                    built.methods,
+                    authenticator,
+                    telemetry,
+                    RateLimiter(settings.rate_limit_rps),
+                    metrics=metrics,
                 )
                 # A2A 0.1 clients: the same principals, so the same request budget
                 app.state.v01 = V01Dispatcher(
-                    services, authenticator, telemetry, app.state.dispatcher.limiter
+                    built.methods,
+                    authenticator,
+                    telemetry,
+                    app.state.dispatcher.limiter,
+                    metrics=metrics,
                 )
                 # the agent makes a few calls per turn: ten times a client's budget per session
                 app.state.provider = ProviderDispatcher(
-                    services, telemetry, RateLimiter(settings.rate_limit_rps * 10)
+                    built.provider, metrics, telemetry, RateLimiter(settings.rate_limit_rps * 10)
+                )
+                app.state.operator = built.operator
+                app.state.routes = RouteDeps(
+                    settings,
+                    metrics,
+                    telemetry,
+                    built.commands,
+                    built.ledger,
+                    built.store_ready,
+                    clock,
                 )
                 if settle_heap:
                     # what start-up built lives as long as the process: out of the collector's
@@ -365,6 +408,7 @@ def create_app(
         # with `*` every origin gets the same answer, so no Vary is needed
         before_send=[vary_origin] if varies else [],
     )
+    app.state.metrics = metrics  # GET /metrics
     app.state.agent_card = AgentCardBody(build_agent_card(settings))
     app.state.agent_card_v01 = AgentCardBody(agent_card_v01(build_agent_card(settings), settings))
     app.state.operator_console = OperatorConsole.load()

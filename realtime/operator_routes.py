@@ -29,7 +29,7 @@ from realtime.errors import (
 )
 from realtime.logs import ACCESS_LOG
 from realtime.methods import operator_deliveries, operator_views
-from realtime.methods.context import Services
+from realtime.methods.context import OperatorDeps
 from realtime.metrics import PROMETHEUS_CONTENT_TYPE
 from realtime.rpc.dispatch import Dispatcher
 from realtime.rpc.errors import code_of
@@ -45,8 +45,7 @@ async def metrics(state: State) -> Response[bytes]:
     """The Prometheus text format (profile §17), without a token like every scrape target;
     registered unless `AIM_METRICS=off` (then 404). Never waits on Redis for longer than one
     bounded read of the gauges (`telemetry.StoreGauges`)."""
-    dispatcher: Dispatcher = state.dispatcher
-    body = await dispatcher.services.metrics.exposition()
+    body = await state.metrics.exposition()
     return Response(body, media_type=PROMETHEUS_CONTENT_TYPE)
 
 
@@ -91,7 +90,7 @@ def operator_error(error: ServiceError) -> ASGIResponse:
     )
 
 
-Read = Callable[[Services, Principal], Awaitable[dict[str, Any]]]
+Read = Callable[[OperatorDeps, Principal], Awaitable[dict[str, Any]]]
 
 
 async def operator_call(
@@ -110,7 +109,7 @@ async def operator_call(
         )
         authenticator.require_scope(operator, OPERATOR_SCOPE)
         dispatcher.limiter.charge(operator.key, "operator API calls")
-        body = await read(dispatcher.services, operator)
+        body = await read(request.app.state.operator, operator)
         response = ASGIResponse(
             body=_ENCODER.encode(body), status_code=200, media_type=JSON, headers=OPERATOR_HEADERS
         )
@@ -155,7 +154,7 @@ def _query(request: Request[Any, Any, Any]) -> dict[str, str]:
 async def operator_sessions(request: Request[Any, Any, Any]) -> ASGIResponse:
     query = _query(request)
     return await operator_call(
-        request, lambda services, operator: operator_views.list_sessions(services, operator, query)
+        request, lambda deps, operator: operator_views.list_sessions(deps, operator, query)
     )
 
 
@@ -164,7 +163,7 @@ async def operator_session(request: Request[Any, Any, Any]) -> ASGIResponse:
     session_id = str(request.path_params["session_id"])
     return await operator_call(
         request,
-        lambda services, operator: operator_views.session_detail(services, operator, session_id),
+        lambda deps, operator: operator_views.session_detail(deps, operator, session_id),
         session_id=session_id,
     )
 
@@ -174,7 +173,7 @@ async def operator_timeline(request: Request[Any, Any, Any]) -> ASGIResponse:
     session_id, query = str(request.path_params["session_id"]), _query(request)
     return await operator_call(
         request,
-        lambda services, operator: operator_views.timeline(services, operator, session_id, query),
+        lambda deps, operator: operator_views.timeline(deps, operator, session_id, query),
         session_id=session_id,
     )
 
@@ -184,7 +183,7 @@ async def operator_session_deliveries(request: Request[Any, Any, Any]) -> ASGIRe
     session_id = str(request.path_params["session_id"])
     return await operator_call(
         request,
-        lambda services, operator: operator_deliveries.deliveries(services, operator, session_id),
+        lambda deps, operator: operator_deliveries.deliveries(deps, operator, session_id),
         session_id=session_id,
     )
 
@@ -194,9 +193,7 @@ async def operator_redeliver(request: Request[Any, Any, Any]) -> ASGIResponse:
     session_id, body = str(request.path_params["session_id"]), await request.body()
     return await operator_call(
         request,
-        lambda services, operator: operator_deliveries.redeliver(
-            services, operator, session_id, body
-        ),
+        lambda deps, operator: operator_deliveries.redeliver(deps, operator, session_id, body),
         session_id=session_id,
     )
 

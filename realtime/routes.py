@@ -8,6 +8,8 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final
 
@@ -17,20 +19,38 @@ from litestar.datastructures import State
 from litestar.enums import HttpMethod
 from litestar.response.base import ASGIResponse
 
+from realtime.engine.ledger import Ledger
 from realtime.errors import Unavailable
 from realtime.front import RpcExchange, read_body
 from realtime.methods import webhooks
-from realtime.methods.context import Services
-from realtime.rpc.dispatch import Dispatcher
+from realtime.methods.context import Clock, Commands
+from realtime.metrics import Metrics
 from realtime.rpc.envelope import body_error
 from realtime.rpc.errors import code_of
 from realtime.rpc.headers import combined
+from realtime.settings import Settings
 from realtime.store.timeline import WebhookVerdict
+from realtime.telemetry import Telemetry
 from realtime.timestamps import http_date, parse_http_date
 
 log = logging.getLogger(__name__)
 
 JSON: Final = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDeps:
+    """What the routes beside the JSON-RPC endpoints use, built once by `create_app`: LiveKit's
+    webhooks apply through `commands`, the card's Last-Modified is kept by the `ledger`, the
+    readiness probe asks `store_ready` whether Redis answers."""
+
+    settings: Settings
+    metrics: Metrics
+    telemetry: Telemetry
+    commands: Commands
+    ledger: Ledger
+    store_ready: Callable[[], Awaitable[bool]]
+    clock: Clock = time.time
 
 
 def header_fields(request: Request[Any, Any, Any]) -> dict[str, str]:
@@ -58,23 +78,22 @@ async def provider(request: Request[Any, Any, Any]) -> RpcExchange:
 async def livekit_webhook(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
     """Signed LiveKit webhooks (`methods.webhooks.handle`): 401 unless verified, 200 once
     recorded, 503 if it cannot be; one server span each (`Telemetry.webhook_span`)."""
-    dispatcher: Dispatcher = state.dispatcher
-    services = dispatcher.services
-    with dispatcher.telemetry.webhook_span() as span:
+    deps: RouteDeps = state.routes
+    with deps.telemetry.webhook_span() as span:
         fields = header_fields(request)
         body, too_large = await read_body(
-            request.receive, services.settings.max_body_bytes, fields.get("content-length")
+            request.receive, deps.settings.max_body_bytes, fields.get("content-length")
         )
-        answer = await _webhook(services, body, too_large, fields.get("authorization", ""))
+        answer = await _webhook(deps.commands, body, too_large, fields.get("authorization", ""))
         if answer.event is not None:
             span.set_event(answer.event, answer.session_id)
         span.set_outcome(answer.status, answer.verdict)
-    services.metrics.webhook(answer.verdict)
+    deps.metrics.webhook(answer.verdict)
     return Response(answer.body, status_code=answer.status, media_type=JSON)
 
 
 async def _webhook(
-    services: Services, body: bytes, too_large: bool, authorization: str
+    commands: Commands, body: bytes, too_large: bool, authorization: str
 ) -> webhooks.WebhookAnswer:
     """The body as the JSON-RPC routes read it (size, then JSON), then the handler."""
     if too_large:
@@ -85,7 +104,7 @@ async def _webhook(
         return webhooks.WebhookAnswer(
             400, WebhookVerdict.MALFORMED, msgspec.json.encode({"error": error})
         )
-    return await webhooks.handle(services, body, authorization)
+    return await webhooks.handle(commands, body, authorization)
 
 
 class AgentCardBody:
@@ -104,15 +123,15 @@ class AgentCardBody:
         self.modified: int | None = None  # Unix seconds, once known
         self._next_try = 0.0
 
-    async def last_modified(self, services: Services) -> int | None:
+    async def last_modified(self, deps: RouteDeps) -> int | None:
         if self.modified is None and time.monotonic() >= self._next_try:
             self._next_try = time.monotonic() + self.RETRY_S
             # a second early: the response's Date, which must not be earlier (RFC 9110
             # §8.8.2.1), is stamped by the HTTP server from a clock it reads once a second
-            now_s = int(services.clock()) - 1
+            now_s = int(deps.clock()) - 1
             try:
                 self.modified = await asyncio.wait_for(
-                    services.card_store.modified(self.etag, now_s), self.WAIT_S
+                    deps.ledger.card_served(self.etag, now_s), self.WAIT_S
                 )
             except (Unavailable, TimeoutError):
                 log.warning("agent card: Redis did not say when the card changed; no Last-Modified")
@@ -120,7 +139,7 @@ class AgentCardBody:
                 log.exception("agent card: reading when the card changed failed")
         if self.modified is None:
             return None
-        return min(self.modified, int(services.clock()))
+        return min(self.modified, int(deps.clock()))
 
 
 def not_modified(fields: dict[str, str], etag: str, modified: int | None) -> bool:
@@ -137,8 +156,7 @@ def not_modified(fields: dict[str, str], etag: str, modified: int | None) -> boo
 
 async def serve_card(request: Request[Any, Any, Any], card: AgentCardBody) -> Response[bytes]:
     """A card with its ETag and Last-Modified; 304 when the client's copy is current."""
-    dispatcher: Dispatcher = request.app.state.dispatcher
-    modified = await card.last_modified(dispatcher.services)
+    modified = await card.last_modified(request.app.state.routes)
     headers = {"ETag": card.etag, "Cache-Control": "public, max-age=300"}
     if modified is not None:
         headers["Last-Modified"] = http_date(modified)
@@ -159,8 +177,8 @@ async def healthz() -> Response[bytes]:
 
 @get("/readyz")
 async def readyz(state: State) -> Response[bytes]:
-    dispatcher: Dispatcher = state.dispatcher
-    if await dispatcher.services.store_ready():
+    deps: RouteDeps = state.routes
+    if await deps.store_ready():
         return Response(b'{"status":"ready"}', media_type=JSON)
     return Response(
         b'{"status":"unavailable","redis":"unreachable"}', status_code=503, media_type=JSON

@@ -11,6 +11,10 @@ session, version, task and join media as they will be committed), the method ren
 from it, and `commit` stores both at once. `commit` answers None when another writer committed
 in between; the caller decides again (`execute` does so for events whose result is fixed). Effects
 are stored in the commit (outbox) and carried out right after it by the runner.
+
+A new session is claimed (`claim_create`: its messageId and clientSessionId, within the owner's
+limits) and created (`create`) here too: every change of a session's state, and of its owner's
+live index, is the engine's (`engine/ledger.py` writes what concerns no session).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -50,8 +55,8 @@ from realtime.engine.schedule import armed_by, window_s
 from realtime.engine.session_events import notices
 from realtime.metrics import Metrics
 from realtime.settings import Settings
-from realtime.store.records import CommandOutcome, SessionRecord, TaskRecord
-from realtime.store.sessions import Commit, Loaded, SessionStore
+from realtime.store.records import CommandOutcome, Loaded, SessionRecord, TaskRecord
+from realtime.store.sessions import Claimed, Commit, SessionStore
 from realtime.telemetry import Telemetry, current_cause, link_to_cause, note_transition
 from realtime.timestamps import timestamp
 from state_machines import Accepted, Rejected, Session
@@ -89,6 +94,20 @@ def _link(linked: bool, loaded: Loaded) -> None:
     """The current span links to the session's last call (`LINKED` causes)."""
     if linked and loaded.record is not None:
         link_to_cause(loaded.record.caller)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateClaim:
+    """What a session's create claims before its commit (`Engine.claim_create`): its messageId
+    and clientSessionId, the task and session it will be, the digest of its session.create
+    data, and when (the score of the owner's indexes)."""
+
+    message_id: str
+    client_session_id: str
+    task_id: str
+    session_id: str
+    digest: str
+    now_ms: int
 
 
 RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
@@ -287,6 +306,45 @@ class Engine:
         note_transition(session.session_id, session.epoch, None, None, session.state)
         return True  # the caller carries out provisioning (it may wait)
 
+    async def claim_create(self, owner: str, claim: CreateClaim) -> Claimed:
+        """Claim a session's create for `owner` (once per messageId and clientSessionId, within
+        the live-session and task limits). At the live-session limit, the owner's live index is
+        pruned of sessions that ended (a crash may have left them) and the claim tried once
+        more."""
+        claimed = await self._claim(owner, claim)
+        if claimed.status == "limit" and await self._prune_live(owner):
+            claimed = await self._claim(owner, claim)
+        return claimed
+
+    async def _claim(self, owner: str, claim: CreateClaim) -> Claimed:
+        settings = self.settings
+        return await self.sessions.claim_create(
+            owner,
+            message_id=claim.message_id,
+            client_session_id=claim.client_session_id,
+            task_id=claim.task_id,
+            session_id=claim.session_id,
+            digest=claim.digest,
+            score_ms=claim.now_ms,
+            ttl_s=settings.task_ttl_s,
+            limit=settings.max_sessions_per_principal,
+            task_limit=settings.max_tasks_per_principal,
+        )
+
+    async def _prune_live(self, owner: str) -> bool:
+        """Drop sessions that ended from the owner's live index; True if any."""
+        stale = []
+        for session_id in await self.sessions.live_sessions(owner):
+            loaded = await self.sessions.load(session_id)
+            if loaded.record is None or loaded.record.session.state not in machine.LIVE_STATES:
+                stale.append(session_id)
+        await self._forget_live(owner, stale)
+        return bool(stale)
+
+    async def _forget_live(self, owner: str, session_ids: list[str]) -> None:
+        """The one place a session leaves its owner's live index (it ended, or it is gone)."""
+        await self.sessions.forget_live(owner, session_ids)
+
     async def record(self, session_id: str, note: Note) -> Applied | Missing | Contended:
         """An event entry for something done to the session that changes none of its state (a
         room deleted or a participant removed by the reconciler): one commit of the unchanged
@@ -377,16 +435,16 @@ class Engine:
 
     async def _committed(self, decided: Decided) -> None:
         """After a commit that changed the session: an ended one leaves its owner's live
-        sessions, the span notes the transition, the agent's presence changes are counted."""
+        sessions, the agent's presence changes are counted, the span notes the transition."""
         record, new = decided.loaded.record, decided.session
         assert record is not None  # noqa: S101 - checked by decide
         old = record.session
         if new.state in machine.TERMINAL_STATES and old.state not in machine.TERMINAL_STATES:
-            await self.sessions.forget_live(record.owner, [decided.session_id])
-        command_id = decided.command.command_id if decided.command else None
-        note_transition(decided.session_id, new.epoch, command_id, old.state, new.state)
+            await self._forget_live(record.owner, [decided.session_id])
         for change in presence_changes(old, new):
             self.metrics.agent_presence(change)
+        command_id = decided.command.command_id if decided.command else None
+        note_transition(decided.session_id, new.epoch, command_id, old.state, new.state)
 
     def _task(
         self, loaded: Loaded, now_ms: int, decision: Accepted[Session] | None = None

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from realtime.engine.entries import Command
-from realtime.store.records import CommandOutcome, TaskRecord
-from realtime.store.sessions import Loaded
+from realtime.store.records import CommandOutcome, Loaded, TaskRecord
 from state_machines import Accepted, Rejected, Session
 
 

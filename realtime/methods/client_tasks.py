@@ -25,11 +25,12 @@ from realtime.errors import (
     UnsupportedOperation,
     task_state,
 )
-from realtime.methods.context import Call, Services
+from realtime.methods.context import Call, TaskDeps
 from realtime.methods.streaming import TaskStream
 from realtime.store import keys
 
-Handler = Callable[[Services, Call[Any]], Awaitable[Any]]
+# the method's handler, bound to its family's dependencies (`rpc/registry`)
+Handler = Callable[[Call[Any]], Awaitable[Any]]
 
 _SORTED: Final = msgspec.json.Encoder(order="sorted")
 
@@ -61,7 +62,7 @@ def digest(params: v01.SendParams) -> str:
 
 
 async def send(
-    services: Services,
+    deps: TaskDeps,
     handler: Handler,
     call: Call[Any],
     request: v01.SendParams,
@@ -69,41 +70,41 @@ async def send(
 ) -> Any:
     """tasks/send, tasks/sendSubscribe: `handler` (SendMessage's or SendStreamingMessage's)
     through the id map; `ids.server` is set once the task is known."""
-    store = services.task_store
+    reads, ledger = deps.reads, deps.ledger
     owner = call.principal.key
     request_digest = digest(request)
-    ttl = services.settings.task_ttl_s + keys.IDEMPOTENCY_GRACE_S  # the messageId's
-    record = await store.claim_client_task(owner, request.id, request_digest, ttl_s=ttl)
+    ttl = deps.settings.task_ttl_s + keys.IDEMPOTENCY_GRACE_S  # the messageId's
+    record = await ledger.claim_client_task(owner, request.id, request_digest, ttl_s=ttl)
     if record is not None and record.d != request_digest:
-        raise await follow_up(services, owner, request.id, record.t)
+        raise await follow_up(deps, owner, request.id, record.t)
     try:
-        result = await handler(services, call)
+        result = await handler(call)
     except ServiceError:
         # a task may exist all the same (-31012 while provisioning goes on): bind it; else
         # the id is free again for a corrected request
-        found = await store.message_task(owner, v01.message_id(request.id))
+        found = await reads.message_task(owner, v01.message_id(request.id))
         if found is not None:
             ids.server = found  # its error may name it: it is the 0.1 id's task now
-            await store.bind_client_task(owner, request.id, request_digest, found, ttl_s=ttl)
+            await ledger.bind_client_task(owner, request.id, request_digest, found, ttl_s=ttl)
         elif record is None or record.t is None:
-            await store.release_client_task(owner, request.id, request_digest)
+            await ledger.release_client_task(owner, request.id, request_digest)
         raise
     task_id: str = result.task_id if isinstance(result, TaskStream) else result.task.id
     ids.server = task_id
     if record is None or record.t != task_id:
-        await store.bind_client_task(owner, request.id, request_digest, task_id, ttl_s=ttl)
+        await ledger.bind_client_task(owner, request.id, request_digest, task_id, ttl_s=ttl)
     return result
 
 
 async def follow_up(
-    services: Services, owner: str, client_id: str, task_id: str | None
+    deps: TaskDeps, owner: str, client_id: str, task_id: str | None
 ) -> UnsupportedOperation:
     """-32004 for a known 0.1 id with a new message (decision 111): nothing is stored."""
-    store = services.task_store
-    task_id = task_id or await store.message_task(owner, v01.message_id(client_id))
+    reads = deps.reads
+    task_id = task_id or await reads.message_task(owner, v01.message_id(client_id))
     state = "TASK_STATE_SUBMITTED"  # the first request for this id is still under way
     if task_id is not None:
-        record = await store.get(task_id)
+        record = await reads.get(task_id)
         mine = record is not None and record.owner == owner
         state = record.task.status.state if record and mine else "TASK_STATE_UNSPECIFIED"
     return UnsupportedOperation(
@@ -116,19 +117,19 @@ async def follow_up(
 
 
 async def read(
-    services: Services, handler: Handler, call: Call[Any], request: v01.TaskId, ids: TaskIds
+    deps: TaskDeps, handler: Handler, call: Call[Any], request: v01.TaskId, ids: TaskIds
 ) -> Any:
     """tasks/get, tasks/cancel, tasks/resubscribe: `handler` for the task the 0.1 id is bound
     to (the call's params name a placeholder until then)."""
-    record = await services.task_store.client_task(call.principal.key, request.id)
+    record = await deps.reads.client_task(call.principal.key, request.id)
     if record is None or record.t is None:
         raise TaskNotFound(request.id)
     ids.server = record.t
     params = msgspec.structs.replace(call.params, id=record.t)
-    return await handler(services, dataclasses.replace(call, params=params))
+    return await handler(dataclasses.replace(call, params=params))
 
 
-async def push_notifications(services: Services, call: Call[Any]) -> NoReturn:
+async def push_notifications(call: Call[Any]) -> NoReturn:
     """tasks/pushNotification/set and /get (their params unread): this agent sends none."""
     raise PushNotificationNotSupported(
         f"{call.method}: this agent sends no push notifications (its card says "

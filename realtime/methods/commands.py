@@ -37,11 +37,10 @@ from realtime.errors import (
     method_name,
 )
 from realtime.livekit_adapter.tokens import JoinMedia, issue_join, sign_join_token
-from realtime.methods.context import Call, Services
+from realtime.methods.context import Call, Commands, SessionDeps
 from realtime.methods.rejections import reject
 from realtime.settings import Settings
-from realtime.store.records import CommandOutcome
-from realtime.store.sessions import Loaded
+from realtime.store.records import CommandOutcome, Loaded
 
 _JOIN: Final = msgspec.json.Decoder(JoinResult)
 _ENCODER: Final = msgspec.json.Encoder()
@@ -64,7 +63,7 @@ def command_of(call: Call[Any], command_id: str) -> Command:
 
 
 async def load_own(
-    services: Services,
+    deps: SessionDeps,
     session_id: str,
     owner: str,
     command_id: str | None = None,
@@ -72,7 +71,7 @@ async def load_own(
     with_outbox: bool = False,
 ) -> Loaded:
     """The caller's session (another principal's is not found, like a missing one)."""
-    loaded = await services.session_store.load(session_id, command_id, with_outbox=with_outbox)
+    loaded = await deps.sessions.load(session_id, command_id, with_outbox=with_outbox)
     if loaded.record is None or loaded.record.owner != owner:
         raise SessionNotFound(session_id)
     return loaded
@@ -103,7 +102,7 @@ def error_of(outcome: Denied | Missing | Contended | Reused) -> ServiceError:
 
 
 async def execute(
-    services: Services,
+    commands: Commands,
     session_id: str,
     event: AnyEvent,
     *,
@@ -114,10 +113,10 @@ async def execute(
 ) -> Outcome:
     """Apply an event whose result is fixed (`Engine.execute`), and start the effects its
     commit stored."""
-    outcome = await services.engine.execute(
+    outcome = await commands.engine.execute(
         session_id, event, owner=owner, command=command, result=result, note=note
     )
-    return services.runner.follow(outcome)
+    return commands.runner.follow(outcome)
 
 
 def applied(outcome: Outcome) -> Applied:
@@ -140,19 +139,19 @@ def stored_result(settings: Settings, outcome: CommandOutcome) -> bytes:
     return _ENCODER.encode(msgspec.structs.replace(result, media=media))
 
 
-async def get_command(services: Services, call: Call[p.GetCommandParams]) -> Any:
+async def get_command(deps: SessionDeps, call: Call[p.GetCommandParams]) -> Any:
     params = call.params
-    await load_own(services, params.session_id, call.principal.key)
-    outcome = await services.session_store.outcome(params.session_id, params.command_id)
+    await load_own(deps, params.session_id, call.principal.key)
+    outcome = await deps.sessions.outcome(params.session_id, params.command_id)
     if outcome is None:
         raise CommandNotFound(
             f"No applied command {params.command_id} in this session. Only applied commands "
             "are stored, and only for the session's life and "
-            f"{services.settings.command_ttl_s} s after it ended; a rejected one can be sent "
+            f"{deps.settings.command_ttl_s} s after it ended; a rejected one can be sent "
             "again.",
             details={"commandId": params.command_id},
         )
-    result = msgspec.Raw(stored_result(services.settings, outcome))
+    result = msgspec.Raw(stored_result(deps.settings, outcome))
     return {
         "command": {
             "commandId": outcome.command_id,
@@ -215,7 +214,7 @@ async def apply_command(
 
 
 async def run_command(
-    services: Services,
+    commands: Commands,
     session_id: str,
     event: AnyEvent,
     *,
@@ -228,10 +227,10 @@ async def run_command(
     goes to the session's timeline: a replay, a command that applied without a change, and a
     rejection with its error (never one of a session that is not there or not the caller's, so
     nobody writes into a timeline they cannot see). Effects the commit stored are started."""
-    recorder = services.recorder
+    notes = commands.notes
     try:
         done = await apply_command(
-            services.engine,
+            commands.engine,
             session_id,
             event,
             owner=owner,
@@ -241,7 +240,7 @@ async def run_command(
         )
     except ServiceError as error:
         if not isinstance(error, SessionNotFound):
-            recorder.command(
+            notes.command(
                 session_id,
                 method=command.method,
                 command_id=command.command_id,
@@ -249,19 +248,19 @@ async def run_command(
                 error=error,
             )
         raise
-    services.runner.follow(done)
+    commands.runner.follow(done)
     if isinstance(done, Replayed) or not done.changed:
-        recorder.command(
+        notes.command(
             session_id,
             method=command.method,
             command_id=command.command_id,
             outcome="replayed" if isinstance(done, Replayed) else "applied",
         )
-    return msgspec.Raw(stored_result(services.settings, outcome_of(done)))
+    return msgspec.Raw(stored_result(commands.settings, outcome_of(done)))
 
 
 async def run_client_command(
-    services: Services,
+    commands: Commands,
     call: Call[Any],
     session_id: str,
     command_id: str,
@@ -270,7 +269,7 @@ async def run_client_command(
 ) -> msgspec.Raw:
     """A client's command on one of its own sessions (`run_command` with the caller as owner)."""
     return await run_command(
-        services,
+        commands,
         session_id,
         event,
         owner=call.principal.key,

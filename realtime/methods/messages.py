@@ -14,7 +14,7 @@ from realtime.a2a import types as wire
 from realtime.a2a.modes import require_input_modes
 from realtime.errors import ExtensionSupportRequired
 from realtime.methods import sessions, tasks
-from realtime.methods.context import Call, Services
+from realtime.methods.context import Call, SessionDeps
 
 SESSION_CREATE_MEDIA_TYPE: Final = "application/json"
 
@@ -41,14 +41,14 @@ def require_realtime_extension(call: Call[Any]) -> None:
         )
 
 
-async def send_message(services: Services, call: Call[p.SendParams]) -> wire.SendMessageResult:
+async def send_message(deps: SessionDeps, call: Call[p.SendParams]) -> wire.SendMessageResult:
     message = call.params.message
     found = session_create_part(message)
     if found is None:
         require_input_modes(message.parts)
-        return await tasks.send_message_rejected(services, call)
+        return await tasks.send_message_rejected(deps.tasks, call)
     index, data = found
     require_realtime_extension(call)
     create = p.decode_as(p.SessionCreate, data, root=f"params.message.parts[{index}].data")
     require_input_modes(message.parts)
-    return await sessions.create_session(services, call, create, data)
+    return await sessions.create_session(deps, call, create, data)

@@ -17,7 +17,7 @@ from realtime.engine.outcomes import Decided
 from realtime.errors import InvalidState, OperationNotFound, invalid_params, task_ref, task_state
 from realtime.methods import tasks
 from realtime.methods.commands import load_own, run_client_command, run_command
-from realtime.methods.context import Call, Services
+from realtime.methods.context import Call, NewId, SessionDeps
 from realtime.methods.sessions import session_result
 from state_machines import Session, interactions
 from state_machines.effects import AppendHistory
@@ -62,7 +62,7 @@ def _operation_object(session_id: str, op: Operation) -> dict[str, Any]:
 
 
 def _event(
-    services: Services, params: p.SendInteractionParams, payload: p.Params
+    new_id: NewId, params: p.SendInteractionParams, payload: p.Params
 ) -> tuple[interactions.InteractionEvent, str | None]:
     """The core event of an interaction, and the operation it concerns (if any)."""
     epoch, command_id = params.session_epoch, params.command_id
@@ -73,7 +73,7 @@ def _event(
         action = _MEDIA[params.type]
         if payload.side == "user":
             return interactions.UserMedia(epoch, command_id, payload.source, action), None
-        operation_id = services.new_id() if action == "request" else None
+        operation_id = new_id() if action == "request" else None
         event = interactions.AgentMedia(
             epoch, command_id, payload.source, action, operation_id or ""
         )
@@ -106,16 +106,16 @@ def _event(
     ), payload.operation_id
 
 
-async def send_interaction(services: Services, call: Call[p.SendInteractionParams]) -> Any:
+async def send_interaction(deps: SessionDeps, call: Call[p.SendInteractionParams]) -> Any:
     """SendInteraction: typed payload, then the session's interaction rules (profile §7)."""
     params = call.params
     payload = payloads.decode_payload(params.type, params.payload)
-    event, operation_id = _event(services, params, payload)
+    event, operation_id = _event(deps.new_id, params, payload)
 
     def render(decided: Decided) -> dict[str, Any]:
         session = decided.session
         result = {
-            "session": session_result(services, session, decided.version),
+            "session": session_result(deps.settings, session, decided.version),
             "interaction": {
                 "commandId": params.command_id,
                 "type": params.type,
@@ -127,13 +127,13 @@ async def send_interaction(services: Services, call: Call[p.SendInteractionParam
         return result
 
     return await run_client_command(
-        services, call, params.session_id, params.command_id, event, render
+        deps.commands, call, params.session_id, params.command_id, event, render
     )
 
 
-async def get_operation(services: Services, call: Call[p.GetOperationParams]) -> Any:
+async def get_operation(deps: SessionDeps, call: Call[p.GetOperationParams]) -> Any:
     params = call.params
-    loaded = await load_own(services, params.session_id, call.principal.key)
+    loaded = await load_own(deps, params.session_id, call.principal.key)
     assert loaded.record is not None  # noqa: S101
     session = loaded.record.session
     return {"operation": operation_result(params.session_id, session, params.operation_id)}
@@ -157,14 +157,14 @@ def _decision(message: p.ContinueMessage) -> str:
     )
 
 
-async def continue_task(services: Services, call: Call[p.ContinueParams]) -> Any:
+async def continue_task(deps: SessionDeps, call: Call[p.ContinueParams]) -> Any:
     """ContinueTask: answer the task's open requirement; a repeated messageId replays."""
     params = call.params
     message = params.message
     decision = _decision(message)
     require_input_modes(message.parts)  # -32005, like SendMessage, before the task is read
     owner = call.principal.key
-    record = await tasks.load_own_task(services, owner, params.id)
+    record = await tasks.load_own_task(deps.tasks, owner, params.id)
     if message.context_id is not None and message.context_id != record.task.context_id:
         raise invalid_params(
             "params.message.contextId", "must equal the task's contextId (or be left out)"
@@ -193,7 +193,7 @@ async def continue_task(services: Services, call: Call[p.ContinueParams]) -> Any
         history=AppendHistory(message.message_id, "user", _ENCODER.encode(parts).decode()),
     )
     stored = await run_command(
-        services,
+        deps.commands,
         session_id,
         event,
         owner=owner,

@@ -17,7 +17,7 @@ import msgspec
 from realtime.auth import Principal
 from realtime.engine.session_events import webhook_id
 from realtime.errors import SessionNotFound, invalid_params
-from realtime.methods.context import Services
+from realtime.methods.context import OperatorDeps
 from realtime.methods.operator_views import check_id, visible
 
 MAX_BODY: Final = 1024
@@ -27,19 +27,19 @@ class RedeliverParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True, r
     from_seq: int
 
 
-async def _visible_session(services: Services, operator: Principal, session_id: str) -> None:
+async def _visible_session(deps: OperatorDeps, operator: Principal, session_id: str) -> None:
     check_id(session_id)
-    loaded = await services.session_store.load(session_id)
-    if loaded.record is None or not visible(services, operator, loaded.record):
+    loaded = await deps.sessions.load(session_id)
+    if loaded.record is None or not visible(deps.settings, operator, loaded.record):
         raise SessionNotFound(session_id)
 
 
-async def deliveries(services: Services, operator: Principal, session_id: str) -> dict[str, Any]:
+async def deliveries(deps: OperatorDeps, operator: Principal, session_id: str) -> dict[str, Any]:
     """`{enabled, dropped, deliveries: [...]}`: each kept event with how sending it fared (and
     `droppedBefore`, the events just before it that the backlog's bound dropped), and how many
     of the session's events were dropped in all."""
-    await _visible_session(services, operator, session_id)
-    kept = await services.delivery_store.listing(session_id)
+    await _visible_session(deps, operator, session_id)
+    kept = await deps.deliveries.listing(session_id)
     items = []
     for item in kept.deliveries:
         body = msgspec.json.decode(item.body)
@@ -57,14 +57,14 @@ async def deliveries(services: Services, operator: Principal, session_id: str) -
             }
         )
     return {
-        "enabled": services.settings.events_enabled,
+        "enabled": deps.settings.events_enabled,
         "dropped": kept.dropped,
         "deliveries": items,
     }
 
 
 async def redeliver(
-    services: Services, operator: Principal, session_id: str, raw: bytes
+    deps: OperatorDeps, operator: Principal, session_id: str, raw: bytes
 ) -> dict[str, Any]:
     """`POST …/events/redeliver {"fromSeq": N}` → `{sessionId, fromSeq, redelivering}`: how
     many kept events will be sent again, in seq order from N."""
@@ -80,10 +80,10 @@ async def redeliver(
         raise invalid_params("body", 'must be JSON: {"fromSeq": N}') from None
     if params.from_seq < 1:
         raise invalid_params("fromSeq", "must be 1 or more (seq starts at 1)")
-    await _visible_session(services, operator, session_id)
-    if not services.settings.events_enabled:
+    await _visible_session(deps, operator, session_id)
+    if not deps.settings.events_enabled:
         raise invalid_params(
             "fromSeq", "session events are not configured here (AIM_EVENTS_URL): none to send"
         )
-    again = await services.delivery_store.redeliver(session_id, params.from_seq, services.now_ms())
+    again = await deps.ledger.redeliver(session_id, params.from_seq, deps.now_ms())
     return {"sessionId": session_id, "fromSeq": params.from_seq, "redelivering": again}

@@ -30,7 +30,8 @@ from realtime.auth import Principal
 from realtime.engine.entries import CALLS
 from realtime.engine.schedule import Timer
 from realtime.errors import SessionNotFound, invalid_params
-from realtime.methods.context import Services
+from realtime.methods.context import OperatorDeps
+from realtime.settings import Settings
 from realtime.store.events import Entry, is_entry_id
 from realtime.store.operator_reads import EVERY, Position
 from realtime.store.records import EVENT_DECODER, Cause, EventEntry, PendingEffect, SessionRecord
@@ -54,10 +55,10 @@ _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 _START: Final = "0-0"
 
 
-def visible(services: Services, operator: Principal, record: SessionRecord) -> bool:
+def visible(settings: Settings, operator: Principal, record: SessionRecord) -> bool:
     """Whether `operator` may see the session: any, unless a tenant claim is configured; then
     only its tenant's (a session's owner key is the hash of its principal's tenant and sub)."""
-    if services.settings.auth_tenant_claim is None:
+    if settings.auth_tenant_claim is None:
         return True
     try:
         same = Principal(subject=record.principal_name, tenant=operator.tenant, scopes=frozenset())
@@ -70,7 +71,7 @@ def visible(services: Services, operator: Principal, record: SessionRecord) -> b
 
 
 async def list_sessions(
-    services: Services, operator: Principal, query: Mapping[str, str]
+    deps: OperatorDeps, operator: Principal, query: Mapping[str, str]
 ) -> dict[str, Any]:
     """`{sessions: [summary], nextCursor}`: newest commit first."""
     state = query.get("state") or None
@@ -79,12 +80,12 @@ async def list_sessions(
     principal = query.get("principal") or None
     limit = _limit(query, SESSIONS_LIMIT, SESSIONS_LIMIT_MAX)
     position = _session_cursor(query.get("cursor"))
-    store = services.operator_reads
-    prune_before = services.now_ms() - services.settings.task_ttl_s * 1000
+    store = deps.reads
+    prune_before = deps.now_ms() - deps.settings.task_ttl_s * 1000
     found: list[dict[str, Any]] = []
     examined, exhausted = 0, False
     # a tenant's operator reads its tenant's own index: its cost does not grow with the others'
-    index = EVERY if services.settings.auth_tenant_claim is None else (operator.tenant or "")
+    index = EVERY if deps.settings.auth_tenant_claim is None else (operator.tenant or "")
     # without a filter a page is one batch; with one, batches large enough that a page rarely
     # needs a second
     filtered = bool(state or principal)
@@ -101,7 +102,7 @@ async def list_sessions(
             taken += 1
             position = (item.score, item.session_id)
             record = item.record
-            if record is None or not visible(services, operator, record):
+            if record is None or not visible(deps.settings, operator, record):
                 continue
             if (state and record.session.state != state) or (
                 principal and record.principal_name != principal
@@ -142,23 +143,23 @@ def summary(record: SessionRecord) -> dict[str, Any]:
 
 
 async def session_detail(
-    services: Services, operator: Principal, session_id: str
+    deps: OperatorDeps, operator: Principal, session_id: str
 ) -> dict[str, Any]:
     """The Session object of §4 plus `principal`, `outbox`, `timers`, `pendingOperations`."""
     check_id(session_id)
-    detail = await services.operator_reads.detail(session_id)
+    detail = await deps.reads.detail(session_id)
     record = detail.record
-    if record is None or not visible(services, operator, record):
+    if record is None or not visible(deps.settings, operator, record):
         raise SessionNotFound(session_id)
     session = record.session
     view: dict[str, Any] = msgspec.to_builtins(
         views.session_view(
-            session, version=detail.version, media_url=services.settings.livekit_public_url or ""
+            session, version=detail.version, media_url=deps.settings.livekit_public_url or ""
         )
     )
     view["principal"] = record.principal_name
     view["outbox"] = [outbox_item(effect_id, entry) for effect_id, entry in detail.outbox]
-    view["timers"] = timers_of(detail.timers, session, detail.version, services.now_ms())
+    view["timers"] = timers_of(detail.timers, session, detail.version, deps.now_ms())
     view["pendingOperations"] = [
         operation_item(op) for op in session.operations if not operations.is_terminal(op.state)
     ]
@@ -235,16 +236,16 @@ def operation_item(op: operations.Operation) -> dict[str, Any]:
 
 
 async def timeline(
-    services: Services, operator: Principal, session_id: str, query: Mapping[str, str]
+    deps: OperatorDeps, operator: Principal, session_id: str, query: Mapping[str, str]
 ) -> dict[str, Any]:
     """`{entries, nextCursor}`: oldest first; each source entry appears once across pages."""
     check_id(session_id)
     limit = _limit(query, TIMELINE_LIMIT, TIMELINE_LIMIT_MAX)
     events_after, noted_after = _timeline_cursor(query.get("cursor"))
-    read = await services.operator_reads.timeline(
+    read = await deps.reads.timeline(
         session_id, events_after=events_after, noted_after=noted_after, count=limit
     )
-    if read.record is None or not visible(services, operator, read.record):
+    if read.record is None or not visible(deps.settings, operator, read.record):
         raise SessionNotFound(session_id)
     entries, events_at, noted_at, done = merge(read.events, read.noted, limit)
     return {

@@ -24,7 +24,7 @@ from realtime.engine.entries import Command, Note, params_digest
 from realtime.engine.outcomes import Decided
 from realtime.errors import CommandConflict, SessionNotFound, invalid_params
 from realtime.methods.commands import applied, execute, run_command
-from realtime.methods.context import Services
+from realtime.methods.context import ProviderDeps
 from realtime.methods.operations import operation_result, operations_result
 from realtime.methods.rejections import reject
 from realtime.provider_tokens import ProviderGrant
@@ -63,7 +63,7 @@ def _command(method: str, params: msgspec.Struct) -> Command:
 
 
 async def _exactly_once(
-    services: Services,
+    deps: ProviderDeps,
     method: str,
     params: p.RequestOperationParams | p.UpdateOperationParams,
     event: AnyEvent,
@@ -74,7 +74,7 @@ async def _exactly_once(
 
     try:
         return await run_command(
-            services,
+            deps.commands,
             params.session_id,
             event,
             owner=None,
@@ -91,11 +91,11 @@ async def _exactly_once(
 
 
 async def report_agent_state(
-    services: Services, grant: ProviderGrant, params: p.ReportAgentStateParams
+    deps: ProviderDeps, grant: ProviderGrant, params: p.ReportAgentStateParams
 ) -> Any:
     event = provider.ReportAgentState(params.session_epoch, grant.epoch, params.state)
     outcome = await execute(
-        services,
+        deps.commands,
         params.session_id,
         event,
         note=Note(Cause.PROVIDER, method="aim.provider.ReportAgentState"),
@@ -109,9 +109,9 @@ async def report_agent_state(
 
 
 async def request_operation(
-    services: Services, grant: ProviderGrant, params: p.RequestOperationParams
+    deps: ProviderDeps, grant: ProviderGrant, params: p.RequestOperationParams
 ) -> Any:
-    now_ms = services.now_ms()
+    now_ms = deps.now_ms()
     media = params.media
     if isinstance(media, p.MediaTarget):
         action: Any = {
@@ -125,14 +125,14 @@ async def request_operation(
         ttl_s = (
             params.expires_in_seconds
             if params.expires_in_seconds is not UNSET
-            else services.settings.requirement_ttl_s
+            else deps.settings.requirement_ttl_s
         )
         requirement = Requirement(
-            requirement_id=services.new_id(),
+            requirement_id=deps.new_id(),
             action_digest=action_digest(action),
             expires_at=wire.timestamp(now_ms + ttl_s * 1000),
         )
-    operation_id = services.new_id()
+    operation_id = deps.new_id()
     event = provider.RequestOperation(
         epoch=params.session_epoch,
         room_epoch=grant.epoch,
@@ -143,13 +143,11 @@ async def request_operation(
         media_side=media.side if isinstance(media, p.MediaTarget) else None,
         media_source=media.source if isinstance(media, p.MediaTarget) else None,
     )
-    return await _exactly_once(
-        services, "aim.provider.RequestOperation", params, event, operation_id
-    )
+    return await _exactly_once(deps, "aim.provider.RequestOperation", params, event, operation_id)
 
 
 async def update_operation(
-    services: Services, grant: ProviderGrant, params: p.UpdateOperationParams
+    deps: ProviderDeps, grant: ProviderGrant, params: p.UpdateOperationParams
 ) -> Any:
     event = provider.UpdateOperation(
         room_epoch=grant.epoch,
@@ -163,26 +161,26 @@ async def update_operation(
         ).decode(),
     )
     return await _exactly_once(
-        services, "aim.provider.UpdateOperation", params, event, params.operation_id
+        deps, "aim.provider.UpdateOperation", params, event, params.operation_id
     )
 
 
 async def append_transcript(
-    services: Services, grant: ProviderGrant, params: p.AppendTranscriptParams
+    deps: ProviderDeps, grant: ProviderGrant, params: p.AppendTranscriptParams
 ) -> Any:
     event = provider.AppendTranscript(
         params.session_epoch, grant.epoch, params.item_id, params.role, params.text
     )
     note = Note(Cause.PROVIDER, method="aim.provider.AppendTranscript")
-    applied(await execute(services, params.session_id, event, note=note))
+    applied(await execute(deps.commands, params.session_id, event, note=note))
     return {"itemId": params.item_id}
 
 
-async def _readable(services: Services, grant: ProviderGrant, session_id: str) -> Session:
+async def _readable(deps: ProviderDeps, grant: ProviderGrant, session_id: str) -> Session:
     """The session as stored, for a read of the agent of its current room while it is live
     (-31001 once it is gone, -31002 for another room's token, -31003 once it ended); nothing is
     committed."""
-    record = (await services.session_store.load(session_id)).record
+    record = (await deps.sessions.load(session_id)).record
     if record is None:
         raise SessionNotFound(session_id)
     session = record.session
@@ -193,20 +191,20 @@ async def _readable(services: Services, grant: ProviderGrant, session_id: str) -
 
 
 async def list_operations(
-    services: Services, grant: ProviderGrant, params: p.ListOperationsParams
+    deps: ProviderDeps, grant: ProviderGrant, params: p.ListOperationsParams
 ) -> Any:
-    session = await _readable(services, grant, params.session_id)
+    session = await _readable(deps, grant, params.session_id)
     return {"operations": operations_result(params.session_id, session)}
 
 
 async def get_operation(
-    services: Services, grant: ProviderGrant, params: p.GetOperationParams
+    deps: ProviderDeps, grant: ProviderGrant, params: p.GetOperationParams
 ) -> Any:
-    session = await _readable(services, grant, params.session_id)
+    session = await _readable(deps, grant, params.session_id)
     return {"operation": operation_result(params.session_id, session, params.operation_id)}
 
 
-Handler = Callable[[Services, ProviderGrant, Any], Awaitable[Any]]
+Handler = Callable[[ProviderDeps, ProviderGrant, Any], Awaitable[Any]]
 
 PROVIDER_METHODS: Final[dict[str, Handler]] = {
     "aim.provider.ReportAgentState": report_agent_state,

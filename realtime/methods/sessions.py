@@ -14,6 +14,7 @@ from realtime.a2a import params as p
 from realtime.a2a import sessions as views
 from realtime.a2a import types as wire
 from realtime.a2a.projection import task_metadata
+from realtime.engine.core import CreateClaim
 from realtime.engine.entries import Note
 from realtime.engine.outcomes import Decided, Denied, Missing
 from realtime.errors import (
@@ -39,7 +40,8 @@ from realtime.methods.commands import (
     load_own,
     run_client_command,
 )
-from realtime.methods.context import Call, Services
+from realtime.methods.context import Call, SessionDeps
+from realtime.settings import Settings
 from realtime.store import keys
 from realtime.store.records import Cause, SessionRecord, TaskRecord
 from state_machines import Capabilities, Session
@@ -51,8 +53,8 @@ _CANONICAL: Final = msgspec.json.Encoder(order="sorted")
 _ENCODER: Final = msgspec.json.Encoder()
 
 
-def session_result(services: Services, session: Session, version: int) -> dict[str, Any]:
-    url = services.settings.livekit_public_url or ""
+def session_result(settings: Settings, session: Session, version: int) -> dict[str, Any]:
+    url = settings.livekit_public_url or ""
     result: dict[str, Any] = msgspec.to_builtins(
         views.session_view(session, version=version, media_url=url)
     )
@@ -65,9 +67,9 @@ def _endpoint(session: Session, endpoint_id: str) -> dict[str, Any]:
     return result
 
 
-def missing_capabilities(services: Services, create: p.SessionCreate) -> list[str]:
+def missing_capabilities(settings: Settings, create: p.SessionCreate) -> list[str]:
     """What the provider lacks for this session (profile §3 capability check)."""
-    available = services.settings.provider_capabilities
+    available = settings.provider_capabilities
     missing: list[str] = [cap for cap in create.required_capabilities if cap not in available]
     if create.requested.user_video_sources and "vision_input" not in available:
         missing.append("vision_input")
@@ -77,7 +79,7 @@ def missing_capabilities(services: Services, create: p.SessionCreate) -> list[st
 
 
 async def create_session(
-    services: Services, call: Call[p.SendParams], create: p.SessionCreate, data: Any
+    deps: SessionDeps, call: Call[p.SendParams], create: p.SessionCreate, data: Any
 ) -> wire.SendMessageResult:
     """SendMessage with a session.create part (`create`, decoded from its JSON `data`):
     idempotent by clientSessionId and messageId."""
@@ -85,10 +87,10 @@ async def create_session(
     config = params.configuration
     history_length = config.history_length if config is not msgspec.UNSET else None
     wait = not (config is not msgspec.UNSET and config.return_immediately)
-    missing = missing_capabilities(services, create)
+    missing = missing_capabilities(deps.settings, create)
     if missing:
         return await tasks.send_message_rejected(
-            services,
+            deps.tasks,
             call,
             reason={"reason": "capability_unavailable", "missing": missing},
             text=(
@@ -97,7 +99,7 @@ async def create_session(
                 + ". Remove these from the request or ask the operator to enable them."
             ),
         )
-    unset = services.settings.livekit_unset
+    unset = deps.settings.livekit_unset
     if unset:
         # said at once, before anything is stored, rather than after the blocking wait as if
         # LiveKit were briefly down (profile §14: media calls fail with -31012); not retryable:
@@ -111,29 +113,24 @@ async def create_session(
         )
     owner = call.principal.key
     digest = "sha256:" + hashlib.sha256(_CANONICAL.encode(data)).hexdigest()
-    task_id = services.new_id()
-    now_ms = services.now_ms()
-    sessions = services.session_store
-    for _ in range(2):
-        status, earlier = await sessions.claim_create(
-            owner,
+    task_id = deps.new_id()
+    now_ms = deps.now_ms()
+    status, earlier = await deps.commands.engine.claim_create(
+        owner,
+        CreateClaim(
             message_id=params.message.message_id,
             client_session_id=create.client_session_id,
             task_id=task_id,
             session_id=keys.tag_for_task(task_id),
             digest=digest,
-            score_ms=now_ms,
-            ttl_s=services.settings.task_ttl_s,
-            limit=services.settings.max_sessions_per_principal,
-            task_limit=services.settings.max_tasks_per_principal,
-        )
-        if status != "limit" or not await _prune_live(services, owner):
-            break
+            now_ms=now_ms,
+        ),
+    )
     if status == "tasks":
-        raise tasks.tasks_limit(services, int(earlier) if earlier else None, now_ms)
+        raise tasks.tasks_limit(deps.settings, int(earlier) if earlier else None, now_ms)
     if status == "limit":
         raise LimitExceeded(
-            f"You already have {services.settings.max_sessions_per_principal} live sessions; "
+            f"You already have {deps.settings.max_sessions_per_principal} live sessions; "
             "end one before starting another.",
             limit="live_sessions_per_principal",
             retry_after=5,
@@ -151,26 +148,26 @@ async def create_session(
         assert earlier is not None  # noqa: S101
         task_id = earlier
     session_id = keys.tag_for_task(task_id)
-    existing = await services.task_store.get(task_id)
+    existing = await deps.tasks.reads.get(task_id)
     created = False
     if existing is None:  # first attempt (or one that stopped before its commit): create
-        existing = await _commit_new(services, call, create, task_id, session_id, now_ms)
+        existing = await _commit_new(deps, call, create, task_id, session_id, now_ms)
         created = existing is not None
         if existing is None:
-            existing = await services.task_store.get(task_id)
+            existing = await deps.tasks.reads.get(task_id)
     if existing is None or existing.owner != owner:
         raise InternalError("The session could not be created; retry the request.")
     if status == "ok" or created:  # whoever commits the session starts its provisioning
-        existing = await _provision(services, session_id, task_id, wait=wait) or existing
+        existing = await _provision(deps, session_id, wait=wait) or existing
     else:  # the same messageId or clientSessionId again: the first create's task
-        services.recorder.command(
+        deps.commands.notes.command(
             session_id, method=call.method, command_id=None, outcome="replayed"
         )
     return wire.SendMessageResult(task=tasks.view(existing.task, history_length))
 
 
 async def _commit_new(
-    services: Services,
+    deps: SessionDeps,
     call: Call[p.SendParams],
     create: p.SessionCreate,
     task_id: str,
@@ -178,7 +175,7 @@ async def _commit_new(
     now_ms: int,
 ) -> TaskRecord | None:
     message = call.params.message
-    context_id = message.context_id or services.new_id()
+    context_id = message.context_id or deps.new_id()
     decision = machine.new_session(
         session_id=session_id,
         task_id=task_id,
@@ -213,31 +210,29 @@ async def _commit_new(
         session=session,
         tenant=call.principal.tenant,
     )
-    created = await services.engine.create(
+    created = await deps.commands.engine.create(
         record, decision, task, Note(Cause.CREATE, method=call.method)
     )
     return task if created else None
 
 
-async def _provision(
-    services: Services, session_id: str, task_id: str, *, wait: bool
-) -> TaskRecord | None:
+async def _provision(deps: SessionDeps, session_id: str, *, wait: bool) -> TaskRecord | None:
     """Start provisioning now; when the caller waits, until ready/failed (at most 5 s: the
     worker's retries may land within it). Still provisioning after failures → -31012, and
     provisioning goes on in the background."""
-    running = services.runner.start(session_id)
+    running = deps.commands.runner.start(session_id)
     if not wait:
         return None
-    deadline = services.clock() + PROVISIONING_WAIT_S
+    deadline = deps.clock() + PROVISIONING_WAIT_S
     # the run started here usually provisions the session: its end is when to look (without
     # cancelling it at the deadline); a run that left the work to another runner or a retry
     # ends early, and the session is then watched until the deadline
     await asyncio.wait({running}, timeout=PROVISIONING_WAIT_S)
     while True:
-        loaded = await services.session_store.load(session_id, with_outbox=True)
+        loaded = await deps.sessions.load(session_id, with_outbox=True)
         state = loaded.record.session.state if loaded.record else None
         failing = any(entry.attempts > 0 for entry in loaded.outbox or ())
-        if state != PROVISIONING or services.clock() >= deadline:
+        if state != PROVISIONING or deps.clock() >= deadline:
             break
         await asyncio.sleep(0.05)
     if state == PROVISIONING and failing:
@@ -249,22 +244,10 @@ async def _provision(
     return loaded.task
 
 
-async def _prune_live(services: Services, owner: str) -> bool:
-    """Drop sessions that ended from the live index (a crash may have left them); True if any."""
-    sessions = services.session_store
-    stale = []
-    for session_id in await sessions.live_sessions(owner):
-        loaded = await sessions.load(session_id)
-        if loaded.record is None or loaded.record.session.state not in machine.LIVE_STATES:
-            stale.append(session_id)
-    await sessions.forget_live(owner, stale)
-    return bool(stale)
-
-
-async def get_session(services: Services, call: Call[p.GetSessionParams]) -> Any:
-    loaded = await load_own(services, call.params.session_id, call.principal.key, with_outbox=True)
+async def get_session(deps: SessionDeps, call: Call[p.GetSessionParams]) -> Any:
+    loaded = await load_own(deps, call.params.session_id, call.principal.key, with_outbox=True)
     assert loaded.record is not None  # noqa: S101
-    view = session_result(services, loaded.record.session, loaded.version)
+    view = session_result(deps.settings, loaded.record.session, loaded.version)
     outbox = loaded.outbox or []
     # LiveKit work still to do for this session; `retrying` > 0 means it has been failing
     view["effects"] = {
@@ -274,17 +257,17 @@ async def get_session(services: Services, call: Call[p.GetSessionParams]) -> Any
     return {"session": view}
 
 
-async def register_endpoint(services: Services, call: Call[p.RegisterEndpointParams]) -> Any:
+async def register_endpoint(deps: SessionDeps, call: Call[p.RegisterEndpointParams]) -> Any:
     params = call.params
     caps = params.capabilities
     event = machine.RegisterEndpoint(
         epoch=params.session_epoch,
-        endpoint_id=services.new_id(),
+        endpoint_id=deps.new_id(),
         client_endpoint_key=params.client_endpoint_key,
         capabilities=Capabilities(
             caps.audio_input, caps.audio_output, caps.camera, caps.screen, tuple(caps.interactions)
         ),
-        max_endpoints=services.settings.max_endpoints_per_session,
+        max_endpoints=deps.settings.max_endpoints_per_session,
     )
 
     def render(decided: Decided) -> dict[str, Any]:
@@ -293,23 +276,23 @@ async def register_endpoint(services: Services, call: Call[p.RegisterEndpointPar
             e for e in session.endpoints if e.client_endpoint_key == params.client_endpoint_key
         )
         return {
-            "session": session_result(services, session, decided.version),
+            "session": session_result(deps.settings, session, decided.version),
             "endpoint": _endpoint(session, endpoint.endpoint_id),
         }
 
     return await run_client_command(
-        services, call, params.session_id, params.command_id, event, render
+        deps.commands, call, params.session_id, params.command_id, event, render
     )
 
 
-async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> Any:
+async def join_session(deps: SessionDeps, call: Call[p.JoinSessionParams]) -> Any:
     params = call.params
 
     def render(decided: Decided) -> Rendered:
-        join = join_media(services.settings, decided)
+        join = join_media(deps.settings, decided)
         result = views.JoinResult(
             session=msgspec.Raw(
-                _ENCODER.encode(session_result(services, decided.session, decided.version))
+                _ENCODER.encode(session_result(deps.settings, decided.session, decided.version))
             ),
             endpoint=msgspec.Raw(_ENCODER.encode(_endpoint(decided.session, params.endpoint_id))),
             media=views.JoinMediaView(
@@ -324,27 +307,32 @@ async def join_session(services: Services, call: Call[p.JoinSessionParams]) -> A
         return Rendered(result, join.claims)
 
     return await run_client_command(
-        services,
+        deps.commands,
         call,
         params.session_id,
         params.command_id,
         machine.Join(
             params.session_epoch,
             params.endpoint_id,
-            max_handoffs_per_minute=services.settings.max_handoffs_per_minute,
+            max_handoffs_per_minute=deps.settings.max_handoffs_per_minute,
         ),
         render,
     )
 
 
-async def end_session(services: Services, call: Call[p.EndSessionParams]) -> Any:
+async def end_session(deps: SessionDeps, call: Call[p.EndSessionParams]) -> Any:
     params = call.params
 
     def render(decided: Decided) -> dict[str, Any]:
-        return {"session": session_result(services, decided.session, decided.version)}
+        return {"session": session_result(deps.settings, decided.session, decided.version)}
 
     return await run_client_command(
-        services, call, params.session_id, params.command_id, machine.End(params.reason), render
+        deps.commands,
+        call,
+        params.session_id,
+        params.command_id,
+        machine.End(params.reason),
+        render,
     )
 
 
@@ -357,13 +345,13 @@ def _not_cancelable(record: TaskRecord) -> TaskNotCancelable:
 
 
 async def cancel_realtime_task(
-    services: Services, record: TaskRecord, owner: str, history_length: int | None
+    deps: SessionDeps, record: TaskRecord, owner: str, history_length: int | None
 ) -> wire.Task:
     """CancelTask of a realtime task ends its session (endReason `canceled`)."""
     metadata = record.task.metadata
     session_id = metadata[wire.REALTIME_EXTENSION]["sessionId"] if metadata else ""
     outcome = await execute(
-        services,
+        deps.commands,
         session_id,
         machine.Cancel(),
         owner=owner,
@@ -380,15 +368,13 @@ async def cancel_realtime_task(
     return tasks.view(applied(outcome).task.task, history_length)
 
 
-async def cancel_task(services: Services, call: Call[p.TaskParams]) -> wire.Task:
+async def cancel_task(deps: SessionDeps, call: Call[p.TaskParams]) -> wire.Task:
     """CancelTask (the task read once): a realtime task ends its session. A task without a
     session is only ever stored REJECTED (SendMessage refused it): terminal, like any task
     whose session is over."""
-    record = await tasks.load_own_task(services, call.principal.key, call.params.id)
+    record = await tasks.load_own_task(deps.tasks, call.principal.key, call.params.id)
     metadata = record.task.metadata
     realtime = metadata is not msgspec.UNSET and wire.REALTIME_EXTENSION in metadata
     if not realtime or record.task.status.state in wire.TERMINAL_STATES:
         raise _not_cancelable(record)
-    return await cancel_realtime_task(
-        services, record, call.principal.key, call.params.history_length
-    )
+    return await cancel_realtime_task(deps, record, call.principal.key, call.params.history_length)

@@ -36,7 +36,7 @@ from realtime.errors import (
 )
 from realtime.fanout import LaggedError, StreamSlot
 from realtime.methods import messages, tasks
-from realtime.methods.context import Call, Services
+from realtime.methods.context import Call, StreamDeps
 from realtime.store import keys
 from realtime.store.events import Entry, Snapshot, is_entry_id, parse_id
 from realtime.store.records import EVENT_DECODER, EventEntry, TaskRecord
@@ -63,19 +63,19 @@ class TaskStream:
 
     def __init__(
         self,
-        services: Services,
+        deps: StreamDeps,
         task: wire.Task,
         first: list[Frame],
         *,
         follow_after: str | None,
     ) -> None:
-        self.services = services
+        self.deps = deps
         # what each statusUpdate names (the task itself is not held: a stream may be open for
         # hours, a thousand of them at once)
         self.task_id, self.context_id = task.id, task.context_id
         self.first = first
         self.follow_after = follow_after  # None: the stream ends after `first`
-        self.deadline = services.clock() + services.settings.sse_max_lifetime_s
+        self.deadline = deps.clock() + deps.settings.sse_max_lifetime_s
         self.slot: StreamSlot | None = None
 
     def admit(self, slot: StreamSlot) -> TaskStream:
@@ -90,7 +90,7 @@ class TaskStream:
             self.slot = None
 
     def _expired(self) -> bool:
-        return self.services.clock() >= self.deadline
+        return self.deps.clock() >= self.deadline
 
     async def frames(self) -> AsyncIterator[Frame | Comment]:
         try:
@@ -101,7 +101,7 @@ class TaskStream:
                 return
             after = self.follow_after
             session_id = keys.tag_for_task(self.task_id)
-            events = self.services.event_store
+            events = self.deps.events
             while True:
                 page = await events.after(session_id, after, count=CATCH_UP_PAGE)
                 for entry_id, raw in page:
@@ -124,11 +124,11 @@ class TaskStream:
     async def _live(self, session_id: str, after: str) -> AsyncGenerator[Frame | Comment]:
         """The events after `after` as the hub hands them over, until the terminal one, the
         stream's lifetime, or the subscriber falling behind (then `RECONNECT`)."""
-        hub = self.services.hub
-        heartbeat = self.services.settings.sse_heartbeat_s
+        hub = self.deps.hub
+        heartbeat = self.deps.settings.sse_heartbeat_s
         subscription = await hub.subscribe(session_id, after)
         try:
-            while (left := self.deadline - self.services.clock()) > 0:
+            while (left := self.deadline - self.deps.clock()) > 0:
                 entries = await subscription.next(min(heartbeat, left))
                 if entries is None:
                     if not self._expired():
@@ -203,7 +203,7 @@ def _trimmed(snapshot: Snapshot, last: str) -> bool:
 
 
 async def _resume(
-    services: Services, snapshot: Snapshot, task: wire.Task, last: str
+    deps: StreamDeps, snapshot: Snapshot, task: wire.Task, last: str
 ) -> TaskStream | None:
     """A stream that goes on after `last`; None when nothing will ever follow it (the task
     was already terminal at `last`)."""
@@ -211,10 +211,10 @@ async def _resume(
     newest = snapshot.newest or START
     if not terminal and parse_id(last) > parse_id(newest):
         # an id this stream never had (another task's, or made up): start over with the Task
-        return TaskStream(services, task, [(newest, task_frame(task))], follow_after=newest)
+        return TaskStream(deps, task, [(newest, task_frame(task))], follow_after=newest)
     if _trimmed(snapshot, last):
         return TaskStream(
-            services,
+            deps,
             task,
             [(newest, task_frame(task, trimmed=True))],
             follow_after=None if terminal else newest,
@@ -222,11 +222,11 @@ async def _resume(
     if terminal:
         if parse_id(newest) <= parse_id(last):
             return None
-        seen = await services.event_store.entry(keys.tag_for_task(task.id), last)
+        seen = await deps.events.entry(keys.tag_for_task(task.id), last)
         state = EVENT_DECODER.decode(seen[1]).status.get("state") if seen is not None else None
         if state in wire.TERMINAL_STATES:
             return None  # e.g. the `ended` entry after `ending`: the task was over already
-    return TaskStream(services, task, [], follow_after=last)
+    return TaskStream(deps, task, [], follow_after=last)
 
 
 def _over(task: wire.Task) -> UnsupportedOperation:
@@ -245,43 +245,43 @@ def _over(task: wire.Task) -> UnsupportedOperation:
     )
 
 
-async def _own_snapshot(services: Services, call: Call[Any], task_id: str) -> Snapshot:
-    snapshot = await services.event_store.snapshot(task_id)
+async def _own_snapshot(deps: StreamDeps, call: Call[Any], task_id: str) -> Snapshot:
+    snapshot = await deps.events.snapshot(task_id)
     if snapshot.task is None or snapshot.task.owner != call.principal.key:
         raise TaskNotFound(task_id)
     return snapshot
 
 
-async def subscribe_to_task(services: Services, call: Call[p.TaskParams]) -> TaskStream:
+async def subscribe_to_task(deps: StreamDeps, call: Call[p.TaskParams]) -> TaskStream:
     """The current Task, then its updates; -32004 on a terminal task, unless Last-Event-ID
     names an event before the end: then the missed events are replayed up to the terminal one.
     -31011 past the caller's or the task's cap of open streams (after the checks above)."""
-    stream = await _subscription(services, call)
-    return stream.admit(services.streams.take(call.principal.key, stream.task_id))
+    stream = await _subscription(deps, call)
+    return stream.admit(deps.slots.take(call.principal.key, stream.task_id))
 
 
-async def _subscription(services: Services, call: Call[p.TaskParams]) -> TaskStream:
+async def _subscription(deps: StreamDeps, call: Call[p.TaskParams]) -> TaskStream:
     last = _last_event_id(call)
-    snapshot = await _own_snapshot(services, call, call.params.id)
+    snapshot = await _own_snapshot(deps, call, call.params.id)
     assert snapshot.task is not None  # noqa: S101 - checked by _own_snapshot
     task = tasks.view(snapshot.task.task, call.params.history_length)
-    if last is not None and (stream := await _resume(services, snapshot, task, last)) is not None:
+    if last is not None and (stream := await _resume(deps, snapshot, task, last)) is not None:
         return stream
     if task.status.state in wire.TERMINAL_STATES:
         raise _over(task)
     newest = snapshot.newest or START
-    return TaskStream(services, task, [(newest, task_frame(task))], follow_after=newest)
+    return TaskStream(deps, task, [(newest, task_frame(task))], follow_after=newest)
 
 
-async def send_streaming_message(services: Services, call: Call[p.SendParams]) -> TaskStream:
+async def send_streaming_message(deps: StreamDeps, call: Call[p.SendParams]) -> TaskStream:
     """SendMessage that never blocks, streamed: a realtime task from its creation event on
     (every event of the session follows); a REJECTED task as the single event. -31011 past the
     caller's cap of open streams before anything is created, or past the task's (a repeated
     message: nothing new is stored then)."""
     last = _last_event_id(call)  # before anything is created
-    slot = services.streams.take(call.principal.key)
+    slot = deps.slots.take(call.principal.key)
     try:
-        stream = await _sent(services, call, last)
+        stream = await _sent(deps, call, last)
         slot.attach(stream.task_id)
     except BaseException:
         slot.release()
@@ -289,7 +289,7 @@ async def send_streaming_message(services: Services, call: Call[p.SendParams]) -
     return stream.admit(slot)
 
 
-async def _sent(services: Services, call: Call[p.SendParams], last: str | None) -> TaskStream:
+async def _sent(deps: StreamDeps, call: Call[p.SendParams], last: str | None) -> TaskStream:
     params = call.params
     config = params.configuration
     immediate = (
@@ -298,7 +298,7 @@ async def _sent(services: Services, call: Call[p.SendParams], last: str | None) 
         else msgspec.structs.replace(config, return_immediately=True)
     )
     sent = await messages.send_message(
-        services,
+        deps.sessions,
         Call(
             method=call.method,
             principal=call.principal,
@@ -307,23 +307,23 @@ async def _sent(services: Services, call: Call[p.SendParams], last: str | None) 
         ),
     )
     history_length = config.history_length if config is not msgspec.UNSET else None
-    snapshot = await _own_snapshot(services, call, sent.task.id)
+    snapshot = await _own_snapshot(deps, call, sent.task.id)
     record: TaskRecord | None = snapshot.task
     assert record is not None  # noqa: S101 - checked by _own_snapshot
     task = tasks.view(record.task, history_length)
     if snapshot.oldest is None:  # no session behind it (a REJECTED task): just the task
-        return TaskStream(services, sent.task, [(None, task_frame(sent.task))], follow_after=None)
+        return TaskStream(deps, sent.task, [(None, task_frame(sent.task))], follow_after=None)
     if last is not None:
-        resumed = await _resume(services, snapshot, task, last)
+        resumed = await _resume(deps, snapshot, task, last)
         if resumed is None:
             raise _over(task)
         return resumed
     oldest_id, oldest_event = snapshot.oldest
     if EVENT_DECODER.decode(oldest_event).from_ is None:  # the creation event is still there
         first = task_at(task, snapshot.oldest)
-        return TaskStream(services, task, [(oldest_id, task_frame(first))], follow_after=oldest_id)
+        return TaskStream(deps, task, [(oldest_id, task_frame(first))], follow_after=oldest_id)
     newest = snapshot.newest or START
     trimmed = task_frame(task, trimmed=True)
     if task.status.state in wire.TERMINAL_STATES:
-        return TaskStream(services, task, [(newest, trimmed)], follow_after=None)
-    return TaskStream(services, task, [(newest, trimmed)], follow_after=newest)
+        return TaskStream(deps, task, [(newest, trimmed)], follow_after=None)
+    return TaskStream(deps, task, [(newest, trimmed)], follow_after=newest)

@@ -13,10 +13,10 @@ from msgspec import UNSET
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
 from realtime.errors import LimitExceeded, TaskNotFound, invalid_params
-from realtime.methods.context import Call, Services, timestamp
-from realtime.store.indexes import TaskInfo
+from realtime.methods.context import Call, TaskDeps, timestamp
+from realtime.settings import Settings
+from realtime.store.indexes import Indexed, TaskInfo
 from realtime.store.records import TaskRecord
-from realtime.store.tasks import Indexed
 from state_machines import Accepted
 from state_machines import task as lifecycle
 
@@ -72,9 +72,9 @@ def view(task: wire.Task, history_length: int | None, *, artifacts: bool = True)
     )
 
 
-async def load_own_task(services: Services, owner: str, task_id: str) -> TaskRecord:
+async def load_own_task(deps: TaskDeps, owner: str, task_id: str) -> TaskRecord:
     """The caller's task, or -32001 exactly as for an unknown id."""
-    record = await services.task_store.get(task_id)
+    record = await deps.reads.get(task_id)
     if record is None or record.owner != owner:
         raise TaskNotFound(task_id)
     return record
@@ -100,7 +100,7 @@ def kept_message(message: p.Message, *, task_id: str, context_id: str) -> tuple[
 
 
 async def send_message_rejected(
-    services: Services,
+    deps: TaskDeps,
     call: Call[p.SendParams],
     *,
     reason: dict[str, Any] | None = None,
@@ -111,32 +111,25 @@ async def send_message_rejected(
     message (or an excerpt of a large one) in its history, and counts towards the tasks the
     principal may hold."""
     params = call.params
-    settings = services.settings
+    settings = deps.settings
     owner = call.principal.key
     config = params.configuration
     history_length = config.history_length if config is not UNSET else None
-    task_id = services.new_id()
-    now_ms = services.now_ms()
-    context_id = params.message.context_id or services.new_id()
+    task_id = deps.new_id()
+    now_ms = deps.now_ms()
+    context_id = params.message.context_id or deps.new_id()
     outcome = lifecycle.created("reject")
     if not isinstance(outcome, Accepted):  # (SUBMITTED, reject) is in the table
         raise RuntimeError(f"task lifecycle refused a new rejected task: {outcome}")
     state = outcome.state.state
-    claim = await services.task_store.claim_message(
-        owner,
-        params.message.message_id,
-        task_id,
-        TaskInfo(state, context_id),
-        now_ms=now_ms,
-        task_ttl_s=settings.task_ttl_s,
-        ttl_s=settings.rejected_ttl_s,
-        limit=settings.max_tasks_per_principal,
+    claim = await deps.ledger.claim_message(
+        owner, params.message.message_id, task_id, TaskInfo(state, context_id), now_ms=now_ms
     )
     if claim.status == "limit":
-        raise tasks_limit(services, claim.expires_ms, now_ms)
+        raise tasks_limit(settings, claim.expires_ms, now_ms)
     if claim.status == "earlier":
         assert claim.task_id is not None  # noqa: S101 - an earlier claim names its task
-        earlier = await services.task_store.get(claim.task_id)
+        earlier = await deps.reads.get(claim.task_id)
         if earlier is not None:
             return wire.SendMessageResult(task=view(earlier.task, history_length))
         task_id = claim.task_id  # the first attempt stopped before writing its task: finish it
@@ -147,7 +140,7 @@ async def send_message_rejected(
             f"{EXCERPT_CHARS} characters of its text."
         )
     status_message = wire.Message(
-        message_id=services.new_id(),
+        message_id=deps.new_id(),
         role="ROLE_AGENT",
         parts=[wire.Part(text=text), wire.Part(data=reason or {"reason": "realtime_only"})],
         context_id=context_id,
@@ -166,13 +159,13 @@ async def send_message_rejected(
         status_ms=now_ms,
         task=task,
     )
-    await services.task_store.put(record, ttl_s=settings.rejected_ttl_s)
+    await deps.ledger.put_rejected(record)
     return wire.SendMessageResult(task=view(task, history_length))
 
 
-def tasks_limit(services: Services, expires_ms: int | None, now_ms: int) -> LimitExceeded:
+def tasks_limit(settings: Settings, expires_ms: int | None, now_ms: int) -> LimitExceeded:
     """-31011: the principal holds as many tasks as it may (until the first of them expires)."""
-    limit = services.settings.max_tasks_per_principal
+    limit = settings.max_tasks_per_principal
     wait_s = max(1, -(-(expires_ms - now_ms) // 1000)) if expires_ms is not None else None
     return LimitExceeded(
         f"You hold {limit} tasks, the most one principal may hold (AIM_MAX_TASKS_PER_PRINCIPAL); "
@@ -187,8 +180,8 @@ def tasks_limit(services: Services, expires_ms: int | None, now_ms: int) -> Limi
     )
 
 
-async def get_task(services: Services, call: Call[p.TaskParams]) -> wire.Task:
-    record = await load_own_task(services, call.principal.key, call.params.id)
+async def get_task(deps: TaskDeps, call: Call[p.TaskParams]) -> wire.Task:
+    record = await load_own_task(deps, call.principal.key, call.params.id)
     return view(record.task, call.params.history_length)
 
 
@@ -216,18 +209,18 @@ def _decode_cursor(token: str) -> _Cursor:
         ) from None
 
 
-async def list_tasks(services: Services, call: Call[p.ListParams]) -> wire.ListTasksResult:
+async def list_tasks(deps: TaskDeps, call: Call[p.ListParams]) -> wire.ListTasksResult:
     """The caller's tasks, newest status first (ties: task id descending), cursor-paged. The
     filters and the order are applied to the owner's task index; only the page's tasks are
     read."""
     params = call.params
-    settings = services.settings
+    settings = deps.settings
     page_size = params.page_size or DEFAULT_PAGE_SIZE
     cursor = _decode_cursor(params.page_token) if params.page_token else None
     owner = call.principal.key
-    entries = await services.task_store.index(
+    entries = await deps.reads.index(
         owner,
-        now_ms=services.now_ms(),
+        now_ms=deps.now_ms(),
         ttl_s=settings.task_ttl_s,
         limit=settings.max_tasks_per_principal,
     )
@@ -252,7 +245,7 @@ async def list_tasks(services: Services, call: Call[p.ListParams]) -> wire.ListT
         )
     page = matches[start : start + page_size]
     more = start + page_size < len(matches)
-    records = await services.task_store.tasks(owner, [entry.task_id for entry in page])
+    records = await deps.reads.tasks(owner, [entry.task_id for entry in page])
     return wire.ListTasksResult(
         tasks=[
             view(record.task, params.history_length, artifacts=params.include_artifacts)

@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from realtime.errors import PushNotificationNotSupported, UnsupportedOperation, method_name
-from realtime.methods.context import Call, Services
+from realtime.methods.context import Call
 
 
-async def push_notifications(services: Services, call: Call[Any]) -> NoReturn:
+async def push_notifications(call: Call[Any]) -> NoReturn:
     raise PushNotificationNotSupported(
         (
             "This agent does not send push notifications (its Agent Card declares "
@@ -34,7 +34,7 @@ async def push_notifications(services: Services, call: Call[Any]) -> NoReturn:
     )
 
 
-async def extended_agent_card(services: Services, call: Call[Any]) -> NoReturn:
+async def extended_agent_card(call: Call[Any]) -> NoReturn:
     raise UnsupportedOperation(
         "This agent has no extended Agent Card (its Agent Card declares "
         "capabilities.extendedAgentCard: false): the public card at "

@@ -19,7 +19,7 @@ from realtime.errors import Unavailable
 from realtime.livekit_adapter.webhooks import Notice, WebhookRejected
 from realtime.livekit_adapter.webhooks import verify as verify_webhook
 from realtime.methods.commands import execute
-from realtime.methods.context import Services
+from realtime.methods.context import Commands
 from realtime.store.records import Cause
 from realtime.store.timeline import WebhookVerdict
 from state_machines import (
@@ -87,18 +87,18 @@ class WebhookAnswer:
     session_id: str | None = None
 
 
-async def handle(services: Services, body: bytes, authorization: str) -> WebhookAnswer:
+async def handle(commands: Commands, body: bytes, authorization: str) -> WebhookAnswer:
     """Verify one delivery and apply it: 401 unless its signature verifies, 503 when it
     cannot be recorded (LiveKit retries), else 200 with its verdict."""
     try:
-        notice = verify_webhook(services.settings, body, authorization)
+        notice = verify_webhook(commands.settings, body, authorization)
     except WebhookRejected as exc:
         error = _ENCODER.encode({"error": f"webhook not accepted: {exc}"})
         return WebhookAnswer(401, WebhookVerdict.REJECTED, error)
     named = parse_room_name(notice.room)  # None: not a room of this service
     session_id = named[0] if named is not None else None
     try:
-        verdict = await _apply(services, notice, named)
+        verdict = await _apply(commands, notice, named)
     except Unavailable:
         return WebhookAnswer(
             503,
@@ -112,7 +112,7 @@ async def handle(services: Services, body: bytes, authorization: str) -> Webhook
 
 
 async def _apply(
-    services: Services, notice: Notice, named: tuple[str, int] | None
+    commands: Commands, notice: Notice, named: tuple[str, int] | None
 ) -> WebhookVerdict:
     """Apply one verified webhook; its verdict (applied | duplicate | ignored).
 
@@ -126,7 +126,7 @@ async def _apply(
     if named is None:
         return WebhookVerdict.IGNORED  # not a room of this service
     session_id, room_epoch = named
-    event = session_event(notice, room_epoch, agent_name=services.settings.agent_name)
+    event = session_event(notice, room_epoch, agent_name=commands.settings.agent_name)
     if event is None:
         return WebhookVerdict.IGNORED  # not one sessions follow (nor one their timeline shows)
     command = (
@@ -147,7 +147,7 @@ async def _apply(
         else None
     )
     outcome = await execute(
-        services,
+        commands,
         session_id,
         event,
         command=command,
@@ -157,10 +157,10 @@ async def _apply(
     match outcome:
         case Applied(changed=changed):
             if not changed:  # no commit, so no event entry says so
-                _note(services, session_id, notice, WebhookVerdict.APPLIED)
+                _note(commands, session_id, notice, WebhookVerdict.APPLIED)
             return WebhookVerdict.APPLIED
         case Replayed():
-            _note(services, session_id, notice, WebhookVerdict.DUPLICATE)
+            _note(commands, session_id, notice, WebhookVerdict.DUPLICATE)
             return WebhookVerdict.DUPLICATE
         case Contended():
             raise Unavailable(
@@ -168,9 +168,9 @@ async def _apply(
             )
         case _:  # refused, for a session that is not there, or an event id seen for another event
             if isinstance(outcome, Denied) and _fenced(event, outcome.session, notice):
-                _note(services, session_id, notice, WebhookVerdict.FENCED)
+                _note(commands, session_id, notice, WebhookVerdict.FENCED)
             elif not isinstance(outcome, Missing):
-                _note(services, session_id, notice, WebhookVerdict.IGNORED)
+                _note(commands, session_id, notice, WebhookVerdict.IGNORED)
             log.info(
                 "webhook %s for session %s ignored: %s",
                 notice.event,
@@ -192,7 +192,7 @@ def _fenced(event: object, session: Session, notice: Notice) -> bool:
     )
 
 
-def _note(services: Services, session_id: str, notice: Notice, verdict: WebhookVerdict) -> None:
-    services.recorder.webhook(
+def _note(commands: Commands, session_id: str, notice: Notice, verdict: WebhookVerdict) -> None:
+    commands.notes.webhook(
         session_id, event=notice.event, event_id=notice.event_id or None, verdict=verdict
     )

@@ -11,7 +11,7 @@ chosen per request (`Dispatcher`: by A2A-Version and method name); 0.1 is the on
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, Final, NamedTuple
 
 import msgspec
@@ -19,11 +19,9 @@ import msgspec
 from realtime.a2a import v03
 from realtime.a2a.params import Params
 from realtime.errors import V10_WORDS, MethodNotFound, ServiceError, Words
-from realtime.methods.context import Call, Services
+from realtime.methods.context import Call, MethodDeps
 from realtime.rpc.errors import error_object
-from realtime.rpc.registry import METHODS, OFFERED, SUPPORTED_VERSIONS, MethodSpec
-
-Handler = Callable[[Services, Call[Any]], Awaitable[Any]]
+from realtime.rpc.registry import METHODS, OFFERED, SUPPORTED_VERSIONS, Handler, MethodSpec
 
 
 class Resolved(NamedTuple):
@@ -61,9 +59,9 @@ class Codec(abc.ABC):
         """Extensions active for these (decoded, 1.0) params without the header saying so."""
         return frozenset()
 
-    async def invoke(self, services: Services, handler: Handler, call: Call[Any]) -> Any:
-        """Run the method's handler for the call."""
-        return await handler(services, call)
+    async def invoke(self, methods: MethodDeps, handler: Handler, call: Call[Any]) -> Any:
+        """Run the method's handler for the call (it takes its family's dependencies)."""
+        return await handler(methods, call)
 
     def result(self, target: str, value: Any) -> Any:
         """A unary 1.0 result of `target` in this generation's shape."""

@@ -38,8 +38,9 @@ from realtime.errors import (
     VersionNotSupported,
 )
 from realtime.logs import ACCESS_LOG
-from realtime.methods.context import Call, Services
+from realtime.methods.context import Call, MethodDeps
 from realtime.methods.streaming import Comment, TaskStream
+from realtime.metrics import Metrics
 from realtime.rpc.codec import V03, V10, Codec
 from realtime.rpc.envelope import (
     Envelope,
@@ -50,6 +51,7 @@ from realtime.rpc.envelope import (
 )
 from realtime.rpc.errors import code_of, row
 from realtime.rpc.registry import EXTENSIONS, METHODS, SUPPORTED_VERSIONS
+from realtime.settings import Settings
 from realtime.telemetry import ATTR_PRINCIPAL, RpcSpan, Telemetry
 
 log = logging.getLogger(__name__)
@@ -199,12 +201,15 @@ class Endpoint(abc.ABC):
 
     jsonrpc_optional: bool = False  # A2A 0.1 lets `jsonrpc` be absent (read as "2.0")
 
-    def __init__(self, services: Services, telemetry: Telemetry, limiter: RateLimiter) -> None:
-        self.services = services
+    def __init__(
+        self, settings: Settings, metrics: Metrics, telemetry: Telemetry, limiter: RateLimiter
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
         self.telemetry = telemetry
         self.limiter = limiter
-        self.access_log = services.settings.access_log
-        self.max_body_bytes = services.settings.max_body_bytes  # a longer body is not read
+        self.access_log = settings.access_log
+        self.max_body_bytes = settings.max_body_bytes  # a longer body is not read
 
     async def handle(
         self, body: bytes, headers: Mapping[str, str], *, too_large: bool = False
@@ -214,7 +219,7 @@ class Endpoint(abc.ABC):
         with self.telemetry.rpc_span(headers) as span:
             try:
                 if too_large:
-                    raise BodyTooLarge(self.services.settings.max_body_bytes)
+                    raise BodyTooLarge(self.settings.max_body_bytes)
                 reply = await self._handle(body, headers, span, served)
             except ServiceError as exc:
                 span.set_error(code_of(exc), exc.message)
@@ -239,7 +244,7 @@ class Endpoint(abc.ABC):
                         "duration_ms": round(elapsed * 1000, 3),
                     },
                 )
-        self.services.metrics.rpc_call(span.method, span.code, elapsed)
+        self.metrics.rpc_call(span.method, span.code, elapsed)
         return reply
 
     def default_codec(self) -> Codec:
@@ -274,12 +279,15 @@ class Dispatcher(Endpoint):
 
     def __init__(
         self,
-        services: Services,
+        methods: MethodDeps,
         authenticator: Authenticator,
         telemetry: Telemetry,
         limiter: RateLimiter,
+        *,
+        metrics: Metrics,
     ) -> None:
-        super().__init__(services, telemetry, limiter)
+        super().__init__(methods.sessions.settings, metrics, telemetry, limiter)
+        self.methods = methods  # each family's dependencies: a handler gets its own
         self.authenticator = authenticator
 
     path = "/a2a"
@@ -288,7 +296,7 @@ class Dispatcher(Endpoint):
         """0.3 or 1.0, by A2A-Version and method name (A2A §3.6: no header means 0.3)."""
         if method in v01.ONLY_V01:  # A2A 0.1 has an endpoint of its own
             span.set_unknown_method(method)
-            base = self.services.settings.public_base_url
+            base = self.settings.public_base_url
             raise MethodNotFound(v01.moved(method, base), details={"method": method})
         version = headers.get(VERSION_HEADER, "")
         if v03.is_v03(version) and method not in METHODS:
@@ -341,7 +349,7 @@ class Dispatcher(Endpoint):
         self.limiter.charge(principal.key, "requests")
         if not spec.reads_params:  # defined by A2A, not offered here: refused, params unread
             refused = Call(method=target, principal=principal, params=Params(), extensions=active)
-            return await spec.handler(self.services, refused)
+            return await spec.handler(self.methods, refused)
         params = decode_params(target, codec.params(method, bytes(envelope.params)))
         active |= codec.implied_extensions(params)
         if active:
@@ -353,7 +361,7 @@ class Dispatcher(Endpoint):
             extensions=active,
             last_event_id=headers.get(LAST_EVENT_ID_HEADER) if spec.streaming else None,
         )
-        result = await codec.invoke(self.services, spec.handler, call)
+        result = await codec.invoke(self.methods, spec.handler, call)
         return result if spec.streaming else codec.result(target, result)
 
     async def _authorize(self, headers: Mapping[str, str], scope: str) -> Principal:

@@ -11,17 +11,25 @@ from collections.abc import Mapping
 
 from realtime.a2a.provider import decode_provider_params
 from realtime.errors import AuthError, MethodNotFound
+from realtime.methods.context import ProviderDeps
 from realtime.methods.provider import PROVIDER_METHODS
+from realtime.metrics import Metrics
 from realtime.provider_tokens import ProviderGrant, verify_provider_token
-from realtime.rpc.dispatch import Endpoint, Reply, Served
+from realtime.rpc.dispatch import Endpoint, RateLimiter, Reply, Served
 from realtime.rpc.envelope import result_response
-from realtime.telemetry import ATTR_PRINCIPAL, ATTR_SESSION_ID, RpcSpan
+from realtime.telemetry import ATTR_PRINCIPAL, ATTR_SESSION_ID, RpcSpan, Telemetry
 
 
 class ProviderDispatcher(Endpoint):
     """Serves `POST /provider` bodies."""
 
     path = "/provider"
+
+    def __init__(
+        self, deps: ProviderDeps, metrics: Metrics, telemetry: Telemetry, limiter: RateLimiter
+    ) -> None:
+        super().__init__(deps.settings, metrics, telemetry, limiter)
+        self.deps = deps
 
     async def _handle(
         self, body: bytes, headers: Mapping[str, str], span: RpcSpan, served: Served
@@ -48,14 +56,14 @@ class ProviderDispatcher(Endpoint):
         span.set_attribute(ATTR_PRINCIPAL, f"provider:{grant.session_id}")
         span.set_attribute(ATTR_SESSION_ID, grant.session_id)
         self.limiter.charge(f"provider:{grant.session_id}", "provider calls for this session")
-        result = await handler(self.services, grant, params)
+        result = await handler(self.deps, grant, params)
         return Reply(200, result_response(envelope.id, result))
 
     def _authorize(self, headers: Mapping[str, str]) -> ProviderGrant:
-        settings = self.services.settings
+        settings = self.settings
         return verify_provider_token(
             settings.provider_secret,
             headers.get("authorization"),
-            now=self.services.clock(),
+            now=self.deps.clock(),
             leeway=settings.auth_leeway_s,
         )

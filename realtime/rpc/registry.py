@@ -1,9 +1,10 @@
 """The method table, read top to bottom: scope (schema `x-aim-transport.oauthScopes`),
-handler, and whether the realtime extension must be active. The A2A methods this agent does not
-offer are in it too, with their scopes (A2A §7: every method is authenticated and authorized)
-and a handler that answers A2A's error for each (`methods/unoffered`); older A2A versions' names
-map onto these names in their codec (`rpc/codec`, `rpc/v01`, over `a2a/v03.METHODS` and
-`a2a/v01.METHODS`)."""
+handler (with the family whose dependencies it gets: `on_tasks`, `on_sessions`,
+`on_streams`, or `plain` for one that needs none), and whether the realtime extension must be
+active. The A2A methods this agent does not offer are in it too, with their scopes (A2A §7:
+every method is authenticated and authorized) and a handler that answers A2A's error for each
+(`methods/unoffered`); older A2A versions' names map onto these names in their codec
+(`rpc/codec`, `rpc/v01`, over `a2a/v03.METHODS` and `a2a/v01.METHODS`)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,28 @@ from realtime.methods import (
     tasks,
     unoffered,
 )
-from realtime.methods.context import Call, Services
+from realtime.methods.context import Call, MethodDeps, SessionDeps, StreamDeps, TaskDeps
 
-Handler = Callable[[Services, Call[Any]], Awaitable[Any]]
+# a method's handler as the dispatcher calls it: with the dependencies of every family, of which
+# the family's adapter below hands the handler its own
+Handler = Callable[[MethodDeps, Call[Any]], Awaitable[Any]]
+
+
+def on_tasks(handler: Callable[[TaskDeps, Call[Any]], Awaitable[Any]]) -> Handler:
+    return lambda deps, call: handler(deps.tasks, call)
+
+
+def on_sessions(handler: Callable[[SessionDeps, Call[Any]], Awaitable[Any]]) -> Handler:
+    return lambda deps, call: handler(deps.sessions, call)
+
+
+def on_streams(handler: Callable[[StreamDeps, Call[Any]], Awaitable[Any]]) -> Handler:
+    return lambda deps, call: handler(deps.streams, call)
+
+
+def plain(handler: Callable[[Call[Any]], Awaitable[Any]]) -> Handler:
+    return lambda deps, call: handler(call)
+
 
 INVOKE: Final = INVOKE_SCOPE
 READ: Final = READ_SCOPE
@@ -40,24 +60,34 @@ class MethodSpec(NamedTuple):
     reads_params: bool = True
 
 
-_NO_PUSH: Final = unoffered.push_notifications
-_NO_EXTENDED_CARD: Final = unoffered.extended_agent_card
+_NO_PUSH: Final = plain(unoffered.push_notifications)
+_NO_EXTENDED_CARD: Final = plain(unoffered.extended_agent_card)
 
 METHODS: Final[dict[str, MethodSpec]] = {
-    "SendMessage": MethodSpec(INVOKE, messages.send_message),
-    "SendStreamingMessage": MethodSpec(INVOKE, streaming.send_streaming_message, streaming=True),
-    "ContinueTask": MethodSpec(INVOKE, operations.continue_task),
-    "GetTask": MethodSpec(READ, tasks.get_task),
-    "ListTasks": MethodSpec(READ, tasks.list_tasks),
-    "CancelTask": MethodSpec(CANCEL, sessions.cancel_task),
-    "SubscribeToTask": MethodSpec(READ, streaming.subscribe_to_task, streaming=True),
-    "aim.realtime.GetSession": MethodSpec(READ, sessions.get_session, realtime=True),
-    "aim.realtime.RegisterEndpoint": MethodSpec(INVOKE, sessions.register_endpoint, realtime=True),
-    "aim.realtime.JoinSession": MethodSpec(INVOKE, sessions.join_session, realtime=True),
-    "aim.realtime.EndSession": MethodSpec(INVOKE, sessions.end_session, realtime=True),
-    "aim.realtime.SendInteraction": MethodSpec(INVOKE, operations.send_interaction, realtime=True),
-    "aim.realtime.GetCommand": MethodSpec(READ, commands.get_command, realtime=True),
-    "aim.realtime.GetOperation": MethodSpec(READ, operations.get_operation, realtime=True),
+    "SendMessage": MethodSpec(INVOKE, on_sessions(messages.send_message)),
+    "SendStreamingMessage": MethodSpec(
+        INVOKE, on_streams(streaming.send_streaming_message), streaming=True
+    ),
+    "ContinueTask": MethodSpec(INVOKE, on_sessions(operations.continue_task)),
+    "GetTask": MethodSpec(READ, on_tasks(tasks.get_task)),
+    "ListTasks": MethodSpec(READ, on_tasks(tasks.list_tasks)),
+    "CancelTask": MethodSpec(CANCEL, on_sessions(sessions.cancel_task)),
+    "SubscribeToTask": MethodSpec(READ, on_streams(streaming.subscribe_to_task), streaming=True),
+    "aim.realtime.GetSession": MethodSpec(READ, on_sessions(sessions.get_session), realtime=True),
+    "aim.realtime.RegisterEndpoint": MethodSpec(
+        INVOKE, on_sessions(sessions.register_endpoint), realtime=True
+    ),
+    "aim.realtime.JoinSession": MethodSpec(
+        INVOKE, on_sessions(sessions.join_session), realtime=True
+    ),
+    "aim.realtime.EndSession": MethodSpec(INVOKE, on_sessions(sessions.end_session), realtime=True),
+    "aim.realtime.SendInteraction": MethodSpec(
+        INVOKE, on_sessions(operations.send_interaction), realtime=True
+    ),
+    "aim.realtime.GetCommand": MethodSpec(READ, on_sessions(commands.get_command), realtime=True),
+    "aim.realtime.GetOperation": MethodSpec(
+        READ, on_sessions(operations.get_operation), realtime=True
+    ),
     # defined by A2A, not offered here (Agent Card: pushNotifications, extendedAgentCard false)
     "CreateTaskPushNotificationConfig": MethodSpec(INVOKE, _NO_PUSH, reads_params=False),
     "GetTaskPushNotificationConfig": MethodSpec(READ, _NO_PUSH, reads_params=False),

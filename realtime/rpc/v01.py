@@ -8,6 +8,7 @@ read from or written to Redis before the params are valid, as on /a2a. The id ma
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -25,12 +26,20 @@ from realtime.errors import (
 )
 from realtime.methods import client_tasks
 from realtime.methods.client_tasks import TaskIds
-from realtime.methods.context import Call, Services
+from realtime.methods.context import Call, MethodDeps
 from realtime.methods.messages import session_create_part
-from realtime.rpc.codec import Codec, Handler, Resolved
+from realtime.rpc.codec import Codec, Resolved
 from realtime.rpc.dispatch import Dispatcher
 from realtime.rpc.errors import error_object
-from realtime.rpc.registry import INVOKE, METHODS, READ, SUPPORTED_VERSIONS, MethodSpec
+from realtime.rpc.registry import (
+    INVOKE,
+    METHODS,
+    READ,
+    SUPPORTED_VERSIONS,
+    Handler,
+    MethodSpec,
+    plain,
+)
 from realtime.settings import Settings
 from realtime.telemetry import RpcSpan
 
@@ -42,7 +51,7 @@ SCOPES: Final[Mapping[str, str]] = {
 }
 # answered -32003 after authentication, scope and rate limit; their params are not examined
 _PUSH: Final[Mapping[str, MethodSpec]] = {
-    name: MethodSpec(SCOPES[name], client_tasks.push_notifications, reads_params=False)
+    name: MethodSpec(SCOPES[name], plain(client_tasks.push_notifications), reads_params=False)
     for name in v01.PUSH_METHODS
 }
 
@@ -111,12 +120,13 @@ class V01Codec(Codec):
             return frozenset({REALTIME_EXTENSION})  # the part is enough in 0.1 (decision 113)
         return frozenset()
 
-    async def invoke(self, services: Services, handler: Handler, call: Call[Any]) -> Any:
+    async def invoke(self, methods: MethodDeps, handler: Handler, call: Call[Any]) -> Any:
+        run = functools.partial(handler, methods)
         request = self.request
         if isinstance(request, v01.SendParams):
-            return await client_tasks.send(services, handler, call, request, self.ids)
+            return await client_tasks.send(methods.tasks, run, call, request, self.ids)
         assert request is not None  # noqa: S101 - `params` ran before
-        return await client_tasks.read(services, handler, call, request, self.ids)
+        return await client_tasks.read(methods.tasks, run, call, request, self.ids)
 
     def result(self, target: str, value: Any) -> Any:
         assert self.request is not None  # noqa: S101 - `params` ran before
@@ -141,7 +151,7 @@ class V01Dispatcher(Dispatcher):
     jsonrpc_optional = True  # `jsonrpc` may be absent (decision 119)
 
     def default_codec(self) -> Codec:
-        return V01Codec(self.services.settings.public_base_url)
+        return V01Codec(self.settings.public_base_url)
 
     def choose_codec(self, method: str, headers: Mapping[str, str], span: RpcSpan) -> Codec:
         # the codec the call started with: an error before this point took its form too

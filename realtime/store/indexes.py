@@ -4,7 +4,7 @@ script, idempotently): the due entries written before it, the listings written a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -18,6 +18,14 @@ class TaskInfo(msgspec.Struct, array_like=True, frozen=True):
 
     state: str
     context_id: str
+
+
+class Indexed(NamedTuple):
+    """One task of an owner's index: its id, status time (ms) and what ListTasks filters on."""
+
+    task_id: str
+    status_ms: int
+    info: TaskInfo
 
 
 _INFO_ENCODER: Final = msgspec.json.Encoder()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import zlib
 from enum import StrEnum
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -177,6 +177,26 @@ EFFECT_DECODER: Final = msgspec.json.Decoder(PendingEffect)
 
 
 # --- the event stream (`aim:{<sessionId>}:events`): one entry per commit --------------------------
+
+
+class Loaded(NamedTuple):
+    """A session read in one round trip, with the outcome of the command being retried; or,
+    `cached`, as this process last saw it (no outcome: the commit checks the commandId)."""
+
+    record: SessionRecord | None
+    version: int
+    outcome: CommandOutcome | None
+    task: TaskRecord | None
+    outbox: list[PendingEffect] | None = None  # only when asked for (GetSession)
+    cached: bool = False
+
+
+class ClientTask(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An A2A 0.1 task id's record: the digest of the request that created it and, once that
+    request has a task, the task's id."""
+
+    d: str  # the creating request's digest
+    t: str | None = None  # the server's task id: None while the first request is under way
 
 
 class Cause(StrEnum):

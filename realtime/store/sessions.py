@@ -20,6 +20,7 @@ from realtime.store.records import (
     SESSION_ENCODER,
     TASK_ENCODER,
     CommandOutcome,
+    Loaded,
     PendingEffect,
     SessionRecord,
     TaskRecord,
@@ -37,18 +38,6 @@ CommitStatus = Literal["ok", "replay", "conflict"]
 # what the create claim answers (`lua/claim_create.lua`): claimed now, or refused because the
 # messageId or the clientSessionId was claimed before, or the owner is at the live-session limit
 ClaimStatus = Literal["ok", "message", "client", "limit", "tasks"]
-
-
-class Loaded(NamedTuple):
-    """A session read in one round trip, with the outcome of the command being retried; or,
-    `cached`, as this process last saw it (no outcome: the commit checks the commandId)."""
-
-    record: SessionRecord | None
-    version: int
-    outcome: CommandOutcome | None
-    task: TaskRecord | None
-    outbox: list[PendingEffect] | None = None  # only when asked for (GetSession)
-    cached: bool = False
 
 
 class Committed(NamedTuple):

@@ -10,8 +10,9 @@ repair.
 The owner's task index carries what ListTasks sorts and filters on (status time, state,
 contextId: `indexes.TaskInfo`), so a listing reads the index and then only its page's tasks.
 
-The A2A 0.1 id map (`ClientTask` records, one key per principal and client task id) lives here
-too: it is one more owner-side index of tasks, beside the messageId claims it relies on.
+The A2A 0.1 id map (`records.ClientTask` records, one key per principal and client task id)
+lives here too: it is one more owner-side index of tasks, beside the messageId claims it relies
+on. The methods write through `engine/ledger.Ledger`, never through this door.
 """
 
 from __future__ import annotations
@@ -22,25 +23,9 @@ from typing import Final, Literal, NamedTuple
 import msgspec
 
 from realtime.store import keys
-from realtime.store.indexes import TaskInfo, decode_task_info, encode_task_info
-from realtime.store.records import TASK_ENCODER, TaskRecord, decode_task
+from realtime.store.indexes import Indexed, TaskInfo, decode_task_info, encode_task_info
+from realtime.store.records import TASK_ENCODER, ClientTask, TaskRecord, decode_task
 from realtime.store.redis_client import RedisClient, text, translated_errors
-
-
-class ClientTask(msgspec.Struct, frozen=True, omit_defaults=True):
-    """An A2A 0.1 task id's record: the digest of the request that created it and, once that
-    request has a task, the task's id."""
-
-    d: str  # the creating request's digest
-    t: str | None = None  # the server's task id: None while the first request is under way
-
-
-class Indexed(NamedTuple):
-    """One task of an owner's index: its id, status time (ms) and what ListTasks filters on."""
-
-    task_id: str
-    status_ms: int
-    info: TaskInfo
 
 
 class Claim(NamedTuple):

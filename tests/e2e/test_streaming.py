@@ -306,7 +306,7 @@ async def test_a_stalled_subscriber_delays_no_command_and_is_dropped(
         livekit_settings(livekit, sse_buffer_events=4), store=store, tracer_provider=tracer_provider
     )
     async with serving(app) as base_url:
-        hub = app.state.dispatcher.services.hub
+        hub = app.state.dispatcher.methods.streams.hub
         async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
             task = (await create_session(client))["result"]["task"]
             session_id = task["metadata"][REALTIME]["sessionId"]

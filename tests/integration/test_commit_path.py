@@ -11,7 +11,7 @@ import pytest
 from redis.crc import key_slot
 
 from realtime.a2a.projection import follow, task_metadata
-from realtime.engine.core import MAX_ATTEMPTS, Engine
+from realtime.engine.core import MAX_ATTEMPTS, CreateClaim, Engine
 from realtime.engine.entries import Command, params_digest
 from realtime.engine.outcomes import Applied, Decided, Replayed
 from realtime.errors import ServiceError
@@ -22,10 +22,11 @@ from realtime.store import keys
 from realtime.store.records import (
     OUTCOME_DECODER,
     TASK_DECODER,
+    Loaded,
     PendingEffect,
 )
 from realtime.store.redis_client import RedisClient
-from realtime.store.sessions import Commit, Committed, Loaded, SessionStore
+from realtime.store.sessions import Commit, Committed, SessionStore
 from state_machines import Capabilities, CreateRoom, DeleteRoom
 from state_machines import session as machine
 from tests.conftest import TEST_SECRET
@@ -446,3 +447,33 @@ async def test_the_event_stream_is_capped(store):
     assert msgspec.json.decode(newest[0][1][b"e"]) == {"n": total - 2}
     info = await store.client.xinfo_stream(keys.events_key(session_id))
     assert info["entries-added"] == total
+
+
+# --- the create claim and the live index ---------------------------------------------------------
+
+
+async def test_a_create_at_the_live_limit_forgets_what_is_over_or_gone_and_claims_again(store):
+    engine = Engine(
+        Settings(auth_hs256_secret=TEST_SECRET, rate_limit_rps=0, max_sessions_per_principal=3),
+        SessionStore(store),
+        project=follow,
+    )
+    live_key = keys.owner_live_sessions_key(OWNER)
+
+    async def indexed() -> set[str]:
+        return {member.decode() for member in await store.client.zrange(live_key, 0, -1)}
+
+    def claim() -> CreateClaim:
+        task_id = new_id()
+        return CreateClaim(new_id(), new_id(), task_id, keys.tag_for_task(task_id), "sha256:x", 3)
+
+    live, ending = await new_session(engine), await new_session(engine)
+    assert isinstance(await end(engine, ending, new_id()), Applied)  # no longer live
+    await store.client.zadd(live_key, {live: 1, ending: 2})
+    gone = claim()  # claimed, never committed (the process stopped before its commit)
+    assert (await engine.claim_create(OWNER, gone)).status == "ok"
+    assert await indexed() == {live, ending, gone.session_id}  # the limit: 3
+
+    second = claim()
+    assert (await engine.claim_create(OWNER, second)).status == "ok"
+    assert await indexed() == {live, second.session_id}

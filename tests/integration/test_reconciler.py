@@ -23,12 +23,12 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from realtime.app import create_app, running
-from realtime.methods.context import Services
+from realtime.app import Running, create_app, running
 from realtime.metrics import Metrics
 from realtime.store import keys
 from realtime.store.leases import DutyLease
 from realtime.store.redis_client import RedisClient
+from realtime.store.timers import TimerStore
 from realtime.worker.reconciler import Reconciler
 from tests.conftest import livekit_settings, serving
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
@@ -66,19 +66,20 @@ class Clock:
 @dataclass
 class World:
     http: httpx.AsyncClient  # the service, as clients and LiveKit's webhooks reach it
-    worker: Services  # a worker's engine, runner and LiveKit gateway
+    worker: Running  # a worker's engine, runner and LiveKit gateway (its `commands`')
     clock: Clock
     metrics: Metrics
     reader: InMemoryMetricReader
     lease: DutyLease  # the reconciler's, on the worker's Redis
+    timers: TimerStore  # the durable timers, on the worker's Redis
 
     def reconciler(self, token: str | None = None) -> Reconciler:
         return Reconciler(
-            self.worker.engine,
-            self.worker.runner.gateway,
+            self.worker.commands.engine,
+            self.worker.commands.runner.gateway,
             self.lease,
-            self.worker.runner,
-            self.worker.timer_store,
+            self.worker.commands.runner,
+            self.timers,
             metrics=self.metrics,
             token=token,
         )
@@ -108,7 +109,13 @@ async def world_of(livekit: Any, store: RedisClient, **overrides: Any) -> AsyncI
         running(settings, store=store, clock=clock, run_worker=False, metrics=metrics) as worker,
     ):
         yield World(
-            http, worker, clock, metrics, reader, DutyLease(store, keys.reconciler_lease_key())
+            http,
+            worker,
+            clock,
+            metrics,
+            reader,
+            DutyLease(store, keys.reconciler_lease_key()),
+            TimerStore(store),
         )
     metrics.shutdown()
 

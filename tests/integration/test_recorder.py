@@ -156,7 +156,7 @@ async def test_redis_lost_while_the_recorder_writes_fails_no_request(redis_url, 
                 serving(app) as base_url,
                 httpx.AsyncClient(base_url=base_url, timeout=30) as http,
             ):
-                rec: Recorder = app.state.dispatcher.services.recorder
+                rec: Recorder = app.state.routes.commands.notes
                 created = await rpc_as(
                     http,
                     "SendMessage",
