@@ -120,3 +120,41 @@ def test_running_the_module_rewrites_the_table(tmp_path: Path) -> None:
         [sys.executable, "-m", "realtime.settings_doc", str(stale)], check=True, timeout=60
     )
     assert stale.read_text(encoding="utf-8") == f"prose\n{table()}\n"
+
+
+# a setting named with its default in the other documents: "`AIM_IDLE_TIMEOUT_S` (300 s)",
+# "`AIM_TASK_TTL_S` (7 days)", "`AIM_WORKER_LEASE_S` (default 30 s)", "(1,000)"
+MENTION = re.compile(
+    r"`(AIM_[A-Z0-9_]+)`,? \((?:default )?`?(\d[\d,]*(?:\.\d+)?)`?"
+    r"(?: (s|h|hours?|days?|KiB))?(?=[),;:])"
+)
+UNITS = {
+    None: 1,
+    "s": 1,
+    "h": 3600,
+    "hour": 3600,
+    "hours": 3600,
+    "day": 86400,
+    "days": 86400,
+    "KiB": 1024,
+}
+# decisions.md records what was decided then, with the values of then
+ELSEWHERE = [
+    path
+    for path in [*sorted(DOC.parent.glob("*.md")), DOC.parents[1] / "README.md"]
+    if path.name not in ("configuration.md", "decisions.md")
+]
+
+
+def test_the_other_documents_give_each_setting_its_declared_default() -> None:
+    defaults = {declared.setting.env: declared.default for declared in DECLARED}
+    found, wrong = 0, []
+    for path in ELSEWHERE:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for name, value, unit in MENTION.findall(line):
+                found += 1
+                said = float(value.replace(",", "")) * UNITS[unit or None]
+                if name not in defaults or said != defaults[name]:
+                    wrong.append(f"{path.name}:{number}: {name} ({value} {unit})")
+    assert found > 50  # the pattern still finds what the documents say
+    assert not wrong, f"a default other than the declared one (realtime/settings.py): {wrong}"
