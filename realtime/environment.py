@@ -1,5 +1,9 @@
 """Reading the environment: typed values, each problem collected before failing, warnings
-for what is acceptable but worth saying (`Settings.from_env` is the one user)."""
+for what is acceptable but worth saying (`Settings.from_env` is the one user).
+
+A `Reading` is how one variable is read (its type and bounds) and how the configuration table
+says what it takes; `realtime/settings.py` declares one per setting.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,10 @@ import base64
 import binascii
 import ipaddress
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 MIN_HS256_SECRET_BYTES = 32
@@ -201,7 +208,9 @@ class EnvironmentReader:
             return None
         return value
 
-    def tenant_urls(self, name: str, *, allow_http: bool) -> tuple[tuple[str, str], ...]:
+    def tenant_urls(
+        self, name: str, *, allow_http: bool, http_switch: str | None
+    ) -> tuple[tuple[str, str], ...]:
         """A JSON object, tenant → URL, each URL as `https_url` allows it."""
         raw = self.text(name)
         if raw is None:
@@ -219,15 +228,13 @@ class EnvironmentReader:
             return ()
         found = []
         for tenant, url in value.items():
-            checked = self._https(name, url, allow_http=allow_http)
+            checked = self._https(name, url, allow_http=allow_http, http_switch=http_switch)
             if checked is None:
                 return ()
             found.append((tenant, checked))
         return tuple(found)
 
-    def https_url(
-        self, name: str, *, allow_http: bool, http_switch: str | None = "AIM_EVENTS_ALLOW_HTTP"
-    ) -> str | None:
+    def https_url(self, name: str, *, allow_http: bool, http_switch: str | None) -> str | None:
         """An https:// URL; http:// only to a loopback host, or anywhere with `allow_http` (the
         flag `http_switch` names; None: no switch, http:// elsewhere is always refused)."""
         raw = self.text(name)
@@ -241,7 +248,7 @@ class EnvironmentReader:
         raw: str,
         *,
         allow_http: bool,
-        http_switch: str | None = "AIM_EVENTS_ALLOW_HTTP",
+        http_switch: str | None,
     ) -> str | None:
         url = EnvironmentReader({name: raw}).url(name, ("http", "https"))
         if url is None:
@@ -268,3 +275,220 @@ class EnvironmentReader:
             )
             return None
         return url
+
+
+def decimal(value: float) -> str:
+    """A bound or default as the configuration table writes it: `0.05`, `100`, `1000000`."""
+    if isinstance(value, int):
+        return str(value)
+    return format(value, "f").rstrip("0").rstrip(".")
+
+
+def _or(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+class Reading(ABC):
+    """How one variable is read: parsed and bounded (a problem collected by `reader`, never
+    raised), and what the configuration table says it takes."""
+
+    @abstractmethod
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        """The value of `name`; `default` when it is unset (and, for a number, when refused)."""
+
+    @property
+    @abstractmethod
+    def takes(self) -> str:
+        """What a value may be, in the table's words."""
+
+
+@dataclass(frozen=True)
+class Text(Reading):
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        return reader.text(name) or default
+
+    @property
+    def takes(self) -> str:
+        return "text"
+
+
+@dataclass(frozen=True)
+class Flag(Reading):
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        return reader.flag(name, default=default)
+
+    @property
+    def takes(self) -> str:
+        return "flag"
+
+
+@dataclass(frozen=True)
+class Whole(Reading):
+    low: int
+    high: int
+
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        return reader.integer(name, default, low=self.low, high=self.high)
+
+    @property
+    def takes(self) -> str:
+        return f"whole number, {self.low}..{self.high}"
+
+
+@dataclass(frozen=True)
+class Number(Reading):
+    low: float
+    high: float
+
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        return reader.number(name, default, low=self.low, high=self.high)
+
+    @property
+    def takes(self) -> str:
+        return f"number, {decimal(self.low)}..{decimal(self.high)}"
+
+
+@dataclass(frozen=True)
+class Url(Reading):
+    """A URL of one of `schemes` with a host; a base URL (`base`) loses its trailing `/`."""
+
+    schemes: tuple[str, ...]
+    base: bool = False
+
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        value = reader.url(name, self.schemes)
+        if value is None:
+            return default
+        return value.rstrip("/") if self.base else value
+
+    @property
+    def takes(self) -> str:
+        return "URL: " + _or([f"`{scheme}://`" for scheme in self.schemes])
+
+
+def _switched_on(reader: EnvironmentReader, switch: str | None) -> bool:
+    # the switch is a setting of its own, whose problems its own reading reports
+    return switch is not None and EnvironmentReader(reader.environ).flag(switch)
+
+
+def _https_takes(switch: str | None) -> str:
+    anywhere = f", anywhere with `{switch}` on" if switch else ""
+    return (
+        "`https://` URL; `http://` only to this machine (`localhost`, `127.0.0.0/8`, `::1`)"
+        + anywhere
+    )
+
+
+@dataclass(frozen=True)
+class HttpsUrl(Reading):
+    """An https:// URL; http:// to this machine, or anywhere when the flag `switch` is on."""
+
+    switch: str | None
+
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        allow_http = _switched_on(reader, self.switch)
+        return reader.https_url(name, allow_http=allow_http, http_switch=self.switch)
+
+    @property
+    def takes(self) -> str:
+        return _https_takes(self.switch)
+
+
+@dataclass(frozen=True)
+class TenantUrls(Reading):
+    """A JSON object, tenant → URL, each URL as `HttpsUrl(switch)` takes it."""
+
+    switch: str | None
+
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        allow_http = _switched_on(reader, self.switch)
+        return reader.tenant_urls(name, allow_http=allow_http, http_switch=self.switch)
+
+    @property
+    def takes(self) -> str:
+        return "JSON object, tenant → " + _https_takes(self.switch)
+
+
+@dataclass(frozen=True)
+class Secret(Reading):
+    """An HS256 key of at least MIN_HS256_SECRET_BYTES, never echoed."""
+
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        return reader.secret(name)
+
+    @property
+    def takes(self) -> str:
+        return f"secret, at least {MIN_HS256_SECRET_BYTES} bytes"
+
+
+@dataclass(frozen=True)
+class LiveKitSecret(Reading):
+    """A secret LiveKit chose: a short one is a warning, never an error."""
+
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        value = reader.text(name)
+        reader.short_livekit_secret(name, value)
+        return value
+
+    @property
+    def takes(self) -> str:
+        return (
+            f"secret; under {MIN_LIVEKIT_SECRET_BYTES} bytes (LiveKit's dev mode uses `secret`) "
+            "is accepted with a warning"
+        )
+
+
+@dataclass(frozen=True)
+class LiveKitKeys(Reading):
+    """`key:secret,…` pairs of LiveKit's: one warning when any secret is short."""
+
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        pairs = reader.key_pairs(name)
+        for _, secret in pairs:
+            if reader.short_livekit_secret(name, secret):
+                break
+        return pairs
+
+    @property
+    def takes(self) -> str:
+        return f"`key:secret,…`; a secret under {MIN_LIVEKIT_SECRET_BYTES} bytes is a warning"
+
+
+@dataclass(frozen=True)
+class WebhookSecret(Reading):
+    """A Standard Webhooks secret, never echoed."""
+
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        return reader.webhook_secret(name)
+
+    @property
+    def takes(self) -> str:
+        low, high = WEBHOOK_SECRET_BYTES
+        return f"`{WEBHOOK_SECRET_PREFIX}` and the base64 of {low} to {high} random bytes"
+
+
+@dataclass(frozen=True)
+class Choices(Reading):
+    """A comma list of some of `known` (all of them when unset); `what` names them in a problem."""
+
+    known: tuple[str, ...]
+    what: str
+
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        return reader.capabilities(name, self.known, what=self.what)
+
+    @property
+    def takes(self) -> str:
+        return "comma list, any of " + ", ".join(f"`{choice}`" for choice in self.known)
+
+
+@dataclass(frozen=True)
+class Origins(Reading):
+    """A comma list of web origins, or `*`."""
+
+    def read(self, reader: EnvironmentReader, name: str, default: Any) -> Any:
+        return reader.origins(name)
+
+    @property
+    def takes(self) -> str:
+        return "comma list of origins (scheme, host, optional port; no path), or `*`"
