@@ -91,7 +91,6 @@ class Loop:
         first_after_s: float = 0.0,
         stop: asyncio.Event | None = None,
         ticks: Counter | None = None,
-        backoff: Backoff = LOOP_BACKOFF,
         sleep: Callable[[asyncio.Event, float], Awaitable[None]] = pause,
         fraction: Callable[[], float] = jitter,
     ) -> None:
@@ -101,9 +100,8 @@ class Loop:
         self.tick = tick
         self.interval_s = interval_s
         self.first_after_s = first_after_s
-        self.stopped = stop or asyncio.Event()
+        self.stopped = stop if stop is not None else asyncio.Event()
         self.ticks = ticks
-        self.backoff = backoff
         self.sleep = sleep  # tests pass one that does not wait
         self.fraction = fraction
         self.failures = 0  # ticks that failed in a row
@@ -128,7 +126,7 @@ class Loop:
             wanted = await self.tick()
         except Exception as exc:  # a failure must not end the loop: the next tick tries again
             self.failures += 1
-            wait_s = max(self.interval_s, self.backoff.delay_s(self.failures, self.fraction()))
+            wait_s = max(self.interval_s, LOOP_BACKOFF.delay_s(self.failures, self.fraction()))
             self._count("failed")
             if isinstance(exc, Unavailable):  # said by the store's outage log, not per tick
                 log.debug("%s loop: %s; next tick in %.2f s", self.name, exc.message, wait_s)
