@@ -8,7 +8,6 @@ bounded, and keep their last values when Redis does not answer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -23,6 +22,7 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from realtime.loop import Counter, Loop
 from realtime.telemetry import TRACER_NAME
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,13 @@ class StoreGauges:
     last values, `aim.redis.up` 0, and the failure is counted. Concurrent callers share one
     read. The observable gauges only look at the last values (their callbacks cannot await)."""
 
-    def __init__(self, meter: Meter, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        meter: Meter,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        ticks: Counter | None = None,
+    ) -> None:
         self.read: Callable[[], Awaitable[StoreReading]] | None = None
         self.max_age_s = 15.0
         self.timeout_s = READ_TIMEOUT_S
@@ -135,6 +141,7 @@ class StoreGauges:
         self._tried_at: float | None = None
         self._reading: asyncio.Task[None] | None = None
         self._clock = clock
+        self._ticks = ticks  # of `keep_fresh`'s loop
         self._failures = meter.create_counter(
             "aim.gauges.read_failures",
             description="reads of the Redis gauges that failed or timed out (last values kept)",
@@ -186,10 +193,10 @@ class StoreGauges:
     async def keep_fresh(self, stop: asyncio.Event) -> None:
         """Refresh every `max_age_s` (at least every second) until `stop`: what an OTLP
         exporter, which cannot await, needs."""
-        while not stop.is_set():
-            await self.refresh()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=max(self.max_age_s, 1.0))
+        interval_s = max(self.max_age_s, 1.0)
+        await Loop(
+            "gauges", self.refresh, interval_s=interval_s, stop=stop, ticks=self._ticks
+        ).run()
 
     async def aclose(self) -> None:
         if self._reading is not None:
@@ -265,7 +272,14 @@ class Metrics:
             description="operations timeline entries dropped (recorder over its cap, or a flush "
             "that Redis refused)",
         )
-        self.store = StoreGauges(meter)
+        # Prometheus: aim_loop_ticks_total{loop="outbox|timers|events|reconciler|gauges",
+        # outcome="ok|failed"}
+        self.loop_ticks = meter.create_counter(
+            "aim.loop.ticks",
+            description="ticks of the background loops by loop and outcome (a failed one is "
+            "logged, and the loop backs off)",
+        )
+        self.store = StoreGauges(meter, ticks=self.loop_ticks)
         # session events for the app's backend (profile §21)
         self._events_delivered = meter.create_counter(
             "aim.events.delivered", description="session events a receiver answered with a 2xx"

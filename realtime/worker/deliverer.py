@@ -18,9 +18,7 @@ back in the index for when it may go, so it holds no slot and nothing polls for 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -37,6 +35,7 @@ from realtime.engine.schedule import ms_of
 from realtime.engine.session_events import webhook_id
 from realtime.environment import without_credentials
 from realtime.errors import Unavailable
+from realtime.loop import Backoff, Loop, jitter
 from realtime.metrics import Metrics
 from realtime.settings import Settings
 from realtime.store.deliveries import SWEEP, DeliveryStore, Head
@@ -47,8 +46,8 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL_S: Final = 0.5
 CONCURRENCY: Final = 32  # sessions sent to at once by one worker (each destination its share)
 PER_TURN: Final = 100  # events sent to one session before the others get a turn
-BACKOFF_BASE_S: Final = 1.0
-BACKOFF_MAX_S: Final = 300.0
+# the wait after an attempt that got no 2xx: 0.5-1 s, then 1-2 s … up to 150-300 s
+BACKOFF: Final = Backoff(first_s=1.0, max_s=300.0)
 ERROR_TEXT_MAX: Final = 200
 # the breaker of a destination: this many attempts in a row without an answer, or answered
 # with a 5xx or a 429, pause it; after the pause one trial attempt at a time, and a failed trial
@@ -126,14 +125,6 @@ class Destination:
         return pause_s
 
 
-def backoff_s(attempts: int) -> float:
-    """The wait after the `attempts`-th failure: exponential, capped, with equal jitter (half
-    fixed, half random), so retries of many sessions spread out but never come at once."""
-    ceiling = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2.0 ** max(0, attempts - 1))
-    jitter: float = random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not a secret
-    return ceiling / 2 + jitter
-
-
 class Deliverer:
     """`loop()` as the worker: sweeps the due sessions until stopped."""
 
@@ -188,22 +179,20 @@ class Deliverer:
         own share of the slots."""
         sending: dict[str, asyncio.Task[None]] = {}
         self.stopping = stop  # a session's turn ends at its next event once it is set
+        tick = partial(self.tick, sending)
         try:
-            while not stop.is_set():
-                try:
-                    await self.sweep(sending)
-                    self.metrics.deliveries_waiting(await self.store.waiting())
-                    await self._forget_delivered()
-                except Unavailable as exc:  # Redis unreachable: the next sweep tries again
-                    log.debug("session event sweep failed: %s", exc.message)
-                except Exception:  # a bug must not stop the deliveries of every other session
-                    log.exception("session event sweep failed")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), POLL_INTERVAL_S)
+            ticks = self.metrics.loop_ticks
+            await Loop("events", tick, interval_s=POLL_INTERVAL_S, stop=stop, ticks=ticks).run()
         finally:
             # what is under way finishes (its outcome noted): one attempt each, at most its deadline
             await asyncio.gather(*sending.values(), return_exceptions=True)
             await self.aclose()
+
+    async def tick(self, sending: dict[str, asyncio.Task[None]]) -> None:
+        """One sweep, then the backlog gauge and the undelivered heads it follows."""
+        await self.sweep(sending)
+        self.metrics.deliveries_waiting(await self.store.waiting())
+        await self._forget_delivered()
 
     def destination(self, url: str) -> Destination:
         return self.destinations.setdefault(url, Destination())
@@ -375,7 +364,7 @@ class Deliverer:
             self.waiting_since.pop(session_id, None)
             await self.store.note(session_id, head, state, advance=True)
             return True
-        due_ms = started_ms + int(backoff_s(state.attempts) * 1000)
+        due_ms = started_ms + BACKOFF.delay_ms(state.attempts, jitter())
         state.status, state.next_attempt_at = "retrying", timestamp(due_ms)
         self.waiting_since[session_id] = occurred_ms  # this head's, not an earlier one's
         if await self.store.note(session_id, head, state, advance=False):

@@ -48,6 +48,7 @@ from realtime.livekit_adapter.api import (
     LiveParticipant,
     LiveRoom,
 )
+from realtime.loop import Loop
 from realtime.metrics import Metrics
 from realtime.store.leases import DutyLease
 from realtime.store.records import Cause
@@ -203,16 +204,24 @@ class Reconciler:
         """Sweep every `AIM_RECONCILE_INTERVAL_S` (the first one an interval after start-up)
         while this worker holds the lease, until `stop` is set."""
         self.stop = stop
+        interval_s = self.interval_s
         try:
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.interval_s)
-                if not stop.is_set():
-                    await self.run_once()
+            await Loop(
+                "reconciler",
+                self.tick,
+                interval_s=interval_s,
+                first_after_s=interval_s,
+                stop=stop,
+                ticks=self.metrics.loop_ticks,
+            ).run()
         finally:
             if self.held:  # hand the duty over at once rather than when the lease runs out
                 with contextlib.suppress(Unavailable):
                     await self.lease.release(self.token)
+
+    async def tick(self) -> None:
+        """The loop's work: one sweep, whose failures `run_once` logs itself."""
+        await self.run_once()
 
     async def run_once(self) -> Report | None:
         """One sweep if this worker holds (or can take) the lease; None when another worker

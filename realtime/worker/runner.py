@@ -11,7 +11,6 @@ AgentDispatched; room deleted → RoomDeleted).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -28,6 +27,7 @@ from realtime.livekit_adapter.api import (
     LiveKitRejected,
     LiveKitUnavailable,
 )
+from realtime.loop import Backoff, Loop, jitter
 from realtime.metrics import Metrics
 from realtime.provider_tokens import mint_provider_token
 from realtime.store.records import Cause, PendingEffect
@@ -55,8 +55,8 @@ log = logging.getLogger(__name__)
 
 OutcomeT = TypeVar("OutcomeT")
 
-BACKOFF_BASE_MS: Final = 500
-BACKOFF_MAX_MS: Final = 60_000
+# the wait before an effect's next try: 0.25-0.5 s, then 0.5-1 s … up to 30-60 s
+BACKOFF: Final = Backoff(first_s=0.5, max_s=60.0)
 POLL_INTERVAL_S: Final = 0.5
 PROVIDER_TOKEN_MARGIN_S: Final = 600  # a provider token outlives the longest session by this
 # a run that finds work a racing commit added runs again at most this often (then the worker)
@@ -101,10 +101,6 @@ def _still_wanted(effect: OutboxEffect, session: Session | None) -> bool:
 
 def _elapsed_ms(started: float) -> int:
     return round((time.perf_counter() - started) * 1000)
-
-
-def backoff_ms(attempts: int) -> int:
-    return int(min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** max(0, attempts - 1)))
 
 
 class Runner:
@@ -268,7 +264,8 @@ class Runner:
         await self.sessions.retry_later(
             session_id, effect_id, entry, noted, self.engine.settings.live_window_s
         )
-        await self.sessions.schedule(session_id, self.engine.now_ms() + backoff_ms(entry.attempts))
+        retry_ms = self.engine.now_ms() + BACKOFF.delay_ms(entry.attempts, jitter())
+        await self.sessions.schedule(session_id, retry_ms)
 
     async def _feed(self, session_id: str, event: SessionEvent, call: str) -> None:
         outcome = await self.engine.execute(session_id, event, note=Note(Cause.EFFECT, effect=call))
@@ -371,16 +368,12 @@ class Runner:
         assert_never(effect)
 
     async def loop(self, stop: asyncio.Event) -> None:
-        """Worker: retry outboxes that are due until `stop` is set."""
-        while not stop.is_set():
-            try:
-                due = await self.sessions.due(self.engine.now_ms())
-                # concurrently: a session whose LiveKit calls hang must not hold up the others
-                await asyncio.gather(*(self.run(session_id) for session_id in due))
-            except Unavailable as exc:  # Redis unreachable: try again on the next tick
-                # said by the store's outage log (once, then at a bounded rate), not per tick
-                log.debug("outbox sweep failed: %s", exc.message)
-            except Exception:  # a bug must not stop the worker for every other session
-                log.exception("outbox sweep failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), POLL_INTERVAL_S)
+        """Worker: retry outboxes that are due, every POLL_INTERVAL_S until `stop` is set."""
+        ticks = self.metrics.loop_ticks
+        await Loop("outbox", self.sweep, interval_s=POLL_INTERVAL_S, stop=stop, ticks=ticks).run()
+
+    async def sweep(self) -> None:
+        """Run the outboxes that are due now."""
+        due = await self.sessions.due(self.engine.now_ms())
+        # concurrently: a session whose LiveKit calls hang must not hold up the others
+        await asyncio.gather(*(self.run(session_id) for session_id in due))

@@ -14,7 +14,6 @@ marks the others stale (profile §17).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Final
 
@@ -23,6 +22,7 @@ from realtime.engine.entries import Note
 from realtime.engine.outcomes import Applied, Contended, Missing
 from realtime.engine.schedule import Timer
 from realtime.errors import Unavailable
+from realtime.loop import AT_ONCE, Loop
 from realtime.metrics import Metrics
 from realtime.store.compaction import Compactor
 from realtime.store.records import Cause
@@ -195,14 +195,10 @@ class Timers:
         await self.timers.done(member)
 
     async def loop(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                while await self.fire_due() == BATCH and not stop.is_set():
-                    pass
-            except Unavailable as exc:
-                # said by the store's outage log (once, then at a bounded rate), not per tick
-                log.debug("timer sweep failed: %s", exc.message)
-            except Exception:  # a bug must not stop timers for every other session
-                log.exception("timer sweep failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), POLL_INTERVAL_S)
+        """Fire due timers every POLL_INTERVAL_S until `stop` is set."""
+        ticks = self.metrics.loop_ticks
+        await Loop("timers", self.sweep, interval_s=POLL_INTERVAL_S, stop=stop, ticks=ticks).run()
+
+    async def sweep(self) -> float | None:
+        """Fire one batch of due timers; a full batch leaves more due: the next sweep at once."""
+        return AT_ONCE if await self.fire_due() == BATCH else None
