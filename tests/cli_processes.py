@@ -1,9 +1,13 @@
 """`aim-realtime` run as an operator runs it: a subprocess with a controlled environment (no
-AIM_/OTEL_ setting inherited), in an empty working directory so no stray `.env` is read."""
+AIM_/OTEL_ setting inherited), in an empty working directory so no stray `.env` is read; or, where
+what the command decides is the point and not the process, called in this process the same way
+(`call_cli`)."""
 
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
 import os
 import signal
 import socket
@@ -12,9 +16,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import httpx
 import pytest
+
+from realtime.cli import main
+from realtime.logs import JsonLogFormatter
 
 SECRET = "cli-test-secret-0123456789-abcdefghijklmnop"
 STARTUP_TIMEOUT_S = 20.0
@@ -42,6 +50,38 @@ def run_cli(
         text=True,
         timeout=timeout,
         check=False,
+    )
+
+
+def call_cli(*args: str, cwd: Path, **variables: str) -> subprocess.CompletedProcess[str]:
+    """`run_cli`'s result without a process: `main(ARGS)` called here with the same environment
+    (only `variables` of AIM_*) and working directory, its output and its log lines (the JSON
+    lines `main` would log to stderr) captured; an exit's code is the return code."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    handler = logging.StreamHandler(stderr)
+    handler.setFormatter(JsonLogFormatter())
+    root.handlers = [handler]  # main's logging.basicConfig then leaves it as it is
+    root.setLevel(logging.INFO)
+    try:
+        with (
+            mock.patch.dict(os.environ, clean_environ(**variables), clear=True),
+            contextlib.chdir(cwd),
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+        ):
+            try:
+                code = main(list(args))
+            except SystemExit as exit_:  # as Python ends a process: a message is printed, exit 1
+                if isinstance(exit_.code, str):
+                    stderr.write(f"{exit_.code}\n")
+                code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    finally:
+        root.handlers = handlers
+        root.setLevel(level)
+    return subprocess.CompletedProcess(
+        ["aim-realtime", *args], code, stdout.getvalue(), stderr.getvalue()
     )
 
 

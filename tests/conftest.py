@@ -109,6 +109,43 @@ def tracer_provider(span_exporter: InMemorySpanExporter) -> Iterator[TracerProvi
     provider.shutdown()
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopped as soon as the test is done with it: its main loop and its
+    shutdown wake on what they wait for instead of polling every 0.1 s (0.2 s of every test
+    that serves an app). The shutdown is uvicorn's: stop accepting, ask each connection to
+    close, let connections and requests end (within the configured grace), then the app's
+    lifespan shutdown."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.stopped = asyncio.Event()
+
+    async def main_loop(self) -> None:
+        counter = 0
+        while not await self.on_tick(counter):  # a tick also refreshes the Date header
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopped.wait(), 0.1)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        try:
+            async with asyncio.timeout(self.config.timeout_graceful_shutdown):
+                # uvicorn signals neither a closed connection nor an ended request
+                while self.server_state.connections or self.server_state.tasks:  # noqa: ASYNC110
+                    await asyncio.sleep(0.005)
+        except TimeoutError:
+            for task in self.server_state.tasks:
+                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        for server in self.servers:
+            await server.wait_closed()
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
+
 @contextlib.asynccontextmanager
 async def serving(app: Any, settings: Settings | None = None) -> AsyncIterator[str]:
     """Serve `app` on an ephemeral loopback port in this event loop, configured as `serve`
@@ -117,7 +154,7 @@ async def serving(app: Any, settings: Settings | None = None) -> AsyncIterator[s
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(server_config(app, settings or Settings(), log_level="warning"))
+    server = _Server(server_config(app, settings or Settings(), log_level="warning"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         if task.done():
@@ -127,6 +164,7 @@ async def serving(app: Any, settings: Settings | None = None) -> AsyncIterator[s
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
+        server.stopped.set()
         await task
         sock.close()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.cli_processes import clean_environ, run_cli
+from tests.cli_processes import call_cli, clean_environ, run_cli
 from tests.data_dir_helpers import (
     FLAWS,
     PROBLEMS,
@@ -59,7 +59,7 @@ def test_serve_over_a_data_dir_not_its_own_exits_2_naming_it(
     flawed = make_flawed(data_dir, target, flaw)
 
     port = str(free_port())
-    result = run_cli("serve", "--port", port, cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
+    result = call_cli("serve", "--port", port, cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
 
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.splitlines()
@@ -74,7 +74,7 @@ def test_dev_secret_refuses_a_data_dir_not_its_own(tmp_path: Path, target: str, 
     data_dir = tmp_path / "data"
     flawed = make_flawed(data_dir, target, flaw)
 
-    result = run_cli("dev-secret", cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
+    result = call_cli("dev-secret", cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
 
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
@@ -88,7 +88,7 @@ def test_dev_secret_refuses_a_secret_others_can_read(tmp_path: Path) -> None:
     (data_dir / "dev-secret").write_text("f" * 64 + "\n")
     (data_dir / "dev-secret").chmod(0o644)
 
-    result = run_cli("dev-secret", cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
+    result = call_cli("dev-secret", cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
 
     assert result.returncode == 2
     assert result.stdout == ""
@@ -116,7 +116,7 @@ def test_scripts_dev_secret_makes_one_secret_readable_by_its_owner_only(tmp_path
     data_dir = tmp_path / "deeper" / "data"
 
     first = scripts_dev_secret(data_dir)
-    second = run_cli("dev-secret", cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
+    second = call_cli("dev-secret", cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
 
     assert first.returncode == 0, first.stderr
     assert re.fullmatch(r"[0-9a-f]{64}\n", first.stdout)
@@ -141,7 +141,7 @@ def test_serve_refuses_a_server_json_naming_a_socket_outside_the_data_dir(
         fcntl.flock(held, fcntl.LOCK_EX)  # as a running server would
         port = str(free_port())
         served = run_cli("serve", "--port", port, cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
-        checked = run_cli("check", cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
+        checked = call_cli("check", cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
 
         assert not connected(lure)
     assert served.returncode == 3, served.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from realtime.cli import build_parser
-from tests.cli_processes import SECRET, clean_environ, run_cli, serving
+from tests.cli_processes import SECRET, call_cli, clean_environ, run_cli, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +49,7 @@ def assert_clean(result_text: str) -> None:
 def test_token_refuses_a_bad_option_in_one_line(
     tmp_path: Path, arguments: list[str], message: str
 ) -> None:
-    result = run_cli(
+    result = call_cli(
         "token", "--sub", "alice", *arguments, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET
     )
 
@@ -61,7 +61,7 @@ def test_token_refuses_a_bad_option_in_one_line(
 
 @pytest.mark.parametrize("subject", ["", "   "])
 def test_token_refuses_a_blank_subject(tmp_path: Path, subject: str) -> None:
-    result = run_cli("token", "--sub", subject, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET)
+    result = call_cli("token", "--sub", subject, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET)
 
     assert result.returncode == 2
     assert result.stdout == ""
@@ -69,7 +69,7 @@ def test_token_refuses_a_blank_subject(tmp_path: Path, subject: str) -> None:
 
 
 def test_token_help_describes_every_option_with_its_default(tmp_path: Path) -> None:
-    result = run_cli("token", "--help", cwd=tmp_path)
+    result = call_cli("token", "--help", cwd=tmp_path)
 
     assert result.returncode == 0
     text = " ".join(result.stdout.split())  # argparse wraps lines
@@ -95,7 +95,7 @@ def test_every_command_and_option_has_help() -> None:
 
 
 def test_token_names_the_tenant_the_settings_require(tmp_path: Path) -> None:
-    result = run_cli(
+    result = call_cli(
         "token", "--sub", "alice", cwd=tmp_path,
         AIM_AUTH_HS256_SECRET=SECRET, AIM_AUTH_TENANT_CLAIM="org",
     )  # fmt: skip
@@ -109,7 +109,7 @@ def test_token_names_the_tenant_the_settings_require(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["check", "serve", "worker"])
 def test_require_redis_without_any_redis_is_bad_configuration(tmp_path: Path, command: str) -> None:
-    result = run_cli(
+    result = call_cli(
         command, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, AIM_AUTH_AUDIENCE="aim-realtime",
         AIM_REQUIRE_REDIS="1", PATH=NO_REDIS_BINARY,
     )  # fmt: skip
@@ -127,7 +127,7 @@ def test_require_redis_without_any_redis_is_bad_configuration(tmp_path: Path, co
 def test_a_redis_url_with_a_bad_port_is_bad_configuration(
     tmp_path: Path, command: str, url: str
 ) -> None:
-    result = run_cli(command, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, AIM_REDIS_URL=url)
+    result = call_cli(command, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, AIM_REDIS_URL=url)
 
     assert result.returncode == 2
     assert (
@@ -139,7 +139,7 @@ def test_a_redis_url_with_a_bad_port_is_bad_configuration(
 
 
 def test_a_livekit_url_without_keys_is_bad_configuration(tmp_path: Path) -> None:
-    result = run_cli(
+    result = call_cli(
         "check", cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, AIM_LIVEKIT_URL="ws://127.0.0.1:7880"
     )
 
@@ -149,7 +149,8 @@ def test_a_livekit_url_without_keys_is_bad_configuration(tmp_path: Path) -> None
 
 def test_livekits_dev_secret_is_one_warning_and_not_pyjwts(tmp_path: Path) -> None:
     # `livekit-server --dev` is devkey/secret; nothing listens on port 1, so check reaches
-    # LiveKit with a signed token (PyJWT would warn about the key here) and answers not ready
+    # LiveKit with a signed token (PyJWT would warn about the key here) and answers not ready;
+    # a process of its own, whose warning filters are the service's and not pytest's
     result = run_cli(
         "check", cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET,
         AIM_LIVEKIT_URL="ws://127.0.0.1:1", AIM_LIVEKIT_API_KEY="devkey",
@@ -204,7 +205,7 @@ def test_production_refuses_to_start_without_a_key_and_prints_no_token(
     tmp_path: Path, command: str, redis_url: str | None
 ) -> None:
     url = redis_url or "redis://127.0.0.1:9"
-    result = run_cli(command, cwd=tmp_path, AIM_REQUIRE_REDIS="1", AIM_REDIS_URL=url)
+    result = call_cli(command, cwd=tmp_path, AIM_REQUIRE_REDIS="1", AIM_REDIS_URL=url)
 
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if "AIM_AUTH" in line]
@@ -220,7 +221,7 @@ def test_a_secret_and_a_jwks_url_together_are_refused_at_start(
     tmp_path: Path, command: str
 ) -> None:
     arguments = ["--sub", "alice"] if command == "token" else []
-    result = run_cli(
+    result = call_cli(
         command, *arguments, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET, **JWKS_SETTINGS
     )
 
@@ -274,7 +275,7 @@ def test_production_with_a_secret_but_no_audience_is_refused_at_start(
 ) -> None:
     arguments = ["--sub", "alice"] if command == "token" else []
     url = redis_url or "redis://127.0.0.1:9"
-    result = run_cli(
+    result = call_cli(
         command, *arguments, cwd=tmp_path, AIM_REQUIRE_REDIS="1", AIM_REDIS_URL=url,
         AIM_AUTH_HS256_SECRET=SECRET,
     )  # fmt: skip
@@ -290,10 +291,10 @@ def test_production_with_a_secret_but_no_audience_is_refused_at_start(
 
 
 def test_a_token_longer_lived_than_the_service_accepts_is_not_minted(tmp_path: Path) -> None:
-    result = run_cli(
+    result = call_cli(
         "token", "--sub", "alice", "--ttl", "90000", cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET
     )
-    shorter = run_cli(
+    shorter = call_cli(
         "token", "--sub", "alice", "--ttl", "90000", cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET,
         AIM_AUTH_MAX_TOKEN_LIFETIME_S="90000",
     )  # fmt: skip

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_processes import SECRET, needs, run_cli, serving
+from tests.cli_processes import SECRET, call_cli, needs, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +40,7 @@ CREDENTIALS = ("hunter2", "s3cret", "query-key-one", "query-key-two", EVENTS_SEC
 def test_tenant_routes_without_a_tenant_claim_are_refused_at_start_up(
     tmp_path: Path, command: str
 ) -> None:
-    result = run_cli(command, cwd=tmp_path, AIM_REDIS_URL="redis://127.0.0.1:9/0", **ROUTES)
+    result = call_cli(command, cwd=tmp_path, AIM_REDIS_URL="redis://127.0.0.1:9/0", **ROUTES)
 
     assert result.returncode == 2, result.stdout + result.stderr
     lines = [line for line in result.stderr.splitlines() if "AIM_EVENTS_TENANT_URLS" in line]
@@ -59,7 +59,7 @@ def test_tenant_routes_without_a_tenant_claim_are_refused_at_start_up(
 
 
 def test_check_lists_every_route_without_credentials(tmp_path: Path, redis_url: str | None) -> None:
-    result = run_cli(
+    result = call_cli(
         "check", cwd=tmp_path, AIM_REDIS_URL=needs(redis_url), AIM_AUTH_TENANT_CLAIM="org",
         **ROUTES,
     )  # fmt: skip

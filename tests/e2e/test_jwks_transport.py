@@ -12,7 +12,7 @@ import pytest
 
 from realtime.auth import Authenticator
 from realtime.settings import Settings
-from tests.cli_processes import needs, run_cli, serving
+from tests.cli_processes import call_cli, needs, serving
 from tests.jwks_server import AUDIENCE, ISSUER, Clock, jwk, jwks_server, rsa_key, signed
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +25,7 @@ LIST = b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}'
 def test_an_http_jwks_url_to_another_host_is_refused_at_start_up_in_one_line(
     tmp_path: Path, command: str
 ) -> None:
-    result = run_cli(
+    result = call_cli(
         command,
         cwd=tmp_path,
         AIM_REDIS_URL="redis://127.0.0.1:9/0",  # never reached: the configuration is refused
@@ -49,7 +49,7 @@ def test_an_http_jwks_url_to_another_host_is_refused_at_start_up_in_one_line(
 def test_an_https_or_loopback_jwks_url_is_valid_configuration(
     tmp_path: Path, url: str, redis_url: str | None
 ) -> None:
-    result = run_cli(
+    result = call_cli(
         "check", cwd=tmp_path, AIM_REDIS_URL=needs(redis_url), AIM_AUTH_JWKS_URL=url,
         **ISSUER_SETTINGS,
     )  # fmt: skip

@@ -2,7 +2,8 @@
 
 Apps here run with short timers (provisioning, grace, idle and max duration of seconds); the
 worker loop fires due timers every 0.25 s. Waits poll GetSession with a deadline instead of
-sleeping a fixed time.
+sleeping a fixed time; where a timer must not fire early, the app runs on a clock the test moves
+to just before it is due, and one worker tick later the session has not moved.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from livekit.api import TokenVerifier
 from realtime.store import keys
 from realtime.store.redis_client import RedisClient
 from realtime.store.sessions import SessionStore
+from realtime.worker.timers import POLL_INTERVAL_S
 from state_machines.session import MAX_REBINDS
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, error_info, rpc
 from tests.e2e.realtime_helpers import create_session, new_id, register, session_of
@@ -71,6 +73,21 @@ async def wait_for_timers_to_fire(store: RedisClient, session_id: str, kind: str
         await asyncio.sleep(0.05)
 
 
+class Clock:
+    """The app's clock: the time the test started, moved on only by the test."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def one_worker_tick() -> None:
+    """Long enough for the worker loop to look at the due timers once more."""
+    await asyncio.sleep(POLL_INTERVAL_S + 0.1)
+
+
 def delete_room_calls(livekit: Any, name: str) -> list[Any]:
     return [c for c in livekit.calls_to("DeleteRoom") if c.request.room == name]
 
@@ -82,30 +99,35 @@ async def test_a_device_that_does_not_come_back_ends_the_session_by_idle_timeout
     livekit, store, tracer_provider
 ):
     timers = {"reconnect_grace_s": 1, "idle_timeout_s": 1, "max_session_s": 60}
-    async with service(livekit, store, tracer_provider, **timers) as client:
+    clock = Clock()
+    async with service(livekit, store, tracer_provider, clock=clock, **timers) as client:
         session_id, endpoint = await active_session(client)
         task_id = (await get(client, session_id))["taskId"]
 
-        left_at = time.monotonic()
         left = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, left) == "applied"
         reconnecting = await get(client, session_id)
         assert reconnecting["state"] == "reconnecting"
         assert reconnecting["activeEndpointId"] == endpoint
 
+        clock.now += 0.9
+        await one_worker_tick()
+        assert (await get(client, session_id))["state"] == "reconnecting", (
+            "the grace period ended early"
+        )
+        clock.now += 0.2  # the grace period (1 s) is over
         ready = await wait_until(client, session_id, in_state("ready"))
-        ready_at = time.monotonic()
-        assert ready_at - left_at >= 0.9, "the grace period ended early"
         assert "activeEndpointId" not in ready
         assert [e["state"] for e in ready["endpoints"]] == ["disconnected"]
         assert ready["sessionEpoch"] == 1
         assert await task_state(client, task_id) == "TASK_STATE_WORKING"
 
+        # the idle timer is armed by the commit that made the session ready (at 1.1 s)
+        clock.now += 0.9
+        await one_worker_tick()
+        assert (await get(client, session_id))["state"] == "ready", "the idle timeout fired early"
+        clock.now += 0.2  # the idle timeout (1 s) is over
         ended = await wait_until(client, session_id, in_state("ended"))
-        # the idle timer is armed by the commit that made the session ready, which the poll
-        # above sees up to one poll (and a GET) late: measured from the departure instead, the
-        # grace period and the idle timeout (1 s each) must both have passed
-        assert time.monotonic() - left_at >= 1.9, "the idle timeout fired early"
         assert ended["endReason"] == "idle_timeout"
         assert "endedAt" in ended
         assert [e["state"] for e in ended["endpoints"]] == ["removed"]
@@ -142,18 +164,24 @@ async def test_a_device_that_rejoins_inside_the_grace_keeps_the_session(
 async def test_every_disconnect_gets_a_full_grace_period(livekit, store, tracer_provider):
     """A device that drops, comes back and drops again has the whole grace the second time."""
     timers = {"reconnect_grace_s": 2, "idle_timeout_s": 30, "max_session_s": 60}
-    async with service(livekit, store, tracer_provider, **timers) as client:
+    clock = Clock()
+    async with service(livekit, store, tracer_provider, clock=clock, **timers) as client:
         session_id, endpoint = await active_session(client)
         left = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, left) == "applied"
         back = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, back) == "applied"
-        await asyncio.sleep(1.2)  # the scenario: the second drop comes late in the first grace
-        second_left_at = time.monotonic()
+        clock.now += 1.2  # the scenario: the second drop comes late in the first grace
+        await one_worker_tick()
         again = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, again) == "applied"
+        clock.now += 1.9  # the first grace is long over, the second not yet
+        await one_worker_tick()
+        assert (await get(client, session_id))["state"] == "reconnecting", (
+            "the second grace period ended early"
+        )
+        clock.now += 0.2
         await wait_until(client, session_id, in_state("ready"))
-        assert time.monotonic() - second_left_at >= 1.9, "the second grace period ended early"
 
 
 # --- rebinds -------------------------------------------------------------------------------------
@@ -248,13 +276,18 @@ async def test_a_room_lost_again_and_again_fails_the_session(rt_client, livekit)
 
 async def test_a_session_ends_at_its_maximum_duration(livekit, store, tracer_provider):
     timers = {"reconnect_grace_s": 30, "idle_timeout_s": 30, "max_session_s": 3}
-    async with service(livekit, store, tracer_provider, **timers) as client:
-        started = time.monotonic()
+    clock = Clock()
+    async with service(livekit, store, tracer_provider, clock=clock, **timers) as client:
         session_id, _ = await active_session(client)
         task_id = (await get(client, session_id))["taskId"]
         assert (await get(client, session_id))["state"] == "active"
+        clock.now += 2.9
+        await one_worker_tick()
+        assert (await get(client, session_id))["state"] == "active", (
+            "the maximum duration fired early"
+        )
+        clock.now += 0.2  # the maximum duration (3 s) is over
         ended = await wait_until(client, session_id, in_state("ended"), within=8)
-        assert time.monotonic() - started >= 2.9, "the maximum duration fired early"
         assert ended["endReason"] == "max_duration"
         assert await task_state(client, task_id) == "TASK_STATE_COMPLETED"
         assert len(delete_room_calls(livekit, room(session_id))) == 1

@@ -169,10 +169,18 @@ async def active_session(client: httpx.AsyncClient) -> tuple[str, str]:
 
 @contextlib.asynccontextmanager
 async def service(
-    livekit: Any, store: RedisClient, tracer_provider: Any, **overrides: Any
+    livekit: Any,
+    store: RedisClient,
+    tracer_provider: Any,
+    *,
+    clock: Callable[[], float] = time.time,
+    **overrides: Any,
 ) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(
-        livekit_settings(livekit, **overrides), store=store, tracer_provider=tracer_provider
+        livekit_settings(livekit, **overrides),
+        store=store,
+        tracer_provider=tracer_provider,
+        clock=clock,
     )
     async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
         yield http
