@@ -309,6 +309,7 @@ def create_app(
     *,
     store: RedisClient | None = None,
     clock: Callable[[], float] = time.time,
+    rate_clock: Callable[[], float] = time.monotonic,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     run_worker: bool = True,
@@ -319,7 +320,8 @@ def create_app(
     timers to workers. `settle_heap` (what `serve` asks for: one app per process) freezes what
     start-up allocated, so garbage collection stops walking it. A `meter_provider` (tests)
     replaces the service's own: its readers get the instruments, and `GET /metrics` (on unless
-    `AIM_METRICS=off`) answers an empty page."""
+    `AIM_METRICS=off`) answers an empty page. `rate_clock` is the request budgets' clock:
+    monotonic, so a change of the wall clock neither refills nor drains a bucket."""
     telemetry = Telemetry(
         tracer_provider if tracer_provider is not None else provider_from_env(os.environ)
     )
@@ -354,7 +356,7 @@ def create_app(
                     built.methods,
                     authenticator,
                     telemetry,
-                    RateLimiter(settings.rate_limit_rps),
+                    RateLimiter(settings.rate_limit_rps, clock=rate_clock),
                     metrics=metrics,
                 )
                 # A2A 0.1 clients: the same principals, so the same request budget
@@ -367,7 +369,10 @@ def create_app(
                 )
                 # the agent makes a few calls per turn: ten times a client's budget per session
                 app.state.provider = ProviderDispatcher(
-                    built.provider, metrics, telemetry, RateLimiter(settings.rate_limit_rps * 10)
+                    built.provider,
+                    metrics,
+                    telemetry,
+                    RateLimiter(settings.rate_limit_rps * 10, clock=rate_clock),
                 )
                 app.state.operator = built.operator
                 app.state.routes = RouteDeps(

@@ -25,7 +25,9 @@ from realtime.cli import main
 from realtime.logs import JsonLogFormatter
 
 SECRET = "cli-test-secret-0123456789-abcdefghijklmnop"
-STARTUP_TIMEOUT_S = 20.0
+# a serve process starts in about a second; a machine busy with a worker per core can take
+# many times that, and a start is still not a hang until the test's own 60 s timeout
+STARTUP_TIMEOUT_S = 40.0
 SHUTDOWN_TIMEOUT_S = 15.0
 
 

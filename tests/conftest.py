@@ -24,6 +24,7 @@ import httpx
 import msgspec
 import pytest
 import uvicorn
+from hypothesis import settings as hypothesis_settings
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -36,6 +37,11 @@ from realtime.store.redis_client import RedisClient
 from realtime.store.server import PrivateRedis, redis_server_available
 from tests import redis_cluster
 from tests.cluster import ON_CLUSTER, flush_cluster, skip_reason
+
+# The suite runs a worker per core on a machine it shares: a per-example deadline would measure
+# the machine's load, not the code (the examples' counts and shrinking stay Hypothesis's own).
+hypothesis_settings.register_profile("suite", deadline=None)
+hypothesis_settings.load_profile("suite")
 
 TEST_SECRET = "test-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 ALL_SCOPES = ("a2a.invoke", "a2a.tasks.read", "a2a.tasks.cancel")

@@ -465,12 +465,14 @@ async def test_provider_calls_over_the_rate_limit_are_told_when_to_retry(livekit
     """/provider answers its rate limit as /a2a does: -31011 with retryAfterSeconds and the
     same value in a Retry-After header; calls within the limit go on working."""
     # a client budget of 3 requests/s (burst 6: enough to open the session) gives the agent
-    # 30/s with a burst of 60
-    app = create_app(livekit_settings(livekit, rate_limit_rps=3), store=store)
+    # 30/s with a burst of 60; the budgets' clock stands still, so however slowly this machine
+    # serves the calls, the burst is all the agent gets
+    app = create_app(
+        livekit_settings(livekit, rate_limit_rps=3), store=store, rate_clock=lambda: 1000.0
+    )
     async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
         live = await open_session(client, livekit)
-        # at once: 200 calls against a burst of 60 and a refill of 30/s meet the limit however
-        # slowly this machine serves them (within 4 s)
+        # at once: 200 calls against a burst of 60 meet the limit
         replies = await asyncio.gather(
             *(
                 provider_call(
@@ -487,6 +489,7 @@ async def test_provider_calls_over_the_rate_limit_are_told_when_to_retry(livekit
     limited = [(body, response) for _, body, response in replies if "error" in body]
     assert any("result" in body for _, body, _ in replies)
     assert limited, "200 calls at once never met the limit"
+    assert len(limited) == 200 - 60, "the burst is twice the agent's rate"
     for body, response in limited:
         assert body["error"]["code"] == -31011
         retry = meta(body)["retryAfterSeconds"]
