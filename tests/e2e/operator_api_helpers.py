@@ -15,6 +15,7 @@ from realtime.app import create_app
 from realtime.auth import mint_dev_token
 from realtime.store.redis_client import RedisClient
 from tests.conftest import ALL_SCOPES, REALTIME, TEST_SECRET, livekit_settings, serving
+from tests.e2e.realtime_helpers import create_part, new_id
 
 OPERATOR = ("aim.operator",)
 TENANT_CLAIM = "tenant"
@@ -95,6 +96,20 @@ async def rpc_as(
     response = await client.post("/a2a", content=body, headers=headers)
     decoded: dict[str, Any] = response.json()
     return decoded
+
+
+async def start_sessions(client: httpx.AsyncClient, per_tenant: dict[str, int]) -> None:
+    """`per_tenant[tenant]` sessions in each tenant, each of a subject of its own."""
+    for tenant, count in per_tenant.items():
+        for index in range(count):
+            message = {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}
+            await rpc_as(
+                client,
+                "SendMessage",
+                {"message": message},
+                subject=f"{tenant}-{index}",
+                tenant=tenant,
+            )
 
 
 def traceparent(trace_id: str) -> str:
