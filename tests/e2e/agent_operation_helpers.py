@@ -317,3 +317,39 @@ async def agent_asks_to_book(client: httpx.AsyncClient, provider_token: str, sid
     assert status == 200, asked
     operation_id: str = asked["result"]["operation"]["operationId"]
     return operation_id
+
+
+@dataclass(frozen=True)
+class Words:
+    """What a user typed and the agent spoke in a session: the agent's copy of the typed words,
+    the answer to the agent's AppendTranscript of the spoken ones."""
+
+    live: Live
+    typed: str
+    spoken: str
+    heard: dict[str, Any]
+    appended: dict[str, Any]
+
+
+async def type_and_speak(
+    client: httpx.AsyncClient, livekit: Any, transcript: str, *, command_id: str | None = None
+) -> Words:
+    """A session with `retention.transcript: transcript`, in which the user types words and the
+    agent appends words it spoke; each text is unique to the call."""
+    live = await open_session(client, livekit, transcript=transcript)
+    typed = f"typed-{transcript}-{new_id()}"
+    spoken = f"spoken-{transcript}-{new_id()}"
+    sent = await interact(client, live.sid, "input.text", {"text": typed}, command_id=command_id)
+    assert "result" in sent, sent
+    (heard,) = await wait_for_data(livekit, live.room, "input.text")
+    _, appended, _ = await provider_call(
+        client,
+        live.provider_token,
+        "AppendTranscript",
+        sessionId=live.sid,
+        sessionEpoch=1,
+        itemId=f"item-{new_id()}",
+        role="agent",
+        text=spoken,
+    )
+    return Words(live, typed, spoken, heard, appended)

@@ -13,10 +13,10 @@ import msgspec
 import pytest
 
 from realtime.app import create_app
-from realtime.store import keys
 from realtime.store.redis_client import RedisClient
 from tests.conftest import error_info, headers, livekit_settings, serving
 from tests.e2e.agent_operation_helpers import open_session
+from tests.e2e.operator_api_helpers import timeline_of
 from tests.e2e.realtime_helpers import call, new_id, register
 
 pytestmark = pytest.mark.e2e
@@ -97,7 +97,8 @@ async def test_handoffs_past_the_bound_answer_limit_exceeded_until_the_minute_pa
         after = await session(http, live.sid)
         assert (after["sessionEpoch"], after["version"]) == (epoch, before["version"])
         assert after["activeEndpointId"] == before["activeEndpointId"]
-        assert await store.client.hexists(keys.commands_key(live.sid), command) == 0
+        timeline = await timeline_of(http, live.sid)
+        assert [e for e in timeline if e.get("commandId") == command] == []
         unknown = await call(http, "GetCommand", sessionId=live.sid, commandId=command)
         assert unknown["error"]["code"] == -31005
 

@@ -25,7 +25,7 @@ from tests.e2e.realtime_helpers import call, new_id
 from tests.e2e.sse_helpers import stream
 from tests.e2e.webhook_helpers import active_session, get, service, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.redis]
+pytestmark = pytest.mark.redis
 
 WINDOW_S = 1
 MAX_SESSION_S = 600
