@@ -140,6 +140,37 @@ async def provider_call(
     return response.status_code, response.json(), response
 
 
+async def request_operation(
+    client: httpx.AsyncClient, live: Live, *, request_id: str | None = None, **fields: Any
+) -> tuple[int, dict[str, Any], httpx.Response]:
+    """The agent's RequestOperation in `live` at epoch 1 (`request_id`, a new one unless given)."""
+    return await provider_call(
+        client,
+        live.provider_token,
+        "RequestOperation",
+        sessionId=live.sid,
+        sessionEpoch=1,
+        requestId=request_id or new_id(),
+        **fields,
+    )
+
+
+async def update_operation(
+    client: httpx.AsyncClient, live: Live, operation_id: str, state: str, **fields: Any
+) -> tuple[int, dict[str, Any], httpx.Response]:
+    """The agent's UpdateOperation of `operation_id` in `live` to `state`, a new request id."""
+    return await provider_call(
+        client,
+        live.provider_token,
+        "UpdateOperation",
+        sessionId=live.sid,
+        requestId=new_id(),
+        operationId=operation_id,
+        state=state,
+        **fields,
+    )
+
+
 async def request_action(
     client: httpx.AsyncClient,
     live: Live,
@@ -155,13 +186,10 @@ async def request_action(
     action["arguments"] = arguments if arguments is not None else {"people": 2}
     if description is not None:
         action["description"] = description
-    status, body, _ = await provider_call(
+    status, body, _ = await request_operation(
         client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=request_id or new_id(),
+        live,
+        request_id=request_id,
         kind="action",
         action=action,
         confirmation=confirmation,

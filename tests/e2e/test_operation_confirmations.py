@@ -19,10 +19,10 @@ from tests.e2e.agent_operation_helpers import (
     interact,
     meta,
     open_session,
-    provider_call,
     quiet,
     request_action,
     requirement_data,
+    update_operation,
     wait_for_data,
     wait_operation_state,
 )
@@ -208,14 +208,11 @@ async def test_continue_task_approve_runs_the_operation_and_keeps_the_message(rt
     await quiet()
     assert len(data_to_agent(livekit, live.room, "operation.update")) == 1
     # also after the operation has finished
-    _, done, _ = await provider_call(
+    _, done, _ = await update_operation(
         rt_client,
-        live.provider_token,
-        "UpdateOperation",
-        sessionId=live.sid,
-        requestId=new_id(),
-        operationId=operation["operationId"],
-        state="succeeded",
+        live,
+        operation["operationId"],
+        "succeeded",
     )
     assert done["result"]["operation"]["state"] == "succeeded", done
     assert await rpc(rt_client, "ContinueTask", params) == answered

@@ -19,11 +19,12 @@ from tests.e2e.agent_operation_helpers import (
     interact,
     meta,
     open_session,
-    provider_call,
     quiet,
     request_action,
+    request_operation,
     requirement_data,
     sources_of,
+    update_operation,
     updates_for,
     wait_for_data,
     wait_for_update,
@@ -196,14 +197,11 @@ async def test_agent_screen_request_is_an_operation_the_agent_answers(rt_client,
     }
     assert body["commandId"] == asked["result"]["interaction"]["commandId"]
 
-    _, done, _ = await provider_call(
+    _, done, _ = await update_operation(
         rt_client,
-        live.provider_token,
-        "UpdateOperation",
-        sessionId=live.sid,
-        requestId=new_id(),
-        operationId=operation["operationId"],
-        state="succeeded",
+        live,
+        operation["operationId"],
+        "succeeded",
     )
     assert done["result"]["operation"]["state"] == "succeeded", done
     assert sources(await get_session(rt_client, live.sid), "agent")["screen"] == "granted"
@@ -231,14 +229,11 @@ async def test_agent_source_request_refused_by_the_agent_leaves_it_off(rt_client
         rt_client, live.sid, "media.request", {"side": "agent", "source": "camera"}
     )
     operation = asked["result"]["operation"]
-    _, failed, _ = await provider_call(
+    _, failed, _ = await update_operation(
         rt_client,
-        live.provider_token,
-        "UpdateOperation",
-        sessionId=live.sid,
-        requestId=new_id(),
-        operationId=operation["operationId"],
-        state="failed",
+        live,
+        operation["operationId"],
+        "failed",
         error={"message": "no camera"},
     )
     assert failed["result"]["operation"]["state"] == "failed", failed
@@ -246,13 +241,9 @@ async def test_agent_source_request_refused_by_the_agent_leaves_it_off(rt_client
 
 
 async def agent_asks_for_user_camera(client, live):
-    status, body, _ = await provider_call(
+    status, body, _ = await request_operation(
         client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=new_id(),
+        live,
         kind="media.request",
         media={"side": "user", "source": "camera"},
         confirmation="required",
@@ -354,13 +345,9 @@ async def test_media_decide_answers_only_the_agents_media_requests(rt_client, li
 async def test_agent_cannot_ask_for_a_source_the_session_did_not_request(rt_client, livekit):
     live = await open_session(rt_client, livekit, user_sources=(), agent_sources=())
     for side in ("user", "agent"):
-        _, body, _ = await provider_call(
+        _, body, _ = await request_operation(
             rt_client,
-            live.provider_token,
-            "RequestOperation",
-            sessionId=live.sid,
-            sessionEpoch=1,
-            requestId=new_id(),
+            live,
             kind="media.request",
             media={"side": side, "source": "camera"},
             confirmation="required",
@@ -405,14 +392,11 @@ async def test_canceling_an_agent_media_request_leaves_the_source_off(rt_client,
     )
     assert canceled["result"]["operation"]["state"] == "canceled", canceled
     assert sources(canceled["result"]["session"], "agent")["screen"] == "off"
-    _, late, _ = await provider_call(
+    _, late, _ = await update_operation(
         rt_client,
-        live.provider_token,
-        "UpdateOperation",
-        sessionId=live.sid,
-        requestId=new_id(),
-        operationId=operation_id,
-        state="succeeded",
+        live,
+        operation_id,
+        "succeeded",
     )
     assert late["error"]["code"] == -31003, late
     assert sources(await get_session(rt_client, live.sid), "agent")["screen"] == "off"

@@ -33,6 +33,8 @@ from tests.e2e.agent_operation_helpers import (
     open_session,
     provider_call,
     request_action,
+    request_operation,
+    update_operation,
 )
 from tests.e2e.realtime_helpers import new_id
 from tests.e2e.webhook_helpers import send_webhook
@@ -183,28 +185,22 @@ async def test_update_operation_drives_a_confirmed_operation_to_its_end(rt_clien
     assert late["error"]["code"] == -31003, late
     assert (await get_session(rt_client, live.sid))["pendingOperationIds"] == []
     unknown = (
-        await provider_call(
+        await update_operation(
             rt_client,
-            token,
-            "UpdateOperation",
-            sessionId=live.sid,
-            requestId=new_id(),
-            operationId=new_id(),
-            state="succeeded",
+            live,
+            new_id(),
+            "succeeded",
         )
     )[1]
     assert unknown["error"]["code"] == -31006, unknown
     # a failure keeps the provider's error
     other = await request_action(rt_client, live, confirmation="none")
     failed = (
-        await provider_call(
+        await update_operation(
             rt_client,
-            token,
-            "UpdateOperation",
-            sessionId=live.sid,
-            requestId=new_id(),
-            operationId=other["operationId"],
-            state="failed",
+            live,
+            other["operationId"],
+            "failed",
             error={"code": "busy", "message": "no table free"},
         )
     )[1]
@@ -216,14 +212,11 @@ async def test_the_provider_cannot_run_an_unconfirmed_operation(rt_client, livek
     live = await open_session(rt_client, livekit)
     waiting = await request_action(rt_client, live)
     for state in ("running", "succeeded"):
-        _, body, _ = await provider_call(
+        _, body, _ = await update_operation(
             rt_client,
-            live.provider_token,
-            "UpdateOperation",
-            sessionId=live.sid,
-            requestId=new_id(),
-            operationId=waiting["operationId"],
-            state=state,
+            live,
+            waiting["operationId"],
+            state,
         )
         assert body["error"]["code"] == -31003, (state, body)
     task = await get_task(rt_client, live.task_id)
@@ -346,13 +339,9 @@ async def live_a2a_with(client, bearer):
 async def test_provider_token_of_an_ended_session_is_refused(rt_client, livekit):
     live = await open_session(rt_client, livekit)
     await rpc(rt_client, "CancelTask", {"id": live.task_id})
-    status, body, _ = await provider_call(
+    status, body, _ = await request_operation(
         rt_client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=new_id(),
+        live,
         kind="action",
         action={"title": "too late"},
         confirmation="none",
@@ -414,13 +403,9 @@ async def test_after_a_rebind_only_the_new_rooms_token_counts(rt_client, livekit
 
 async def test_an_action_the_digest_cannot_encode_is_invalid_params(rt_client, livekit):
     live = await open_session(rt_client, livekit)
-    _, body, _ = await provider_call(
+    _, body, _ = await request_operation(
         rt_client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=new_id(),
+        live,
         kind="action",
         action={"title": "Transfer", "arguments": {"amount": 2**60}},
         confirmation="required",
@@ -431,13 +416,9 @@ async def test_an_action_the_digest_cannot_encode_is_invalid_params(rt_client, l
 
 async def request_import(rt_client, live: Live, rows: int) -> dict[str, Any]:
     """The agent's RequestOperation of an action whose arguments hold `rows` characters."""
-    _, body, _ = await provider_call(
+    _, body, _ = await request_operation(
         rt_client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=new_id(),
+        live,
         kind="action",
         action={"title": "Import", "arguments": {"rows": "r" * rows}},
         confirmation="none",
