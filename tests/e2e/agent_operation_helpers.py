@@ -155,6 +155,22 @@ async def request_operation(
     )
 
 
+async def append_transcript(
+    client: httpx.AsyncClient, live: Live, item_id: str, role: str, text: str
+) -> tuple[int, dict[str, Any], httpx.Response]:
+    """The agent's AppendTranscript of one line of `role` in `live` at epoch 1."""
+    return await provider_call(
+        client,
+        live.provider_token,
+        "AppendTranscript",
+        sessionId=live.sid,
+        sessionEpoch=1,
+        itemId=item_id,
+        role=role,
+        text=text,
+    )
+
+
 async def update_operation(
     client: httpx.AsyncClient, live: Live, operation_id: str, state: str, **fields: Any
 ) -> tuple[int, dict[str, Any], httpx.Response]:
@@ -370,14 +386,5 @@ async def type_and_speak(
     sent = await interact(client, live.sid, "input.text", {"text": typed}, command_id=command_id)
     assert "result" in sent, sent
     (heard,) = await wait_for_data(livekit, live.room, "input.text")
-    _, appended, _ = await provider_call(
-        client,
-        live.provider_token,
-        "AppendTranscript",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        itemId=f"item-{new_id()}",
-        role="agent",
-        text=spoken,
-    )
+    _, appended, _ = await append_transcript(client, live, f"item-{new_id()}", "agent", spoken)
     return Words(live, typed, spoken, heard, appended)

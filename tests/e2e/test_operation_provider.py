@@ -27,6 +27,7 @@ from tests.conftest import (
 from tests.e2e.agent_operation_helpers import (
     AGENT,
     Live,
+    append_transcript,
     get_session,
     get_task,
     meta,
@@ -227,27 +228,11 @@ async def test_append_transcript_with_retention_on_joins_the_task_history(rt_cli
     live = await open_session(rt_client, livekit, transcript="on")
     item_id = f"item-{new_id()}"
     for _ in range(2):  # idempotent by itemId
-        _, body, _ = await provider_call(
-            rt_client,
-            live.provider_token,
-            "AppendTranscript",
-            sessionId=live.sid,
-            sessionEpoch=1,
-            itemId=item_id,
-            role="agent",
-            text="Hello, how can I help?",
+        _, body, _ = await append_transcript(
+            rt_client, live, item_id, "agent", "Hello, how can I help?"
         )
         assert body["result"] == {"itemId": item_id}, body
-    _, user_line, _ = await provider_call(
-        rt_client,
-        live.provider_token,
-        "AppendTranscript",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        itemId="u-1",
-        role="user",
-        text="I want a table",
-    )
+    _, user_line, _ = await append_transcript(rt_client, live, "u-1", "user", "I want a table")
     assert "result" in user_line, user_line
     history = (await get_task(rt_client, live.task_id))["history"]
     lines = [(m["messageId"], m["role"], m["parts"]) for m in history[-2:]]
@@ -260,16 +245,7 @@ async def test_append_transcript_with_retention_on_joins_the_task_history(rt_cli
 
 async def test_append_transcript_without_retention_is_capability_unavailable(rt_client, livekit):
     live = await open_session(rt_client, livekit, transcript="off")
-    _, body, _ = await provider_call(
-        rt_client,
-        live.provider_token,
-        "AppendTranscript",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        itemId="i-1",
-        role="agent",
-        text="not kept",
-    )
+    _, body, _ = await append_transcript(rt_client, live, "i-1", "agent", "not kept")
     assert body["error"]["code"] == -31009, body
     assert meta(body)["missing"] == "transcript"
     history = (await get_task(rt_client, live.task_id)).get("history", [])
