@@ -131,6 +131,22 @@ async def interact(
     )
 
 
+async def confirm_operation(
+    client: httpx.AsyncClient, live: Live, operation: dict[str, Any], requirement: dict[str, Any]
+) -> dict[str, Any]:
+    """The user's SendInteraction operation.confirm of `operation`, answering `requirement`."""
+    return await interact(
+        client,
+        live.sid,
+        "operation.confirm",
+        {
+            "operationId": operation["operationId"],
+            "requirementId": requirement["requirementId"],
+            "actionDigest": requirement["actionDigest"],
+        },
+    )
+
+
 async def provider_call(
     client: httpx.AsyncClient, token: str | None, method: str, **params: Any
 ) -> tuple[int, dict[str, Any], httpx.Response]:

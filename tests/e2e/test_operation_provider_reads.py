@@ -14,6 +14,7 @@ from tests.conftest import livekit_settings, rpc, violations
 from tests.e2e.agent_operation_helpers import (
     AGENT,
     Live,
+    confirm_operation,
     data_to_agent,
     get_session,
     interact,
@@ -44,16 +45,7 @@ def states(body: dict[str, Any]) -> list[tuple[str, str]]:
 
 async def confirm(client, live: Live, operation: dict[str, Any]) -> None:
     asked = operation["requirement"]
-    confirmed = await interact(
-        client,
-        live.sid,
-        "operation.confirm",
-        {
-            "operationId": operation["operationId"],
-            "requirementId": asked["requirementId"],
-            "actionDigest": asked["actionDigest"],
-        },
-    )
+    confirmed = await confirm_operation(client, live, operation, asked)
     assert confirmed["result"]["operation"]["state"] == "running", confirmed
 
 

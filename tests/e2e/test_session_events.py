@@ -14,7 +14,11 @@ import pytest
 from realtime.app import create_app
 from realtime.store.redis_client import RedisClient
 from tests.conftest import headers, livekit_settings, serving, token
-from tests.e2e.agent_operation_helpers import interact, open_session, request_action
+from tests.e2e.agent_operation_helpers import (
+    confirm_operation,
+    open_session,
+    request_action,
+)
 from tests.e2e.operator_api_helpers import TENANT_CLAIM, rpc_as
 from tests.e2e.realtime_helpers import (
     call,
@@ -59,16 +63,7 @@ async def whole_life(http: httpx.AsyncClient, livekit: Any) -> str:
     live = await open_session(http, livekit)
     operation = await request_action(http, live, title="Book a table for Ada Lovelace")
     requirement = operation["requirement"]
-    confirmed = await interact(
-        http,
-        live.sid,
-        "operation.confirm",
-        {
-            "operationId": operation["operationId"],
-            "requirementId": requirement["requirementId"],
-            "actionDigest": requirement["actionDigest"],
-        },
-    )
+    confirmed = await confirm_operation(http, live, operation, requirement)
     assert "result" in confirmed, confirmed
     laptop = (await register(http, live.sid, 1, "laptop"))["result"]["endpoint"]["endpointId"]
     joined = await call(
