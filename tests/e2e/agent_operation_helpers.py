@@ -156,18 +156,20 @@ async def provider_call(
     return response.status_code, response.json(), response
 
 
+async def agent_call(
+    client: httpx.AsyncClient, live: Live, method: str, **params: Any
+) -> tuple[int, dict[str, Any], httpx.Response]:
+    """The agent's provider call `method` about `live`, with its own provider token."""
+    return await provider_call(client, live.provider_token, method, sessionId=live.sid, **params)
+
+
 async def request_operation(
     client: httpx.AsyncClient, live: Live, *, request_id: str | None = None, **fields: Any
 ) -> tuple[int, dict[str, Any], httpx.Response]:
     """The agent's RequestOperation in `live` at epoch 1 (`request_id`, a new one unless given)."""
-    return await provider_call(
-        client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=request_id or new_id(),
-        **fields,
+    request = request_id or new_id()
+    return await agent_call(
+        client, live, "RequestOperation", sessionEpoch=1, requestId=request, **fields
     )
 
 
@@ -175,32 +177,16 @@ async def append_transcript(
     client: httpx.AsyncClient, live: Live, item_id: str, role: str, text: str
 ) -> tuple[int, dict[str, Any], httpx.Response]:
     """The agent's AppendTranscript of one line of `role` in `live` at epoch 1."""
-    return await provider_call(
-        client,
-        live.provider_token,
-        "AppendTranscript",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        itemId=item_id,
-        role=role,
-        text=text,
-    )
+    line = {"itemId": item_id, "role": role, "text": text}
+    return await agent_call(client, live, "AppendTranscript", sessionEpoch=1, **line)
 
 
 async def update_operation(
     client: httpx.AsyncClient, live: Live, operation_id: str, state: str, **fields: Any
 ) -> tuple[int, dict[str, Any], httpx.Response]:
     """The agent's UpdateOperation of `operation_id` in `live` to `state`, a new request id."""
-    return await provider_call(
-        client,
-        live.provider_token,
-        "UpdateOperation",
-        sessionId=live.sid,
-        requestId=new_id(),
-        operationId=operation_id,
-        state=state,
-        **fields,
-    )
+    update = {"requestId": new_id(), "operationId": operation_id, "state": state}
+    return await agent_call(client, live, "UpdateOperation", **update, **fields)
 
 
 async def request_action(

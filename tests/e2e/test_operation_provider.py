@@ -27,6 +27,7 @@ from tests.conftest import (
 from tests.e2e.agent_operation_helpers import (
     AGENT,
     Live,
+    agent_call,
     append_transcript,
     get_session,
     get_task,
@@ -68,33 +69,30 @@ async def test_dispatch_metadata_hands_over_the_provider_url_and_token(rt_client
 async def test_report_agent_state_shows_in_get_session(rt_client, livekit):
     live = await open_session(rt_client, livekit)
     for state in ("listening", "thinking", "speaking"):
-        status, body, _ = await provider_call(
+        status, body, _ = await agent_call(
             rt_client,
-            live.provider_token,
+            live,
             "ReportAgentState",
-            sessionId=live.sid,
             sessionEpoch=1,
             state=state,
         )
         assert status == 200, body
         assert "result" in body, body
         assert (await get_session(rt_client, live.sid))["agent"]["state"] == state
-    status, body, _ = await provider_call(
+    status, body, _ = await agent_call(
         rt_client,
-        live.provider_token,
+        live,
         "ReportAgentState",
-        sessionId=live.sid,
         sessionEpoch=1,
         state="dancing",
     )
     assert body["error"]["code"] == -32602
     assert "params.state" in violations(body)
     ahead = (
-        await provider_call(
+        await agent_call(
             rt_client,
-            live.provider_token,
+            live,
             "ReportAgentState",
-            sessionId=live.sid,
             sessionEpoch=9,
             state="listening",
         )
@@ -354,11 +352,10 @@ async def test_after_a_rebind_only_the_new_rooms_token_counts(rt_client, livekit
         "applied"
     )
     for epoch in (1, 2):
-        _, old, _ = await provider_call(
+        _, old, _ = await agent_call(
             rt_client,
-            live.provider_token,
+            live,
             "ReportAgentState",
-            sessionId=live.sid,
             sessionEpoch=epoch,
             state="speaking",
         )
@@ -430,11 +427,10 @@ async def test_provider_calls_over_the_rate_limit_are_told_when_to_retry(livekit
         # slowly this machine serves them (within 4 s)
         replies = await asyncio.gather(
             *(
-                provider_call(
+                agent_call(
                     client,
-                    live.provider_token,
+                    live,
                     "ReportAgentState",
-                    sessionId=live.sid,
                     sessionEpoch=1,
                     state="listening",
                 )
