@@ -12,9 +12,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+
+from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, TEST_SECRET
 
 SECRET = "cli-test-secret-0123456789-abcdefghijklmnop"
 STARTUP_TIMEOUT_S = 20.0
@@ -49,6 +52,18 @@ def needs(redis_url: str | None) -> str:
     if redis_url is None:
         pytest.skip("no real Redis for this session")
     return redis_url
+
+
+def serve_environ(redis_url: str | None, livekit: Any = None, **variables: str) -> dict[str, str]:
+    """The AIM_ settings of a `serve` in the tests: the test session's Redis (the test skipped
+    without one), the tests' HS256 secret, the LiveKit stand-in `livekit` when given, and
+    `variables`."""
+    environ = {"AIM_REDIS_URL": needs(redis_url), "AIM_AUTH_HS256_SECRET": TEST_SECRET}
+    if livekit is not None:
+        environ["AIM_LIVEKIT_URL"] = livekit.ws_url
+        environ["AIM_LIVEKIT_API_KEY"] = LIVEKIT_KEY
+        environ["AIM_LIVEKIT_API_SECRET"] = LIVEKIT_SECRET
+    return environ | variables
 
 
 def free_port() -> int:

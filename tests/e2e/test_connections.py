@@ -17,8 +17,7 @@ import httpx
 import pytest
 
 from realtime.http_server import LIVENESS_RESERVE, PROBE_WAIT_S
-from tests.cli_processes import Service, needs, serving
-from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, TEST_SECRET
+from tests.cli_processes import Service, serve_environ, serving
 from tests.e2e.realtime_helpers import create_part
 from tests.e2e.sse_helpers import create_message, stream
 
@@ -36,10 +35,11 @@ READY = b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str | None) -> Iterator[Service]:
     with serving(
         tmp_path_factory.mktemp("connections"),
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_HTTP_IDLE_TIMEOUT_S=str(int(IDLE_S)),
-        AIM_HTTP_REQUEST_TIMEOUT_S=str(int(REQUEST_S)),
+        **serve_environ(
+            redis_url,
+            AIM_HTTP_IDLE_TIMEOUT_S=str(int(IDLE_S)),
+            AIM_HTTP_REQUEST_TIMEOUT_S=str(int(REQUEST_S)),
+        ),
     ) as svc:
         svc.wait_until_ready()
         yield svc
@@ -197,9 +197,7 @@ def test_connections_over_the_limit_get_503_and_the_service_stays_up(
     limit = 4
     with serving(
         tmp_path,
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_HTTP_MAX_CONNECTIONS=str(limit),
+        **serve_environ(redis_url, AIM_HTTP_MAX_CONNECTIONS=str(limit)),
     ) as svc:
         svc.wait_until_ready()
         with contextlib.ExitStack() as held:
@@ -232,14 +230,13 @@ async def test_an_sse_stream_outlives_the_idle_timeout(
 ) -> None:
     with serving(
         tmp_path,
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_LIVEKIT_URL=livekit.ws_url,
-        AIM_LIVEKIT_API_KEY=LIVEKIT_KEY,
-        AIM_LIVEKIT_API_SECRET=LIVEKIT_SECRET,
-        AIM_HTTP_IDLE_TIMEOUT_S="1",
-        AIM_HTTP_REQUEST_TIMEOUT_S="1",
-        AIM_SSE_HEARTBEAT_S="0.5",
+        **serve_environ(
+            redis_url,
+            livekit,
+            AIM_HTTP_IDLE_TIMEOUT_S="1",
+            AIM_HTTP_REQUEST_TIMEOUT_S="1",
+            AIM_SSE_HEARTBEAT_S="0.5",
+        ),
     ) as svc:
         await asyncio.to_thread(svc.wait_until_ready)
         async with (
@@ -341,10 +338,11 @@ def test_a_pipelined_head_with_too_many_headers_is_answered_431_after_the_first(
 def test_the_header_limits_are_configurable(tmp_path: Path, redis_url: str | None) -> None:
     with serving(
         tmp_path,
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_HTTP_MAX_HEADER_BYTES="16384",
-        AIM_HTTP_MAX_HEADERS="20",
+        **serve_environ(
+            redis_url,
+            AIM_HTTP_MAX_HEADER_BYTES="16384",
+            AIM_HTTP_MAX_HEADERS="20",
+        ),
     ) as svc:
         svc.wait_until_ready()
         with connect(svc) as conn:  # 20 KiB: under the default, over this limit
@@ -371,9 +369,7 @@ def test_connections_far_over_the_limit_are_refused_when_they_open(
     limit = 4
     with serving(
         tmp_path,
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_HTTP_MAX_CONNECTIONS=str(limit),
+        **serve_environ(redis_url, AIM_HTTP_MAX_CONNECTIONS=str(limit)),
     ) as svc:
         svc.wait_until_ready()
         with contextlib.ExitStack() as held:
@@ -401,9 +397,7 @@ def test_connections_far_over_the_limit_are_refused_when_they_open(
 def test_one_address_cannot_take_every_connection(tmp_path: Path, redis_url: str | None) -> None:
     with serving(
         tmp_path,
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_HTTP_MAX_CONNECTIONS_PER_PEER="3",
+        **serve_environ(redis_url, AIM_HTTP_MAX_CONNECTIONS_PER_PEER="3"),
     ) as svc:
         svc.wait_until_ready()
         port = int(svc.base_url.rsplit(":", 1)[1])
