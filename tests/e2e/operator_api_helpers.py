@@ -15,7 +15,7 @@ from realtime.app import create_app
 from realtime.auth import mint_dev_token
 from realtime.store.redis_client import RedisClient
 from tests.conftest import ALL_SCOPES, REALTIME, TEST_SECRET, livekit_settings, serving
-from tests.e2e.realtime_helpers import create_part, new_id
+from tests.e2e.realtime_helpers import create_part, new_id, session_of
 
 OPERATOR = ("aim.operator",)
 TENANT_CLAIM = "tenant"
@@ -98,18 +98,31 @@ async def rpc_as(
     return decoded
 
 
+async def start_session(
+    client: httpx.AsyncClient,
+    *,
+    subject: str = "alice",
+    tenant: str | None = None,
+    traceparent: str | None = None,
+) -> str:
+    """A session started by SendMessage of a realtime part, as `subject` of `tenant`: its id."""
+    message = {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}
+    created = await rpc_as(
+        client,
+        "SendMessage",
+        {"message": message},
+        subject=subject,
+        tenant=tenant,
+        traceparent=traceparent,
+    )
+    return str(session_of(created["result"]["task"])["sessionId"])
+
+
 async def start_sessions(client: httpx.AsyncClient, per_tenant: dict[str, int]) -> None:
     """`per_tenant[tenant]` sessions in each tenant, each of a subject of its own."""
     for tenant, count in per_tenant.items():
         for index in range(count):
-            message = {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}
-            await rpc_as(
-                client,
-                "SendMessage",
-                {"message": message},
-                subject=f"{tenant}-{index}",
-                tenant=tenant,
-            )
+            await start_session(client, subject=f"{tenant}-{index}", tenant=tenant)
 
 
 def traceparent(trace_id: str) -> str:
