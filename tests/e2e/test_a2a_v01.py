@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REALTIME, headers, rpc
 from tests.e2e.realtime_helpers import create_part, create_session, new_id
 from tests.e2e.sse_helpers import SseReader
-from tests.e2e.streaming_helpers import drive_to_active, end
+from tests.e2e.streaming_helpers import drive_to_active, end, journey_to_the_end
 
 pytestmark = pytest.mark.e2e
 
@@ -532,12 +532,7 @@ async def test_send_subscribe_streams_status_events_with_final_on_the_last(rt_cl
         assert event["status"]["state"] == "working"
         assert session_state(first) == "provisioning"  # the task as created: never blocks
         session_id = event["metadata"][REALTIME]["sessionId"]
-        seen = [first]
-        await read_until(reader, "ready", seen)
-        await drive_to_active(rt_client, session_id)
-        await read_until(reader, "active", seen)
-        await end(rt_client, session_id)
-        seen.extend(await reader.rest())
+        seen = await journey_to_the_end(rt_client, reader, first, session_id, until=read_until)
     assert reader.closed
     assert all(e.event is None and e.result["id"] == "live-1" for e in seen)
     assert [e.result["final"] for e in seen] == [False] * (len(seen) - 1) + [True]
