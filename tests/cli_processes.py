@@ -106,20 +106,28 @@ class Service:
 
 
 @contextlib.contextmanager
-def serving(tmp_path: Path, **variables: str) -> Iterator[Service]:
+def serving(tmp_path: Path, *, ready: bool = False, **variables: str) -> Iterator[Service]:
+    """`aim-realtime serve` started in `tmp_path` with `variables` (AIM_DATA_DIR under
+    `tmp_path` unless they name one); killed on the way out if it still runs. With `ready`, it
+    is ready before the body runs and, when the body ends without an error, stopped as an
+    operator stops it (SIGTERM, a graceful exit: `Service.terminate`)."""
     port = free_port()
     log = tmp_path / "serve.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "realtime.cli", "serve", "--port", str(port)],
             cwd=tmp_path,
-            env=clean_environ(AIM_DATA_DIR=str(tmp_path / "data"), **variables),
+            env=clean_environ(**{"AIM_DATA_DIR": str(tmp_path / "data"), **variables}),
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
     service = Service(process, f"http://127.0.0.1:{port}", log)
     try:
+        if ready:
+            service.wait_until_ready()
         yield service
+        if ready and process.poll() is None:
+            service.terminate()
     finally:
         if process.poll() is None:
             process.kill()
