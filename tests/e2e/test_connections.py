@@ -11,7 +11,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import pytest
@@ -28,6 +28,12 @@ REQUEST_S = 1.0
 # how much later than its timeout a close may come on a loaded machine
 SLACK_S = 2.0
 HEALTH = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+# idle and request timeouts of a second, an SSE heartbeat every half second
+QUICK_IDLE: Final = {
+    "AIM_HTTP_IDLE_TIMEOUT_S": "1",
+    "AIM_HTTP_REQUEST_TIMEOUT_S": "1",
+    "AIM_SSE_HEARTBEAT_S": "0.5",
+}
 READY = b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
@@ -234,16 +240,7 @@ def test_connections_over_the_limit_get_503_and_the_service_stays_up(
 async def test_an_sse_stream_outlives_the_idle_timeout(
     tmp_path: Path, redis_url: str | None, livekit: Any
 ) -> None:
-    with serving(
-        tmp_path,
-        **serve_environ(
-            redis_url,
-            livekit,
-            AIM_HTTP_IDLE_TIMEOUT_S="1",
-            AIM_HTTP_REQUEST_TIMEOUT_S="1",
-            AIM_SSE_HEARTBEAT_S="0.5",
-        ),
-    ) as svc:
+    with serving(tmp_path, **serve_environ(redis_url, livekit, **QUICK_IDLE)) as svc:
         await asyncio.to_thread(svc.wait_until_ready)
         async with (
             httpx.AsyncClient(base_url=svc.base_url, timeout=10.0) as client,
