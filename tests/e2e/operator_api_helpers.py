@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import msgspec
 
-from realtime.app import create_app
 from realtime.auth import mint_dev_token
-from realtime.store.redis_client import RedisClient
-from tests.conftest import ALL_SCOPES, REALTIME, TEST_SECRET, livekit_settings, serving
+from tests.conftest import ALL_SCOPES, REALTIME, TEST_SECRET
 from tests.e2e.realtime_helpers import create_part, new_id, session_of
 
 OPERATOR = ("aim.operator",)
@@ -140,11 +137,3 @@ async def eventually(
             return found
         assert time.monotonic() < deadline, f"not within {within} s"
         await asyncio.sleep(every)
-
-
-@contextlib.asynccontextmanager
-async def service(livekit: Any, store: RedisClient, **overrides: Any) -> AsyncIterator[Any]:
-    """An HTTP client of a service wired to the LiveKit stand-in, with `overrides`."""
-    app = create_app(livekit_settings(livekit, **overrides), store=store, tracer_provider=None)
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        yield http

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from realtime.store.redis_client import RedisClient
-from tests.conftest import ALL_SCOPES
+from tests.conftest import ALL_SCOPES, service
 from tests.e2e.agent_operation_helpers import interact, open_session, provider_call, request_action
 from tests.e2e.operator_api_helpers import (
     TENANT_CLAIM,
@@ -20,7 +20,6 @@ from tests.e2e.operator_api_helpers import (
     operator_get,
     operator_json,
     rpc_as,
-    service,
     start_session,
     timeline_of,
 )

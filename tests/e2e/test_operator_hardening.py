@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import service
 from tests.e2e.agent_operation_helpers import Live, open_session
 from tests.e2e.operator_api_helpers import (
     TENANT_CLAIM,
     bearer,
     operator_get,
-    service,
     start_sessions,
 )
 

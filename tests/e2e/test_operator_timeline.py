@@ -4,17 +4,13 @@ with the trace ids of the requests behind it, and never its message text."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from realtime.app import create_app
-from realtime.store.redis_client import RedisClient
-from tests.conftest import livekit_settings, serving
+from tests.conftest import service
 from tests.e2e.operator_api_helpers import (
     eventually,
     operator_get,
@@ -31,17 +27,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 AGENT = "agent-AJ_worker-1"
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
-
-
-@contextlib.asynccontextmanager
-async def service(
-    livekit: Any, store: RedisClient, tracer_provider: Any = None, **overrides: Any
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(
-        livekit_settings(livekit, **overrides), store=store, tracer_provider=tracer_provider
-    )
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        yield http
 
 
 def trace(n: int) -> str:

@@ -17,7 +17,7 @@ from livekit.api import TokenVerifier
 
 from realtime.store.sessions import SessionStore
 from state_machines.session import MAX_REBINDS
-from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, error_info, rpc
+from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, error_info, rpc, service
 from tests.e2e.operator_api_helpers import operator_json, timeline_of
 from tests.e2e.realtime_helpers import create_session, new_id, register, session_of
 from tests.e2e.webhook_helpers import (
@@ -26,7 +26,6 @@ from tests.e2e.webhook_helpers import (
     get,
     join,
     room,
-    service,
     snapshot,
     wait_until,
     webhook_event,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from realtime.store import keys
-from tests.e2e.operator_api_helpers import TENANT_CLAIM, service, start_sessions
+from tests.conftest import service
+from tests.e2e.operator_api_helpers import TENANT_CLAIM, start_sessions
 
 pytestmark = pytest.mark.redis
 
