@@ -16,10 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from realtime.auth import VERIFIED_TTL_S, Authenticator
 from realtime.errors import AuthError
 from realtime.metrics import Metrics, PrometheusScrape
-from realtime.settings import Settings
 from tests.jwks_server import (
-    AUDIENCE,
-    ISSUER,
     NOW,
     Clock,
     CountingDecode,
@@ -27,6 +24,7 @@ from tests.jwks_server import (
     PrivateKey,
     ec_key,
     jwk,
+    jwks_authenticator,
     jwks_server,
     rsa_key,
     signed,
@@ -55,8 +53,7 @@ def clock() -> Clock:
 @pytest.fixture
 async def auth(server: JwksServer, clock: Clock) -> AsyncIterator[Authenticator]:
     """An authenticator of the server's key set, on the test's clock; closed afterwards."""
-    settings = Settings(auth_jwks_url=server.url, auth_issuer=ISSUER, auth_audience=AUDIENCE)
-    authenticator = Authenticator(settings, now=clock)
+    authenticator = jwks_authenticator(server, clock)
     yield authenticator
     await authenticator.aclose()
 

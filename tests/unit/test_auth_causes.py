@@ -22,8 +22,8 @@ from tests.jwks_server import (
     Clock,
     JwksServer,
     PrivateKey,
-    jwk,
-    jwks_server,
+    jwks_authenticator,
+    one_key_server,
     rsa_key,
     signed,
 )
@@ -93,21 +93,15 @@ async def test_an_algorithm_the_service_does_not_accept_is_an_invalid_signature(
 
 @pytest.fixture
 def jwks() -> Iterator[tuple[JwksServer, PrivateKey]]:
-    key = rsa_key()
-    with jwks_server([jwk(key, "k")]) as server:
-        yield server, key
-
-
-def jwks_auth(server: JwksServer) -> Authenticator:
-    settings = Settings(auth_jwks_url=server.url, auth_issuer=ISSUER, auth_audience=AUDIENCE)
-    return Authenticator(settings, now=Clock())
+    with one_key_server() as found:
+        yield found
 
 
 async def test_a_kid_the_issuer_does_not_publish_is_an_unknown_key(
     jwks: tuple[JwksServer, PrivateKey],
 ) -> None:
     server, key = jwks
-    auth = jwks_auth(server)
+    auth = jwks_authenticator(server)
     assert await cause_of(auth, signed(key, "not-published")) == "unknown_key"
     no_kid = "Bearer " + jwt.encode({"sub": "a"}, key, algorithm="RS256")
     assert await cause_of(auth, no_kid) == "unknown_key"
@@ -121,7 +115,7 @@ async def test_a_key_set_that_cannot_be_fetched_is_keys_unavailable(
 ) -> None:
     server, key = jwks
     server.down = True
-    auth = jwks_auth(server)
+    auth = jwks_authenticator(server)
     assert await cause_of(auth, signed(key, "k")) == "keys_unavailable"
     await auth.aclose()
 

@@ -17,15 +17,12 @@ from realtime.auth import Authenticator, Principal
 from realtime.errors import AuthError
 from realtime.settings import Settings
 from tests.jwks_server import (
-    AUDIENCE,
-    ISSUER,
     NOW,
     Clock,
     JwksServer,
     PrivateKey,
-    jwk,
-    jwks_server,
-    rsa_key,
+    jwks_authenticator,
+    one_key_server,
     signed,
 )
 
@@ -74,22 +71,15 @@ async def test_the_pair_that_used_to_collide_cannot_authenticate() -> None:
 
 @pytest.fixture
 def jwks() -> Iterator[tuple[JwksServer, PrivateKey]]:
-    key = rsa_key()
-    with jwks_server([jwk(key, "k")]) as server:
-        yield server, key
+    with one_key_server() as found:
+        yield found
 
 
 async def test_a_control_character_is_refused_in_jwks_mode_too(
     jwks: tuple[JwksServer, PrivateKey],
 ) -> None:
     server, key = jwks
-    settings = Settings(
-        auth_jwks_url=server.url,
-        auth_issuer=ISSUER,
-        auth_audience=AUDIENCE,
-        auth_tenant_claim="tid",
-    )
-    auth = Authenticator(settings, now=Clock())
+    auth = jwks_authenticator(server, auth_tenant_claim="tid")
     assert "'sub'" in (await refused(auth, signed(key, "k", sub="a\x00", tid="t"))).message
     assert "'tid'" in (await refused(auth, signed(key, "k", sub="a", tid="t\x7f"))).message
     assert (await auth.authenticate(signed(key, "k", sub="a", tid="t"))).tenant == "t"
