@@ -136,14 +136,6 @@ def jwks_server(keys: list[dict[str, Any]]) -> Iterator[JwksServer]:
         yield server
 
 
-@contextmanager
-def one_key_server(kid: str = "k") -> Iterator[tuple[JwksServer, PrivateKey]]:
-    """A JWKS endpoint publishing one new RSA key under `kid`: (the endpoint, the key)."""
-    key = rsa_key()
-    with jwks_server([jwk(key, kid)]) as server:
-        yield server, key
-
-
 def jwks_settings(server: JwksServer, **settings: Any) -> Settings:
     """The service's settings of JWKS mode: `server`'s key set, ISSUER and AUDIENCE."""
     return Settings(

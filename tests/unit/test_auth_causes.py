@@ -4,7 +4,6 @@ not retried in vain."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import jwt
@@ -23,7 +22,6 @@ from tests.jwks_server import (
     JwksServer,
     PrivateKey,
     jwks_authenticator,
-    one_key_server,
     rsa_key,
     signed,
 )
@@ -89,12 +87,6 @@ async def test_each_refusal_of_a_client_token_says_why(
 async def test_an_algorithm_the_service_does_not_accept_is_an_invalid_signature() -> None:
     token = "Bearer " + jwt.encode({"sub": "a", "exp": int(NOW) + 60}, rsa_key(), algorithm="RS256")
     assert await cause_of(dev(), token) == "invalid_signature"
-
-
-@pytest.fixture
-def jwks() -> Iterator[tuple[JwksServer, PrivateKey]]:
-    with one_key_server() as found:
-        yield found
 
 
 async def test_a_kid_the_issuer_does_not_publish_is_an_unknown_key(

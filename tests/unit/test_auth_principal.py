@@ -22,7 +22,6 @@ from tests.jwks_server import (
     JwksServer,
     PrivateKey,
     jwks_authenticator,
-    one_key_server,
     signed,
 )
 
@@ -67,12 +66,6 @@ async def test_the_pair_that_used_to_collide_cannot_authenticate() -> None:
     await refused(auth, dev_token(sub="b\x00c", org="A"))
     await refused(auth, dev_token(sub="c", org="A\x00b"))
     assert (await auth.authenticate(dev_token(sub="b c", org="A\xe9b"))).tenant == "A\xe9b"
-
-
-@pytest.fixture
-def jwks() -> Iterator[tuple[JwksServer, PrivateKey]]:
-    with one_key_server() as found:
-        yield found
 
 
 async def test_a_control_character_is_refused_in_jwks_mode_too(
