@@ -8,7 +8,7 @@ from tests.jwks_server import JwksServer, PrivateKey, jwk, jwks_server, rsa_key
 
 
 @pytest.fixture
-def jwks() -> Iterator[tuple[JwksServer, PrivateKey]]:
+def one_key_jwks() -> Iterator[tuple[JwksServer, PrivateKey]]:
     """A JWKS endpoint on 127.0.0.1 publishing one new RSA key as kid "k": (endpoint, key)."""
     key = rsa_key()
     with jwks_server([jwk(key, "k")]) as server:

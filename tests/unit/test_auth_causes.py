@@ -90,9 +90,9 @@ async def test_an_algorithm_the_service_does_not_accept_is_an_invalid_signature(
 
 
 async def test_a_kid_the_issuer_does_not_publish_is_an_unknown_key(
-    jwks: tuple[JwksServer, PrivateKey],
+    one_key_jwks: tuple[JwksServer, PrivateKey],
 ) -> None:
-    server, key = jwks
+    server, key = one_key_jwks
     auth = jwks_authenticator(server)
     assert await cause_of(auth, signed(key, "not-published")) == "unknown_key"
     no_kid = "Bearer " + jwt.encode({"sub": "a"}, key, algorithm="RS256")
@@ -103,9 +103,9 @@ async def test_a_kid_the_issuer_does_not_publish_is_an_unknown_key(
 
 
 async def test_a_key_set_that_cannot_be_fetched_is_keys_unavailable(
-    jwks: tuple[JwksServer, PrivateKey],
+    one_key_jwks: tuple[JwksServer, PrivateKey],
 ) -> None:
-    server, key = jwks
+    server, key = one_key_jwks
     server.down = True
     auth = jwks_authenticator(server)
     assert await cause_of(auth, signed(key, "k")) == "keys_unavailable"

@@ -69,9 +69,9 @@ async def test_the_pair_that_used_to_collide_cannot_authenticate() -> None:
 
 
 async def test_a_control_character_is_refused_in_jwks_mode_too(
-    jwks: tuple[JwksServer, PrivateKey],
+    one_key_jwks: tuple[JwksServer, PrivateKey],
 ) -> None:
-    server, key = jwks
+    server, key = one_key_jwks
     auth = jwks_authenticator(server, auth_tenant_claim="tid")
     assert "'sub'" in (await refused(auth, signed(key, "k", sub="a\x00", tid="t"))).message
     assert "'tid'" in (await refused(auth, signed(key, "k", sub="a", tid="t\x7f"))).message
