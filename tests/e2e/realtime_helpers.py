@@ -71,3 +71,16 @@ async def register(client, session_id: str, epoch: int, key: str, subject: str =
         client, "RegisterEndpoint", subject, sessionId=session_id, sessionEpoch=epoch,
         commandId=new_id(), clientEndpointKey=key, capabilities=CAPS,
     )  # fmt: skip
+
+
+async def hand_over(client: Any, sid: str, epoch: int, key: str) -> tuple[str, int]:
+    """The device `key` registers and joins at `epoch`, taking the session over: its endpoint
+    id and the session's new epoch."""
+    registered = await register(client, sid, epoch, key)
+    endpoint: str = registered["result"]["endpoint"]["endpointId"]
+    joined = await call(
+        client, "JoinSession", sessionId=sid, sessionEpoch=epoch, endpointId=endpoint,
+        commandId=new_id(),
+    )  # fmt: skip
+    assert "result" in joined, joined
+    return endpoint, int(joined["result"]["session"]["sessionEpoch"])

@@ -7,13 +7,11 @@ import asyncio
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from realtime.app import create_app
 from realtime.store import keys
 from realtime.store.redis_client import RedisClient
-from tests.conftest import livekit_settings, serving
+from tests.conftest import service
 from tests.e2e.operator_api_helpers import TENANT_CLAIM, start_session
 from tests.event_receivers import events_settings, receiver
 
@@ -35,15 +33,14 @@ async def test_a_hanging_receiver_does_not_delay_another_tenants_events(
     (tmp_path / "other").mkdir()
     async with receiver(tmp_path / "acme") as acme, receiver(tmp_path / "other") as other:
         acme.answer(200, delay_s=60)  # takes each connection and its body, answers nothing
-        settings = livekit_settings(
+        async with service(
             livekit,
+            store,
             auth_tenant_claim=TENANT_CLAIM,
             events_tenant_urls=(("acme", acme.url),),
             max_sessions_per_principal=ACME_SESSIONS,
             **events_settings(other.url, events_timeout_s=3.0),
-        )
-        app = create_app(settings, store=store)
-        async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+        ) as http:
             gate = asyncio.Semaphore(8)
 
             async def acme_session(n: int) -> str:
