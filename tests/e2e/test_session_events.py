@@ -4,6 +4,7 @@ verifies every signature with the `standardwebhooks` package."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -45,16 +46,25 @@ LIFE = [
 ]
 
 
+@contextlib.asynccontextmanager
+async def sending(
+    livekit: Any, store: RedisClient, tmp_path: Path, **events: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, Receiver]]:
+    """A service that sends its session events to a receiver process, each attempt given 2 s,
+    with the `events_settings` `events`."""
+    async with (
+        receiver(tmp_path) as got,
+        service(livekit, store, **events_settings(got.url, events_timeout_s=2.0, **events)) as http,
+    ):
+        yield http, got
+
+
 @pytest.fixture
 async def sent(
     livekit: Any, store: RedisClient, tmp_path: Path
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Receiver]]:
-    """A service that sends its session events to a receiver process."""
-    async with (
-        receiver(tmp_path) as got,
-        service(livekit, store, **events_settings(got.url, events_timeout_s=2.0)) as http,
-    ):
-        yield http, got
+    async with sending(livekit, store, tmp_path) as found:
+        yield found
 
 
 async def whole_life(http: httpx.AsyncClient, livekit: Any) -> str:
@@ -233,14 +243,7 @@ async def test_a_tenant_with_its_own_receiver_gets_its_sessions_events(
 async def test_the_bound_is_on_the_backlog_and_a_dropped_event_leaves_a_gap(
     livekit, store, tmp_path: Path, caplog
 ) -> None:
-    async with (
-        receiver(tmp_path) as got,
-        service(
-            livekit,
-            store,
-            **events_settings(got.url, events_timeout_s=2.0, events_max_per_session=3),
-        ) as http,
-    ):
+    async with sending(livekit, store, tmp_path, events_max_per_session=3) as (http, got):
         got.answer(500)
         # created, ready, active: the bound (the agent does not join: no agent.joined)
         live = await open_session(http, livekit, agent=False)
@@ -269,14 +272,7 @@ async def test_the_bound_is_on_the_backlog_and_a_dropped_event_leaves_a_gap(
 async def test_a_full_backlog_keeps_the_end_and_says_what_it_dropped(
     livekit, store, tmp_path: Path
 ) -> None:
-    async with (
-        receiver(tmp_path) as got,
-        service(
-            livekit,
-            store,
-            **events_settings(got.url, events_timeout_s=2.0, events_max_per_session=6),
-        ) as http,
-    ):
+    async with sending(livekit, store, tmp_path, events_max_per_session=6) as (http, got):
         got.answer(500)  # the receiver fails: nothing leaves, the backlog fills
         # created, ready, active: 1 to 3 (the agent does not join: no agent.joined)
         live = await open_session(http, livekit, agent=False)
