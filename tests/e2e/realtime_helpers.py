@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
-from tests.conftest import rpc
+from realtime.app import create_app
+from realtime.settings import Settings
+from realtime.store.redis_client import RedisClient
+from tests.conftest import TEST_SECRET, rpc, serving
 
 
 def new_id() -> str:
@@ -84,3 +89,13 @@ async def hand_over(client: Any, sid: str, epoch: int, key: str) -> tuple[str, i
     )  # fmt: skip
     assert "result" in joined, joined
     return endpoint, int(joined["result"]["session"]["sessionEpoch"])
+
+
+@contextlib.asynccontextmanager
+async def plain_service(store: RedisClient, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a service without LiveKit (the tests' secret, no rate limit, `settings`),
+    served in this event loop."""
+    every = {"auth_hs256_secret": TEST_SECRET, "rate_limit_rps": 0, **settings}
+    app = create_app(Settings(**every), store=store)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        yield client
