@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import httpx
@@ -23,6 +24,7 @@ import pytest
 
 from realtime.cli import main
 from realtime.logs import JsonLogFormatter
+from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, TEST_SECRET
 
 SECRET = "cli-test-secret-0123456789-abcdefghijklmnop"
 # a serve process starts in about a second; a machine busy with a worker per core can take
@@ -93,6 +95,18 @@ def needs(redis_url: str | None) -> str:
     return redis_url
 
 
+def serve_environ(redis_url: str | None, livekit: Any = None, **variables: str) -> dict[str, str]:
+    """The AIM_ settings of a `serve` in the tests: the test session's Redis (the test skipped
+    without one), the tests' HS256 secret, the LiveKit stand-in `livekit` when given, and
+    `variables`."""
+    environ = {"AIM_REDIS_URL": needs(redis_url), "AIM_AUTH_HS256_SECRET": TEST_SECRET}
+    if livekit is not None:
+        environ["AIM_LIVEKIT_URL"] = livekit.ws_url
+        environ["AIM_LIVEKIT_API_KEY"] = LIVEKIT_KEY
+        environ["AIM_LIVEKIT_API_SECRET"] = LIVEKIT_SECRET
+    return environ | variables
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -133,20 +147,28 @@ class Service:
 
 
 @contextlib.contextmanager
-def serving(tmp_path: Path, **variables: str) -> Iterator[Service]:
+def serving(tmp_path: Path, *, ready: bool = False, **variables: str) -> Iterator[Service]:
+    """`aim-realtime serve` started in `tmp_path` with `variables` (AIM_DATA_DIR under
+    `tmp_path` unless they name one); killed on the way out if it still runs. With `ready`, it
+    is ready before the body runs and, when the body ends without an error, stopped as an
+    operator stops it (SIGTERM, a graceful exit: `Service.terminate`)."""
     port = free_port()
     log = tmp_path / "serve.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "realtime.cli", "serve", "--port", str(port)],
             cwd=tmp_path,
-            env=clean_environ(AIM_DATA_DIR=str(tmp_path / "data"), **variables),
+            env=clean_environ(**{"AIM_DATA_DIR": str(tmp_path / "data"), **variables}),
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
     service = Service(process, f"http://127.0.0.1:{port}", log)
     try:
+        if ready:
+            service.wait_until_ready()
         yield service
+        if ready and process.poll() is None:
+            service.terminate()
     finally:
         if process.poll() is None:
             process.kill()

@@ -16,7 +16,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -268,11 +268,27 @@ def livekit_settings(livekit: Any, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+@contextlib.asynccontextmanager
+async def service(
+    livekit: Any,
+    store: RedisClient,
+    tracer_provider: TracerProvider | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+    **overrides: Any,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a service wired to the LiveKit stand-in (`livekit_settings` with
+    `overrides`) on `clock`, served in this event loop; spans go to `tracer_provider`."""
+    settings = livekit_settings(livekit, **overrides)
+    app = create_app(settings, store=store, clock=clock, tracer_provider=tracer_provider)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        yield http
+
+
 @pytest.fixture
 async def rt_client(
     livekit: Any, store: RedisClient, tracer_provider: TracerProvider
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a service wired to the LiveKit stand-in."""
-    app = create_app(livekit_settings(livekit), store=store, tracer_provider=tracer_provider)
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+    async with service(livekit, store, tracer_provider) as http:
         yield http

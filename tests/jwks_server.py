@@ -16,6 +16,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
+from realtime.auth import Authenticator
+from realtime.settings import Settings
+
 NOW = 1_800_000_000.0
 ISSUER = "https://issuer.example"
 AUDIENCE = "aim-realtime"
@@ -131,6 +134,20 @@ class JwksServer:
 def jwks_server(keys: list[dict[str, Any]]) -> Iterator[JwksServer]:
     with JwksServer(keys).running() as server:
         yield server
+
+
+def jwks_settings(server: JwksServer, **settings: Any) -> Settings:
+    """The service's settings of JWKS mode: `server`'s key set, ISSUER and AUDIENCE."""
+    return Settings(
+        auth_jwks_url=server.url, auth_issuer=ISSUER, auth_audience=AUDIENCE, **settings
+    )
+
+
+def jwks_authenticator(
+    server: JwksServer, clock: Clock | None = None, **settings: Any
+) -> Authenticator:
+    """An authenticator of `server`'s key set (`jwks_settings`), on `clock` (NOW unless given)."""
+    return Authenticator(jwks_settings(server, **settings), now=clock or Clock())
 
 
 class CountingDecode:

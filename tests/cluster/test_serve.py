@@ -23,10 +23,8 @@ from tests.e2e.sse_helpers import create_message, stream
 from tests.e2e.streaming_helpers import (
     JOURNEY,
     condensed,
-    drive_to_active,
-    end,
+    journey_to_the_end,
     session_state,
-    wait_for_state,
 )
 
 pytestmark = [pytest.mark.redis, pytest.mark.e2e, pytest.mark.slow, only_on_cluster]
@@ -61,12 +59,7 @@ async def test_serve_on_the_cluster_streams_a_session_and_its_worker_ends_it(
                 session_id = first.result["task"]["metadata"]["urn:aim:a2a:realtime:v1"][
                     "sessionId"
                 ]
-                seen = [first]
-                await wait_for_state(reader, "ready", seen)
-                await drive_to_active(client, session_id)
-                await wait_for_state(reader, "active", seen)
-                await end(client, session_id)
-                seen.extend(await reader.rest())
+                seen = await journey_to_the_end(client, reader, first, session_id)
                 assert reader.closed
             assert condensed([session_state(event.result) for event in seen]) == JOURNEY
 

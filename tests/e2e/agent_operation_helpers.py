@@ -131,6 +131,22 @@ async def interact(
     )
 
 
+async def confirm_operation(
+    client: httpx.AsyncClient, live: Live, operation: dict[str, Any], requirement: dict[str, Any]
+) -> dict[str, Any]:
+    """The user's SendInteraction operation.confirm of `operation`, answering `requirement`."""
+    return await interact(
+        client,
+        live.sid,
+        "operation.confirm",
+        {
+            "operationId": operation["operationId"],
+            "requirementId": requirement["requirementId"],
+            "actionDigest": requirement["actionDigest"],
+        },
+    )
+
+
 async def provider_call(
     client: httpx.AsyncClient, token: str | None, method: str, **params: Any
 ) -> tuple[int, dict[str, Any], httpx.Response]:
@@ -138,6 +154,39 @@ async def provider_call(
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     response = await client.post("/provider", json=body, headers=headers)
     return response.status_code, response.json(), response
+
+
+async def agent_call(
+    client: httpx.AsyncClient, live: Live, method: str, **params: Any
+) -> tuple[int, dict[str, Any], httpx.Response]:
+    """The agent's provider call `method` about `live`, with its own provider token."""
+    return await provider_call(client, live.provider_token, method, sessionId=live.sid, **params)
+
+
+async def request_operation(
+    client: httpx.AsyncClient, live: Live, *, request_id: str | None = None, **fields: Any
+) -> tuple[int, dict[str, Any], httpx.Response]:
+    """The agent's RequestOperation in `live` at epoch 1 (`request_id`, a new one unless given)."""
+    request = request_id or new_id()
+    return await agent_call(
+        client, live, "RequestOperation", sessionEpoch=1, requestId=request, **fields
+    )
+
+
+async def append_transcript(
+    client: httpx.AsyncClient, live: Live, item_id: str, role: str, text: str
+) -> tuple[int, dict[str, Any], httpx.Response]:
+    """The agent's AppendTranscript of one line of `role` in `live` at epoch 1."""
+    line = {"itemId": item_id, "role": role, "text": text}
+    return await agent_call(client, live, "AppendTranscript", sessionEpoch=1, **line)
+
+
+async def update_operation(
+    client: httpx.AsyncClient, live: Live, operation_id: str, state: str, **fields: Any
+) -> tuple[int, dict[str, Any], httpx.Response]:
+    """The agent's UpdateOperation of `operation_id` in `live` to `state`, a new request id."""
+    update = {"requestId": new_id(), "operationId": operation_id, "state": state}
+    return await agent_call(client, live, "UpdateOperation", **update, **fields)
 
 
 async def request_action(
@@ -155,13 +204,10 @@ async def request_action(
     action["arguments"] = arguments if arguments is not None else {"people": 2}
     if description is not None:
         action["description"] = description
-    status, body, _ = await provider_call(
+    status, body, _ = await request_operation(
         client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=request_id or new_id(),
+        live,
+        request_id=request_id,
         kind="action",
         action=action,
         confirmation=confirmation,
@@ -317,3 +363,30 @@ async def agent_asks_to_book(client: httpx.AsyncClient, provider_token: str, sid
     assert status == 200, asked
     operation_id: str = asked["result"]["operation"]["operationId"]
     return operation_id
+
+
+@dataclass(frozen=True)
+class Words:
+    """What a user typed and the agent spoke in a session: the agent's copy of the typed words,
+    the answer to the agent's AppendTranscript of the spoken ones."""
+
+    live: Live
+    typed: str
+    spoken: str
+    heard: dict[str, Any]
+    appended: dict[str, Any]
+
+
+async def type_and_speak(
+    client: httpx.AsyncClient, livekit: Any, transcript: str, *, command_id: str | None = None
+) -> Words:
+    """A session with `retention.transcript: transcript`, in which the user types words and the
+    agent appends words it spoke; each text is unique to the call."""
+    live = await open_session(client, livekit, transcript=transcript)
+    typed = f"typed-{transcript}-{new_id()}"
+    spoken = f"spoken-{transcript}-{new_id()}"
+    sent = await interact(client, live.sid, "input.text", {"text": typed}, command_id=command_id)
+    assert "result" in sent, sent
+    (heard,) = await wait_for_data(livekit, live.room, "input.text")
+    _, appended, _ = await append_transcript(client, live, f"item-{new_id()}", "agent", spoken)
+    return Words(live, typed, spoken, heard, appended)

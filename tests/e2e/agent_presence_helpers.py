@@ -18,6 +18,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from realtime.app import create_app
 from realtime.store.redis_client import RedisClient
+from tests.clocks import Clock
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings, serving
 from tests.e2e.realtime_helpers import create_session, session_of
 from tests.e2e.webhook_helpers import event_id, get
@@ -25,19 +26,6 @@ from tests.livekit_standin import LiveKitStandin, running_standin
 
 AGENT_NAME = "aim-realtime-agent"  # AIM_AGENT_NAME's default
 START_TIMEOUT_S = 10  # AIM_AGENT_START_TIMEOUT_S's default
-
-
-class Clock:
-    """The service's clock: real time plus what the test moved it by."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
 
 
 @dataclass

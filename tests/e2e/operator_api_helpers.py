@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import msgspec
 
-from realtime.app import create_app
 from realtime.auth import mint_dev_token
-from realtime.store.redis_client import RedisClient
-from tests.conftest import ALL_SCOPES, REALTIME, TEST_SECRET, livekit_settings, serving
+from tests.conftest import ALL_SCOPES, REALTIME, TEST_SECRET
+from tests.e2e.realtime_helpers import create_part, new_id, session_of
 
 OPERATOR = ("aim.operator",)
 TENANT_CLAIM = "tenant"
@@ -97,6 +95,33 @@ async def rpc_as(
     return decoded
 
 
+async def start_session(
+    client: httpx.AsyncClient,
+    *,
+    subject: str = "alice",
+    tenant: str | None = None,
+    traceparent: str | None = None,
+) -> str:
+    """A session started by SendMessage of a realtime part, as `subject` of `tenant`: its id."""
+    message = {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}
+    created = await rpc_as(
+        client,
+        "SendMessage",
+        {"message": message},
+        subject=subject,
+        tenant=tenant,
+        traceparent=traceparent,
+    )
+    return str(session_of(created["result"]["task"])["sessionId"])
+
+
+async def start_sessions(client: httpx.AsyncClient, per_tenant: dict[str, int]) -> None:
+    """`per_tenant[tenant]` sessions in each tenant, each of a subject of its own."""
+    for tenant, count in per_tenant.items():
+        for index in range(count):
+            await start_session(client, subject=f"{tenant}-{index}", tenant=tenant)
+
+
 def traceparent(trace_id: str) -> str:
     return f"00-{trace_id}-00f067aa0ba902b7-01"
 
@@ -112,11 +137,3 @@ async def eventually(
             return found
         assert time.monotonic() < deadline, f"not within {within} s"
         await asyncio.sleep(every)
-
-
-@contextlib.asynccontextmanager
-async def service(livekit: Any, store: RedisClient, **overrides: Any) -> AsyncIterator[Any]:
-    """An HTTP client of a service wired to the LiveKit stand-in, with `overrides`."""
-    app = create_app(livekit_settings(livekit, **overrides), store=store, tracer_provider=None)
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        yield http

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
-from tests.conftest import rpc
+from realtime.app import create_app
+from realtime.settings import Settings
+from realtime.store.redis_client import RedisClient
+from tests.conftest import TEST_SECRET, rpc, serving
 
 
 def new_id() -> str:
@@ -71,3 +76,26 @@ async def register(client, session_id: str, epoch: int, key: str, subject: str =
         client, "RegisterEndpoint", subject, sessionId=session_id, sessionEpoch=epoch,
         commandId=new_id(), clientEndpointKey=key, capabilities=CAPS,
     )  # fmt: skip
+
+
+async def hand_over(client: Any, sid: str, epoch: int, key: str) -> tuple[str, int]:
+    """The device `key` registers and joins at `epoch`, taking the session over: its endpoint
+    id and the session's new epoch."""
+    registered = await register(client, sid, epoch, key)
+    endpoint: str = registered["result"]["endpoint"]["endpointId"]
+    joined = await call(
+        client, "JoinSession", sessionId=sid, sessionEpoch=epoch, endpointId=endpoint,
+        commandId=new_id(),
+    )  # fmt: skip
+    assert "result" in joined, joined
+    return endpoint, int(joined["result"]["session"]["sessionEpoch"])
+
+
+@contextlib.asynccontextmanager
+async def plain_service(store: RedisClient, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a service without LiveKit (the tests' secret, no rate limit, `settings`),
+    served in this event loop."""
+    every = {"auth_hs256_secret": TEST_SECRET, "rate_limit_rps": 0, **settings}
+    app = create_app(Settings(**every), store=store)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        yield client

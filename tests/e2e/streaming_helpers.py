@@ -3,6 +3,7 @@ SubscribeToTask) follows it: the states it passes, read off the stream's events.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tests.conftest import REALTIME
@@ -48,3 +49,21 @@ async def end(client: Any, session_id: str) -> None:
     ended = await call(client, "EndSession", sessionId=session_id, commandId=new_id(),
                        reason="user hung up")  # fmt: skip
     assert ended["result"]["session"]["state"] == "ending"
+
+
+async def journey_to_the_end(
+    client: Any,
+    reader: SseReader,
+    first: Any,
+    session_id: str,
+    until: Callable[[SseReader, str, list[Any]], Awaitable[None]] = wait_for_state,
+) -> list[Any]:
+    """The session whose stream began with `first` readied, driven to active and ended; every
+    event of the stream, read to its end (`until` reads up to a state)."""
+    seen = [first]
+    await until(reader, "ready", seen)
+    await drive_to_active(client, session_id)
+    await until(reader, "active", seen)
+    await end(client, session_id)
+    seen.extend(await reader.rest())
+    return seen

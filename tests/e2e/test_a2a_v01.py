@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REALTIME, headers, rpc
 from tests.e2e.realtime_helpers import create_part, create_session, new_id
 from tests.e2e.sse_helpers import SseReader
-from tests.e2e.streaming_helpers import drive_to_active, end
+from tests.e2e.streaming_helpers import drive_to_active, end, journey_to_the_end
 
 pytestmark = pytest.mark.e2e
 
@@ -56,6 +56,14 @@ def text_message(text: str = "hello") -> dict[str, Any]:
     return {"role": "user", "parts": [{"type": "text", "text": text}]}
 
 
+def with_file(mime_type: str, name: str) -> dict[str, Any]:
+    """A text message with a file part of `mime_type` (a URI under example.com)."""
+    message = text_message()
+    file = {"uri": f"https://example.com/{name}", "mimeType": mime_type, "name": name}
+    message["parts"].append({"type": "file", "file": file})
+    return message
+
+
 def create_message01(client_session_id: str | None = None, **overrides: Any) -> dict[str, Any]:
     data = create_part(client_session_id, **overrides)["data"]
     return {"role": "user", "parts": [{"type": "data", "data": data}]}
@@ -85,10 +93,7 @@ async def server_tasks(client: Any, subject: str = "alice") -> list[dict[str, An
 
 
 async def test_a_part_of_a_media_type_the_card_does_not_list_is_32005(client):
-    file_part = {"type": "file", "file": {"uri": "https://example.com/a.png",
-                                          "mimeType": "image/png", "name": "a.png"}}  # fmt: skip
-    message = text_message()
-    message["parts"].append(file_part)
+    message = with_file("image/png", "a.png")
     body, response = await rpc01(client, "tasks/send", {"id": "t-png", "message": message})
     assert response.status_code == 200
     assert body["error"]["code"] == -32005
@@ -98,10 +103,7 @@ async def test_a_part_of_a_media_type_the_card_does_not_list_is_32005(client):
 
 
 async def test_tasks_send_without_session_create_is_a_failed_0_1_task(client):
-    file_part = {"type": "file", "file": {"uri": "https://example.com/a.txt",
-                                          "mimeType": "text/plain", "name": "a.txt"}}  # fmt: skip
-    message = text_message()
-    message["parts"].append(file_part)
+    message = with_file("text/plain", "a.txt")
     body, response = await rpc01(client, "tasks/send", {"id": "t-1", "message": message})
     assert response.status_code == 200
     assert body["jsonrpc"] == "2.0"
@@ -532,12 +534,7 @@ async def test_send_subscribe_streams_status_events_with_final_on_the_last(rt_cl
         assert event["status"]["state"] == "working"
         assert session_state(first) == "provisioning"  # the task as created: never blocks
         session_id = event["metadata"][REALTIME]["sessionId"]
-        seen = [first]
-        await read_until(reader, "ready", seen)
-        await drive_to_active(rt_client, session_id)
-        await read_until(reader, "active", seen)
-        await end(rt_client, session_id)
-        seen.extend(await reader.rest())
+        seen = await journey_to_the_end(rt_client, reader, first, session_id, until=read_until)
     assert reader.closed
     assert all(e.event is None and e.result["id"] == "live-1" for e in seen)
     assert [e.result["final"] for e in seen] == [False] * (len(seen) - 1) + [True]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -38,6 +39,20 @@ async def live_device(served: Served, livekit, client: AimClient, **options) -> 
     assert await send_webhook(served.http, "participant_joined", room(session.session_id),
                               str(session.endpoint_id)) == "applied"  # fmt: skip
     return session
+
+
+@contextlib.asynccontextmanager
+async def device_in_room(
+    livekit, store, **options
+) -> AsyncIterator[tuple[Served, AimClient, Session, contextlib.AsyncExitStack]]:
+    """The proxied service, alice's client, her session whose device joined and is in the room
+    (`live_device`), and a stack the test enters its agents into, closed first."""
+    async with (
+        proxied_service(livekit, store) as served,
+        AimClient(served.base_url, token=token("alice")) as client,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        yield served, client, await live_device(served, livekit, client, **options), stack
 
 
 async def agent_joins(served: Served, livekit, session_id: str, identity: str = AGENT) -> None:
@@ -111,12 +126,7 @@ async def test_the_helper_reads_the_dispatch_metadata_and_speaks_for_its_session
 
 
 async def test_an_operation_answered_before_the_agent_joined_still_reaches_it(livekit, store):
-    async with (
-        proxied_service(livekit, store) as served,
-        AimClient(served.base_url, token=token("alice")) as client,
-        contextlib.AsyncExitStack() as stack,
-    ):
-        session = await live_device(served, livekit, client)
+    async with device_in_room(livekit, store) as (served, _client, session, stack):
         sid = session.session_id
         new_agent = await stack.enter_async_context(helpers(livekit, sid))
         agent = await new_agent()
@@ -154,12 +164,7 @@ async def test_an_operation_answered_before_the_agent_joined_still_reaches_it(li
 
 
 async def test_data_messages_are_taken_once_each(livekit, store):
-    async with (
-        proxied_service(livekit, store) as served,
-        AimClient(served.base_url, token=token("alice")) as client,
-        contextlib.AsyncExitStack() as stack,
-    ):
-        session = await live_device(served, livekit, client)
+    async with device_in_room(livekit, store) as (served, _client, session, stack):
         sid = session.session_id
         await agent_joins(served, livekit, sid)
         agent = await (await stack.enter_async_context(helpers(livekit, sid)))()
@@ -195,12 +200,12 @@ async def test_data_messages_are_taken_once_each(livekit, store):
 
 
 async def test_provider_calls_whose_answers_are_lost_apply_once(livekit, store):
-    async with (
-        proxied_service(livekit, store) as served,
-        AimClient(served.base_url, token=token("alice")) as client,
-        contextlib.AsyncExitStack() as stack,
+    async with device_in_room(livekit, store, retention=TRANSCRIPT_ON) as (
+        served,
+        client,
+        session,
+        stack,
     ):
-        session = await live_device(served, livekit, client, retention=TRANSCRIPT_ON)
         sid = session.session_id
         await agent_joins(served, livekit, sid)
         agent = await (await stack.enter_async_context(helpers(livekit, sid)))()

@@ -11,14 +11,13 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import pytest
 
 from realtime.http_server import LIVENESS_RESERVE, PROBE_WAIT_S
-from tests.cli_processes import Service, needs, serving
-from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, TEST_SECRET
+from tests.cli_processes import Service, serve_environ, serving
 from tests.e2e.realtime_helpers import create_part
 from tests.e2e.sse_helpers import create_message, stream
 
@@ -29,6 +28,12 @@ REQUEST_S = 1.0
 # how much later than its timeout a close may come on a loaded machine
 SLACK_S = 2.0
 HEALTH = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+# idle and request timeouts of a second, an SSE heartbeat every half second
+QUICK_IDLE: Final = {
+    "AIM_HTTP_IDLE_TIMEOUT_S": "1",
+    "AIM_HTTP_REQUEST_TIMEOUT_S": "1",
+    "AIM_SSE_HEARTBEAT_S": "0.5",
+}
 READY = b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
@@ -36,14 +41,14 @@ READY = b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str | None) -> Iterator[Service]:
     with serving(
         tmp_path_factory.mktemp("connections"),
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_HTTP_IDLE_TIMEOUT_S=str(int(IDLE_S)),
-        AIM_HTTP_REQUEST_TIMEOUT_S=str(int(REQUEST_S)),
+        ready=True,
+        **serve_environ(
+            redis_url,
+            AIM_HTTP_IDLE_TIMEOUT_S=str(int(IDLE_S)),
+            AIM_HTTP_REQUEST_TIMEOUT_S=str(int(REQUEST_S)),
+        ),
     ) as svc:
-        svc.wait_until_ready()
         yield svc
-        svc.terminate()
     assert "Traceback" not in svc.output()
 
 
@@ -191,56 +196,51 @@ def test_a_slow_request_is_timed_from_its_first_byte_not_from_the_last_response(
     assert REQUEST_S - 0.3 <= closed_after <= REQUEST_S + SLACK_S
 
 
+def fill(svc: Service, held: contextlib.ExitStack, count: int) -> list[socket.socket]:
+    """`count` connections to `svc` held open (closed with `held`), each served a /readyz."""
+    conns = [held.enter_context(connect(svc)) for _ in range(count)]
+    for conn in conns:
+        conn.sendall(READY)
+        assert read_response(conn).startswith(b"HTTP/1.1 200")
+    return conns
+
+
 def test_connections_over_the_limit_get_503_and_the_service_stays_up(
     tmp_path: Path, redis_url: str | None
 ) -> None:
     limit = 4
-    with serving(
-        tmp_path,
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_HTTP_MAX_CONNECTIONS=str(limit),
-    ) as svc:
-        svc.wait_until_ready()
-        with contextlib.ExitStack() as held:
-            conns = [held.enter_context(connect(svc)) for _ in range(limit)]
-            for conn in conns:
-                conn.sendall(READY)
-                assert read_response(conn).startswith(b"HTTP/1.1 200")
+    with (
+        serving(
+            tmp_path,
+            ready=True,
+            **serve_environ(redis_url, AIM_HTTP_MAX_CONNECTIONS=str(limit)),
+        ) as svc,
+        contextlib.ExitStack() as held,
+    ):
+        conns = fill(svc, held, limit)
 
-            with connect(svc) as extra:
-                extra.sendall(READY)
-                refused = read_response(extra)
-                assert refused.startswith(b"HTTP/1.1 503"), refused
-                assert b"connection: close" in refused.lower()
-                assert b"retry-after: 1" in refused.lower()
-                assert wait_closed(extra, 5.0)[1] is not None
-            with connect(svc) as probe:  # the liveness probe is answered even when full
-                probe.sendall(HEALTH)
-                assert read_response(probe).startswith(b"HTTP/1.1 200")
+        with connect(svc) as extra:
+            extra.sendall(READY)
+            refused = read_response(extra)
+            assert refused.startswith(b"HTTP/1.1 503"), refused
+            assert b"connection: close" in refused.lower()
+            assert b"retry-after: 1" in refused.lower()
+            assert wait_closed(extra, 5.0)[1] is not None
+        with connect(svc) as probe:  # the liveness probe is answered even when full
+            probe.sendall(HEALTH)
+            assert read_response(probe).startswith(b"HTTP/1.1 200")
 
-            for conn in conns:  # the connections within the limit are still served
-                conn.sendall(READY)
-                assert read_response(conn).startswith(b"HTTP/1.1 200")
-            conns[0].close()
-            wait_for_a_place(svc, "no place came free")
-        svc.terminate()
+        for conn in conns:  # the connections within the limit are still served
+            conn.sendall(READY)
+            assert read_response(conn).startswith(b"HTTP/1.1 200")
+        conns[0].close()
+        wait_for_a_place(svc, "no place came free")
 
 
 async def test_an_sse_stream_outlives_the_idle_timeout(
     tmp_path: Path, redis_url: str | None, livekit: Any
 ) -> None:
-    with serving(
-        tmp_path,
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_LIVEKIT_URL=livekit.ws_url,
-        AIM_LIVEKIT_API_KEY=LIVEKIT_KEY,
-        AIM_LIVEKIT_API_SECRET=LIVEKIT_SECRET,
-        AIM_HTTP_IDLE_TIMEOUT_S="1",
-        AIM_HTTP_REQUEST_TIMEOUT_S="1",
-        AIM_SSE_HEARTBEAT_S="0.5",
-    ) as svc:
+    with serving(tmp_path, **serve_environ(redis_url, livekit, **QUICK_IDLE)) as svc:
         await asyncio.to_thread(svc.wait_until_ready)
         async with (
             httpx.AsyncClient(base_url=svc.base_url, timeout=10.0) as client,
@@ -341,12 +341,13 @@ def test_a_pipelined_head_with_too_many_headers_is_answered_431_after_the_first(
 def test_the_header_limits_are_configurable(tmp_path: Path, redis_url: str | None) -> None:
     with serving(
         tmp_path,
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_HTTP_MAX_HEADER_BYTES="16384",
-        AIM_HTTP_MAX_HEADERS="20",
+        ready=True,
+        **serve_environ(
+            redis_url,
+            AIM_HTTP_MAX_HEADER_BYTES="16384",
+            AIM_HTTP_MAX_HEADERS="20",
+        ),
     ) as svc:
-        svc.wait_until_ready()
         with connect(svc) as conn:  # 20 KiB: under the default, over this limit
             conn.sendall(
                 b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"d" * 20000 + b"\r\n\r\n"
@@ -359,7 +360,6 @@ def test_the_header_limits_are_configurable(tmp_path: Path, redis_url: str | Non
         with connect(svc) as conn:
             conn.sendall(HEALTH)
             assert read_response(conn).startswith(b"HTTP/1.1 200")
-        svc.terminate()
 
 
 # --- connections refused when they open -----------------------------------------------------------
@@ -371,16 +371,11 @@ def test_connections_far_over_the_limit_are_refused_when_they_open(
     limit = 4
     with serving(
         tmp_path,
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_HTTP_MAX_CONNECTIONS=str(limit),
+        ready=True,
+        **serve_environ(redis_url, AIM_HTTP_MAX_CONNECTIONS=str(limit)),
     ) as svc:
-        svc.wait_until_ready()
         with contextlib.ExitStack() as held:
-            for _ in range(limit):
-                conn = held.enter_context(connect(svc))
-                conn.sendall(READY)
-                assert read_response(conn).startswith(b"HTTP/1.1 200")
+            fill(svc, held, limit)
             # the liveness reserve first: admitted, closed after PROBE_WAIT_S unless it asks
             reserve = [held.enter_context(connect(svc)) for _ in range(LIVENESS_RESERVE)]
             # 60 idle sockets over that: each answered 503 at once, without sending a byte
@@ -395,17 +390,14 @@ def test_connections_far_over_the_limit_are_refused_when_they_open(
                 assert wait_closed(conn, PROBE_WAIT_S + SLACK_S)[1] is not None
         # once the held ones close, nothing the refused ones did is still holding places
         wait_for_a_place(svc, "the refused sockets still hold places")
-        svc.terminate()
 
 
 def test_one_address_cannot_take_every_connection(tmp_path: Path, redis_url: str | None) -> None:
     with serving(
         tmp_path,
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_HTTP_MAX_CONNECTIONS_PER_PEER="3",
+        ready=True,
+        **serve_environ(redis_url, AIM_HTTP_MAX_CONNECTIONS_PER_PEER="3"),
     ) as svc:
-        svc.wait_until_ready()
         port = int(svc.base_url.rsplit(":", 1)[1])
         with contextlib.ExitStack() as held:
             for _ in range(3):
@@ -419,4 +411,3 @@ def test_one_address_cannot_take_every_connection(tmp_path: Path, redis_url: str
             with other:
                 other.sendall(READY)
                 assert read_response(other).startswith(b"HTTP/1.1 200")
-        svc.terminate()

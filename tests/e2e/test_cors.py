@@ -4,12 +4,10 @@ service without the setting, gets no CORS headers (the browser then refuses the 
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from realtime.app import create_app
-from realtime.settings import Settings
-from tests.conftest import TEST_SECRET, headers, serving
+from tests.conftest import headers
+from tests.e2e.realtime_helpers import plain_service
 
 pytestmark = pytest.mark.e2e
 
@@ -17,18 +15,8 @@ APP = "https://app.example.com"
 LIST_TASKS = b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}'
 
 
-async def service(store, **settings: object):
-    app = create_app(
-        Settings(auth_hs256_secret=TEST_SECRET, rate_limit_rps=0, **settings), store=store
-    )
-    return serving(app)
-
-
 async def test_a_listed_origin_passes_the_preflight_and_reads_the_answer(store):
-    async with (
-        await service(store, cors_origins=(APP,)) as base,
-        httpx.AsyncClient(base_url=base) as client,
-    ):
+    async with plain_service(store, cors_origins=(APP,)) as client:
         preflight = await client.options(
             "/a2a",
             headers={
@@ -58,10 +46,7 @@ async def test_a_listed_origin_passes_the_preflight_and_reads_the_answer(store):
 
 
 async def test_an_unlisted_origin_gets_no_cors_headers(store):
-    async with (
-        await service(store, cors_origins=(APP,)) as base,
-        httpx.AsyncClient(base_url=base) as client,
-    ):
+    async with plain_service(store, cors_origins=(APP,)) as client:
         answer = await client.post(
             "/a2a",
             content=LIST_TASKS,
@@ -71,7 +56,7 @@ async def test_an_unlisted_origin_gets_no_cors_headers(store):
 
 
 async def test_without_the_setting_no_origin_is_allowed(store):
-    async with await service(store) as base, httpx.AsyncClient(base_url=base) as client:
+    async with plain_service(store) as client:
         preflight = await client.options(
             "/a2a", headers={"Origin": APP, "Access-Control-Request-Method": "POST"}
         )
@@ -84,10 +69,7 @@ async def test_without_the_setting_no_origin_is_allowed(store):
 
 
 async def test_with_a_list_of_origins_every_response_varies_by_origin(store):
-    async with (
-        await service(store, cors_origins=(APP, "https://other.example.com")) as base,
-        httpx.AsyncClient(base_url=base) as client,
-    ):
+    async with plain_service(store, cors_origins=(APP, "https://other.example.com")) as client:
         answers = [
             await client.get("/.well-known/agent-card.json"),
             await client.get("/.well-known/agent-card.json", headers={"Origin": APP}),
@@ -108,9 +90,6 @@ async def test_with_a_list_of_origins_every_response_varies_by_origin(store):
 
 async def test_any_origin_or_none_needs_no_vary(store):
     for origins in [("*",), ()]:
-        async with (
-            await service(store, cors_origins=origins) as base,
-            httpx.AsyncClient(base_url=base) as client,
-        ):
+        async with plain_service(store, cors_origins=origins) as client:
             card = await client.get("/.well-known/agent-card.json")
         assert "origin" not in card.headers.get("vary", "").lower(), origins

@@ -5,33 +5,22 @@ stand-in, the service on a socket."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
 import msgspec
 import pytest
 
-from realtime.app import create_app
-from realtime.store import keys
 from realtime.store.redis_client import RedisClient
-from tests.conftest import error_info, headers, livekit_settings, serving
+from tests.clocks import Clock
+from tests.conftest import error_info, headers, service
 from tests.e2e.agent_operation_helpers import open_session
+from tests.e2e.operator_api_helpers import timeline_of
 from tests.e2e.realtime_helpers import call, new_id, register
 
 pytestmark = pytest.mark.e2e
 
 BOUND = 2
-
-
-class Clock:
-    """The app's clock: now, moved on by the test."""
-
-    def __init__(self) -> None:
-        self.offset_s = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset_s
 
 
 async def join(
@@ -67,9 +56,7 @@ async def test_handoffs_past_the_bound_answer_limit_exceeded_until_the_minute_pa
     livekit, store: RedisClient
 ) -> None:
     clock = Clock()
-    settings = livekit_settings(livekit, max_handoffs_per_minute=BOUND)
-    app = create_app(settings, store=store, clock=clock)
-    async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+    async with service(livekit, store, clock=clock, max_handoffs_per_minute=BOUND) as http:
         live = await open_session(http, livekit)  # the phone joined at epoch 1
         epoch = 1
         for key in ("laptop", "phone")[:BOUND]:  # the bound's handoffs, one after another
@@ -78,7 +65,7 @@ async def test_handoffs_past_the_bound_answer_limit_exceeded_until_the_minute_pa
             assert "result" in handed.json(), handed.json()
             epoch = handed.json()["result"]["session"]["sessionEpoch"]
         assert epoch == 1 + BOUND
-        clock.offset_s += 15
+        clock.advance(15)
 
         laptop = await endpoint_of(http, live.sid, epoch, "laptop")
         before = await session(http, live.sid)
@@ -97,11 +84,12 @@ async def test_handoffs_past_the_bound_answer_limit_exceeded_until_the_minute_pa
         after = await session(http, live.sid)
         assert (after["sessionEpoch"], after["version"]) == (epoch, before["version"])
         assert after["activeEndpointId"] == before["activeEndpointId"]
-        assert await store.client.hexists(keys.commands_key(live.sid), command) == 0
+        timeline = await timeline_of(http, live.sid)
+        assert [e for e in timeline if e.get("commandId") == command] == []
         unknown = await call(http, "GetCommand", sessionId=live.sid, commandId=command)
         assert unknown["error"]["code"] == -31005
 
-        clock.offset_s += wait  # on the app's clock, the minute has passed
+        clock.advance(wait)  # on the app's clock, the minute has passed
         allowed = await join(http, live.sid, epoch, laptop, command)
         result = allowed.json()["result"]
         assert result["session"]["sessionEpoch"] == epoch + 1

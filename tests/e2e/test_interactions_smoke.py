@@ -7,65 +7,18 @@ import json
 import pytest
 from livekit import api
 
-from tests.e2e.realtime_helpers import call, create_part, create_session, new_id, session_of
+from tests.e2e.agent_operation_helpers import interact, open_session
+from tests.e2e.realtime_helpers import call
 from tests.e2e.webhook_helpers import send_webhook
 
 pytestmark = pytest.mark.e2e
 
-CAMERA_CAPS = {
-    "audioInput": True,
-    "audioOutput": True,
-    "camera": True,
-    "screen": False,
-    "interactions": ["text"],
-}
 
-
-async def live_session(client, livekit):
-    part = create_part(
-        requested={
-            "mediaBinding": "livekit-webrtc-v1",
-            "audio": "bidirectional",
-            "userVideoSources": ["camera"],
-            "agentVideoSources": [],
-            "interactions": ["text"],
-        }
-    )
-    task = (await create_session(client, part=part))["result"]["task"]
-    sid = session_of(task)["sessionId"]
-    room = f"aim-{sid}-e1"
-    reg = await call(
-        client,
-        "RegisterEndpoint",
-        sessionId=sid,
-        sessionEpoch=1,
-        commandId=new_id(),
-        clientEndpointKey="phone",
-        capabilities=CAMERA_CAPS,
-    )
-    phone = reg["result"]["endpoint"]["endpointId"]
-    await call(
-        client, "JoinSession", sessionId=sid, sessionEpoch=1, endpointId=phone, commandId=new_id()
-    )
-    livekit.add_participant(room, phone)
-    livekit.add_participant(room, "agent-1", kind="agent")
-    assert await send_webhook(client, "participant_joined", room, phone) == "applied"
-    assert (
-        await send_webhook(client, "participant_joined", room, "agent-1", agent=True) == "applied"
-    )
-    return sid, room, phone
-
-
-async def interact(client, sid, kind, payload, epoch=1):
-    return await call(
-        client,
-        "SendInteraction",
-        sessionId=sid,
-        sessionEpoch=epoch,
-        commandId=new_id(),
-        type=kind,
-        payload=payload,
-    )
+async def live_session(client, livekit) -> tuple[str, str, str]:
+    """A live session whose user may send the camera, the agent nothing, and whose device
+    (with a camera) and agent are in the room: (sessionId, room, phone)."""
+    live = await open_session(client, livekit, interactions=("text",), agent_sources=())
+    return live.sid, live.room, live.phone
 
 
 async def test_text_is_delivered_to_the_agent_as_a_reliable_data_message(rt_client, livekit):

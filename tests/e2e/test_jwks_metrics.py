@@ -12,16 +12,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from realtime.app import create_app
-from realtime.settings import Settings
 from realtime.store.redis_client import RedisClient
 from tests.conftest import serving
 from tests.jwks_server import (
-    AUDIENCE,
-    ISSUER,
     JwksServer,
     PrivateKey,
     jwk,
     jwks_server,
+    jwks_settings,
     rsa_key,
     signed,
 )
@@ -61,13 +59,7 @@ async def fetches(http: httpx.AsyncClient) -> dict[str, float]:
 async def test_metrics_counts_the_jwks_fetches_by_outcome(
     store: RedisClient, server: JwksServer, key: PrivateKey
 ) -> None:
-    settings = Settings(
-        auth_jwks_url=server.url,
-        auth_issuer=ISSUER,
-        auth_audience=AUDIENCE,
-        rate_limit_rps=0,
-        metrics_refresh_s=0,
-    )
+    settings = jwks_settings(server, rate_limit_rps=0, metrics_refresh_s=0)
     app = create_app(settings, store=store, run_worker=False)
     now = int(time.time())
     token = signed(key, "a", iat=now, exp=now + 600, scope="a2a.tasks.read")

@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import error_info, rpc, violations
 from tests.e2e.agent_operation_helpers import (
+    confirm_operation,
     continue_params,
     data_to_agent,
     digest_of,
@@ -19,10 +20,10 @@ from tests.e2e.agent_operation_helpers import (
     interact,
     meta,
     open_session,
-    provider_call,
     quiet,
     request_action,
     requirement_data,
+    update_operation,
     wait_for_data,
     wait_operation_state,
 )
@@ -101,16 +102,7 @@ async def test_an_action_without_confirmation_runs_at_once(rt_client, livekit):
 async def test_operation_confirm_runs_it_and_tells_the_agent(rt_client, livekit):
     live, operation, task = await asked(rt_client, livekit)
     data = requirement_data(task)
-    confirmed = await interact(
-        rt_client,
-        live.sid,
-        "operation.confirm",
-        {
-            "operationId": operation["operationId"],
-            "requirementId": data["requirementId"],
-            "actionDigest": data["actionDigest"],
-        },
-    )
+    confirmed = await confirm_operation(rt_client, live, operation, data)
     assert confirmed["result"]["operation"]["state"] == "running"
     assert confirmed["result"]["operation"]["operationId"] == operation["operationId"]
     assert confirmed["result"]["session"]["pendingOperationIds"] == [operation["operationId"]]
@@ -161,16 +153,7 @@ async def test_operation_cancel_then_any_answer_meets_a_resolved_operation(rt_cl
     assert (await get_task(rt_client, live.task_id))["status"]["state"] == "TASK_STATE_WORKING"
     (update,) = await wait_for_data(livekit, live.room, "operation.update")
     assert update["payload"]["state"] == "canceled"
-    confirm = await interact(
-        rt_client,
-        live.sid,
-        "operation.confirm",
-        {
-            "operationId": operation["operationId"],
-            "requirementId": data["requirementId"],
-            "actionDigest": data["actionDigest"],
-        },
-    )
+    confirm = await confirm_operation(rt_client, live, operation, data)
     assert confirm["error"]["code"] == -31003, confirm
     again = await interact(
         rt_client, live.sid, "operation.cancel", {"operationId": operation["operationId"]}
@@ -208,14 +191,11 @@ async def test_continue_task_approve_runs_the_operation_and_keeps_the_message(rt
     await quiet()
     assert len(data_to_agent(livekit, live.room, "operation.update")) == 1
     # also after the operation has finished
-    _, done, _ = await provider_call(
+    _, done, _ = await update_operation(
         rt_client,
-        live.provider_token,
-        "UpdateOperation",
-        sessionId=live.sid,
-        requestId=new_id(),
-        operationId=operation["operationId"],
-        state="succeeded",
+        live,
+        operation["operationId"],
+        "succeeded",
     )
     assert done["result"]["operation"]["state"] == "succeeded", done
     assert await rpc(rt_client, "ContinueTask", params) == answered
@@ -312,16 +292,7 @@ async def test_continue_task_and_operation_confirm_race_for_one_requirement(rt_c
         assert data["operationId"] == operation["operationId"]
         calls = [
             rpc(rt_client, "ContinueTask", continue_params(live.task_id, data)),
-            interact(
-                rt_client,
-                live.sid,
-                "operation.confirm",
-                {
-                    "operationId": operation["operationId"],
-                    "requirementId": data["requirementId"],
-                    "actionDigest": data["actionDigest"],
-                },
-            ),
+            confirm_operation(rt_client, live, operation, data),
         ]
         outcomes = await asyncio.gather(*(calls if round_ % 2 else reversed(calls)))
         winners = [body for body in outcomes if "result" in body]
@@ -403,16 +374,7 @@ async def test_an_unanswered_requirement_expires(rt_client, livekit):
     assert update["payload"] == {"operationId": operation["operationId"], "state": "expired"}
     late = await rpc(rt_client, "ContinueTask", continue_params(live.task_id, data))
     assert late["error"]["code"] == -31003, late
-    late_confirm = await interact(
-        rt_client,
-        live.sid,
-        "operation.confirm",
-        {
-            "operationId": operation["operationId"],
-            "requirementId": data["requirementId"],
-            "actionDigest": data["actionDigest"],
-        },
-    )
+    late_confirm = await confirm_operation(rt_client, live, operation, data)
     assert late_confirm["error"]["code"] == -31003, late_confirm
 
 

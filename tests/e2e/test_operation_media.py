@@ -4,6 +4,8 @@ user decides."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
 from livekit import api
@@ -11,6 +13,7 @@ from livekit.api import TokenVerifier
 
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, headers, rpc
 from tests.e2e.agent_operation_helpers import (
+    Live,
     continue_params,
     data_to_agent,
     get_operation,
@@ -19,11 +22,12 @@ from tests.e2e.agent_operation_helpers import (
     interact,
     meta,
     open_session,
-    provider_call,
     quiet,
     request_action,
+    request_operation,
     requirement_data,
     sources_of,
+    update_operation,
     updates_for,
     wait_for_data,
     wait_for_update,
@@ -35,6 +39,12 @@ pytestmark = pytest.mark.e2e
 
 MIC, CAMERA = api.TrackSource.MICROPHONE, api.TrackSource.CAMERA
 SCREEN, SCREEN_AUDIO = api.TrackSource.SCREEN_SHARE, api.TrackSource.SCREEN_SHARE_AUDIO
+
+
+async def decide(client, live: Live, operation_id: str, decision: str) -> dict[str, Any]:
+    """The user's media.decide of the agent's request `operation_id`: allow or deny."""
+    body = {"operationId": operation_id, "decision": decision}
+    return await interact(client, live.sid, "media.decide", body)
 
 
 def sources(session, side):
@@ -196,14 +206,11 @@ async def test_agent_screen_request_is_an_operation_the_agent_answers(rt_client,
     }
     assert body["commandId"] == asked["result"]["interaction"]["commandId"]
 
-    _, done, _ = await provider_call(
+    _, done, _ = await update_operation(
         rt_client,
-        live.provider_token,
-        "UpdateOperation",
-        sessionId=live.sid,
-        requestId=new_id(),
-        operationId=operation["operationId"],
-        state="succeeded",
+        live,
+        operation["operationId"],
+        "succeeded",
     )
     assert done["result"]["operation"]["state"] == "succeeded", done
     assert sources(await get_session(rt_client, live.sid), "agent")["screen"] == "granted"
@@ -231,14 +238,11 @@ async def test_agent_source_request_refused_by_the_agent_leaves_it_off(rt_client
         rt_client, live.sid, "media.request", {"side": "agent", "source": "camera"}
     )
     operation = asked["result"]["operation"]
-    _, failed, _ = await provider_call(
+    _, failed, _ = await update_operation(
         rt_client,
-        live.provider_token,
-        "UpdateOperation",
-        sessionId=live.sid,
-        requestId=new_id(),
-        operationId=operation["operationId"],
-        state="failed",
+        live,
+        operation["operationId"],
+        "failed",
         error={"message": "no camera"},
     )
     assert failed["result"]["operation"]["state"] == "failed", failed
@@ -246,13 +250,9 @@ async def test_agent_source_request_refused_by_the_agent_leaves_it_off(rt_client
 
 
 async def agent_asks_for_user_camera(client, live):
-    status, body, _ = await provider_call(
+    status, body, _ = await request_operation(
         client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=new_id(),
+        live,
         kind="media.request",
         media={"side": "user", "source": "camera"},
         confirmation="required",
@@ -277,12 +277,7 @@ async def test_agent_asks_for_the_camera_user_denies_then_allows(rt_client, live
     assert task["status"]["message"]["parts"][0]["text"]
     assert requirement_data(task)["operationId"] == first["operationId"]
 
-    denied = await interact(
-        rt_client,
-        live.sid,
-        "media.decide",
-        {"operationId": first["operationId"], "decision": "deny"},
-    )
+    denied = await decide(rt_client, live, first["operationId"], "deny")
     assert denied["result"]["operation"]["state"] == "canceled", denied
     assert sources(denied["result"]["session"], "user")["camera"] == "off"
     assert (await get_task(rt_client, live.task_id))["status"]["state"] == "TASK_STATE_WORKING"
@@ -290,24 +285,14 @@ async def test_agent_asks_for_the_camera_user_denies_then_allows(rt_client, live
     assert len(updates_for(livekit, live.room, live.phone)) == before
 
     second = await agent_asks_for_user_camera(rt_client, live)
-    allowed = await interact(
-        rt_client,
-        live.sid,
-        "media.decide",
-        {"operationId": second["operationId"], "decision": "allow"},
-    )
+    allowed = await decide(rt_client, live, second["operationId"], "allow")
     assert allowed["result"]["operation"]["state"] == "running", allowed
     assert sources(allowed["result"]["session"], "user")["camera"] == "granted"
     update = await wait_for_update(livekit, live.room, live.phone, before + 1)
     assert sources_of(update) == [MIC, CAMERA]
     updates = await wait_for_data(livekit, live.room, "operation.update", count=2)
     assert [u["payload"]["state"] for u in updates] == ["canceled", "running"]
-    again = await interact(
-        rt_client,
-        live.sid,
-        "media.decide",
-        {"operationId": second["operationId"], "decision": "deny"},
-    )
+    again = await decide(rt_client, live, second["operationId"], "deny")
     assert again["error"]["code"] == -31003, again
 
 
@@ -330,22 +315,12 @@ async def test_agent_camera_request_answered_through_continue_task(rt_client, li
 async def test_media_decide_answers_only_the_agents_media_requests(rt_client, livekit):
     live = await open_session(rt_client, livekit, agent_sources=("screen",))
     action = await request_action(rt_client, live)
-    refused = await interact(
-        rt_client,
-        live.sid,
-        "media.decide",
-        {"operationId": action["operationId"], "decision": "allow"},
-    )
+    refused = await decide(rt_client, live, action["operationId"], "allow")
     assert refused["error"]["code"] == -31003, refused
     mine = await interact(
         rt_client, live.sid, "media.request", {"side": "agent", "source": "screen"}
     )
-    refused = await interact(
-        rt_client,
-        live.sid,
-        "media.decide",
-        {"operationId": mine["result"]["operation"]["operationId"], "decision": "allow"},
-    )
+    refused = await decide(rt_client, live, mine["result"]["operation"]["operationId"], "allow")
     assert refused["error"]["code"] == -31003, refused
     got = await get_operation(rt_client, live.sid, action["operationId"])
     assert got["result"]["operation"]["state"] == "awaiting_confirmation"
@@ -354,13 +329,9 @@ async def test_media_decide_answers_only_the_agents_media_requests(rt_client, li
 async def test_agent_cannot_ask_for_a_source_the_session_did_not_request(rt_client, livekit):
     live = await open_session(rt_client, livekit, user_sources=(), agent_sources=())
     for side in ("user", "agent"):
-        _, body, _ = await provider_call(
+        _, body, _ = await request_operation(
             rt_client,
-            live.provider_token,
-            "RequestOperation",
-            sessionId=live.sid,
-            sessionEpoch=1,
-            requestId=new_id(),
+            live,
             kind="media.request",
             media={"side": side, "source": "camera"},
             confirmation="required",
@@ -405,14 +376,11 @@ async def test_canceling_an_agent_media_request_leaves_the_source_off(rt_client,
     )
     assert canceled["result"]["operation"]["state"] == "canceled", canceled
     assert sources(canceled["result"]["session"], "agent")["screen"] == "off"
-    _, late, _ = await provider_call(
+    _, late, _ = await update_operation(
         rt_client,
-        live.provider_token,
-        "UpdateOperation",
-        sessionId=live.sid,
-        requestId=new_id(),
-        operationId=operation_id,
-        state="succeeded",
+        live,
+        operation_id,
+        "succeeded",
     )
     assert late["error"]["code"] == -31003, late
     assert sources(await get_session(rt_client, live.sid), "agent")["screen"] == "off"

@@ -27,12 +27,16 @@ from tests.conftest import (
 from tests.e2e.agent_operation_helpers import (
     AGENT,
     Live,
+    agent_call,
+    append_transcript,
     get_session,
     get_task,
     meta,
     open_session,
     provider_call,
     request_action,
+    request_operation,
+    update_operation,
 )
 from tests.e2e.realtime_helpers import new_id
 from tests.e2e.webhook_helpers import send_webhook
@@ -65,33 +69,30 @@ async def test_dispatch_metadata_hands_over_the_provider_url_and_token(rt_client
 async def test_report_agent_state_shows_in_get_session(rt_client, livekit):
     live = await open_session(rt_client, livekit)
     for state in ("listening", "thinking", "speaking"):
-        status, body, _ = await provider_call(
+        status, body, _ = await agent_call(
             rt_client,
-            live.provider_token,
+            live,
             "ReportAgentState",
-            sessionId=live.sid,
             sessionEpoch=1,
             state=state,
         )
         assert status == 200, body
         assert "result" in body, body
         assert (await get_session(rt_client, live.sid))["agent"]["state"] == state
-    status, body, _ = await provider_call(
+    status, body, _ = await agent_call(
         rt_client,
-        live.provider_token,
+        live,
         "ReportAgentState",
-        sessionId=live.sid,
         sessionEpoch=1,
         state="dancing",
     )
     assert body["error"]["code"] == -32602
     assert "params.state" in violations(body)
     ahead = (
-        await provider_call(
+        await agent_call(
             rt_client,
-            live.provider_token,
+            live,
             "ReportAgentState",
-            sessionId=live.sid,
             sessionEpoch=9,
             state="listening",
         )
@@ -183,28 +184,22 @@ async def test_update_operation_drives_a_confirmed_operation_to_its_end(rt_clien
     assert late["error"]["code"] == -31003, late
     assert (await get_session(rt_client, live.sid))["pendingOperationIds"] == []
     unknown = (
-        await provider_call(
+        await update_operation(
             rt_client,
-            token,
-            "UpdateOperation",
-            sessionId=live.sid,
-            requestId=new_id(),
-            operationId=new_id(),
-            state="succeeded",
+            live,
+            new_id(),
+            "succeeded",
         )
     )[1]
     assert unknown["error"]["code"] == -31006, unknown
     # a failure keeps the provider's error
     other = await request_action(rt_client, live, confirmation="none")
     failed = (
-        await provider_call(
+        await update_operation(
             rt_client,
-            token,
-            "UpdateOperation",
-            sessionId=live.sid,
-            requestId=new_id(),
-            operationId=other["operationId"],
-            state="failed",
+            live,
+            other["operationId"],
+            "failed",
             error={"code": "busy", "message": "no table free"},
         )
     )[1]
@@ -216,14 +211,11 @@ async def test_the_provider_cannot_run_an_unconfirmed_operation(rt_client, livek
     live = await open_session(rt_client, livekit)
     waiting = await request_action(rt_client, live)
     for state in ("running", "succeeded"):
-        _, body, _ = await provider_call(
+        _, body, _ = await update_operation(
             rt_client,
-            live.provider_token,
-            "UpdateOperation",
-            sessionId=live.sid,
-            requestId=new_id(),
-            operationId=waiting["operationId"],
-            state=state,
+            live,
+            waiting["operationId"],
+            state,
         )
         assert body["error"]["code"] == -31003, (state, body)
     task = await get_task(rt_client, live.task_id)
@@ -234,27 +226,11 @@ async def test_append_transcript_with_retention_on_joins_the_task_history(rt_cli
     live = await open_session(rt_client, livekit, transcript="on")
     item_id = f"item-{new_id()}"
     for _ in range(2):  # idempotent by itemId
-        _, body, _ = await provider_call(
-            rt_client,
-            live.provider_token,
-            "AppendTranscript",
-            sessionId=live.sid,
-            sessionEpoch=1,
-            itemId=item_id,
-            role="agent",
-            text="Hello, how can I help?",
+        _, body, _ = await append_transcript(
+            rt_client, live, item_id, "agent", "Hello, how can I help?"
         )
         assert body["result"] == {"itemId": item_id}, body
-    _, user_line, _ = await provider_call(
-        rt_client,
-        live.provider_token,
-        "AppendTranscript",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        itemId="u-1",
-        role="user",
-        text="I want a table",
-    )
+    _, user_line, _ = await append_transcript(rt_client, live, "u-1", "user", "I want a table")
     assert "result" in user_line, user_line
     history = (await get_task(rt_client, live.task_id))["history"]
     lines = [(m["messageId"], m["role"], m["parts"]) for m in history[-2:]]
@@ -267,16 +243,7 @@ async def test_append_transcript_with_retention_on_joins_the_task_history(rt_cli
 
 async def test_append_transcript_without_retention_is_capability_unavailable(rt_client, livekit):
     live = await open_session(rt_client, livekit, transcript="off")
-    _, body, _ = await provider_call(
-        rt_client,
-        live.provider_token,
-        "AppendTranscript",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        itemId="i-1",
-        role="agent",
-        text="not kept",
-    )
+    _, body, _ = await append_transcript(rt_client, live, "i-1", "agent", "not kept")
     assert body["error"]["code"] == -31009, body
     assert meta(body)["missing"] == "transcript"
     history = (await get_task(rt_client, live.task_id)).get("history", [])
@@ -346,13 +313,9 @@ async def live_a2a_with(client, bearer):
 async def test_provider_token_of_an_ended_session_is_refused(rt_client, livekit):
     live = await open_session(rt_client, livekit)
     await rpc(rt_client, "CancelTask", {"id": live.task_id})
-    status, body, _ = await provider_call(
+    status, body, _ = await request_operation(
         rt_client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=new_id(),
+        live,
         kind="action",
         action={"title": "too late"},
         confirmation="none",
@@ -389,11 +352,10 @@ async def test_after_a_rebind_only_the_new_rooms_token_counts(rt_client, livekit
         "applied"
     )
     for epoch in (1, 2):
-        _, old, _ = await provider_call(
+        _, old, _ = await agent_call(
             rt_client,
-            live.provider_token,
+            live,
             "ReportAgentState",
-            sessionId=live.sid,
             sessionEpoch=epoch,
             state="speaking",
         )
@@ -414,13 +376,9 @@ async def test_after_a_rebind_only_the_new_rooms_token_counts(rt_client, livekit
 
 async def test_an_action_the_digest_cannot_encode_is_invalid_params(rt_client, livekit):
     live = await open_session(rt_client, livekit)
-    _, body, _ = await provider_call(
+    _, body, _ = await request_operation(
         rt_client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=new_id(),
+        live,
         kind="action",
         action={"title": "Transfer", "arguments": {"amount": 2**60}},
         confirmation="required",
@@ -431,13 +389,9 @@ async def test_an_action_the_digest_cannot_encode_is_invalid_params(rt_client, l
 
 async def request_import(rt_client, live: Live, rows: int) -> dict[str, Any]:
     """The agent's RequestOperation of an action whose arguments hold `rows` characters."""
-    _, body, _ = await provider_call(
+    _, body, _ = await request_operation(
         rt_client,
-        live.provider_token,
-        "RequestOperation",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        requestId=new_id(),
+        live,
         kind="action",
         action={"title": "Import", "arguments": {"rows": "r" * rows}},
         confirmation="none",
@@ -475,11 +429,10 @@ async def test_provider_calls_over_the_rate_limit_are_told_when_to_retry(livekit
         # at once: 200 calls against a burst of 60 meet the limit
         replies = await asyncio.gather(
             *(
-                provider_call(
+                agent_call(
                     client,
-                    live.provider_token,
+                    live,
                     "ReportAgentState",
-                    sessionId=live.sid,
                     sessionEpoch=1,
                     state="listening",
                 )

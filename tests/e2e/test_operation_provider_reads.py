@@ -14,6 +14,8 @@ from tests.conftest import livekit_settings, rpc, violations
 from tests.e2e.agent_operation_helpers import (
     AGENT,
     Live,
+    agent_call,
+    confirm_operation,
     data_to_agent,
     get_session,
     interact,
@@ -44,16 +46,7 @@ def states(body: dict[str, Any]) -> list[tuple[str, str]]:
 
 async def confirm(client, live: Live, operation: dict[str, Any]) -> None:
     asked = operation["requirement"]
-    confirmed = await interact(
-        client,
-        live.sid,
-        "operation.confirm",
-        {
-            "operationId": operation["operationId"],
-            "requirementId": asked["requirementId"],
-            "actionDigest": asked["actionDigest"],
-        },
-    )
+    confirmed = await confirm_operation(client, live, operation, asked)
     assert confirmed["result"]["operation"]["state"] == "running", confirmed
 
 
@@ -152,11 +145,10 @@ async def test_list_and_get_operation_for_the_agent(rt_client, livekit):
     listed = (await list_operations(rt_client, live))["result"]["operations"]
     # the same objects RequestOperation (and the client's GetOperation) answers, oldest first
     assert listed == [first, second]
-    _, got, _ = await provider_call(
+    _, got, _ = await agent_call(
         rt_client,
-        live.provider_token,
+        live,
         "GetOperation",
-        sessionId=live.sid,
         operationId=second["operationId"],
     )
     assert got["result"] == {"operation": second}
@@ -216,11 +208,10 @@ async def test_list_operations_is_a_read_that_commits_nothing_and_ends_with_the_
     await rpc(rt_client, "CancelTask", {"id": live.task_id})
     ended = await list_operations(rt_client, live)
     assert ended["error"]["code"] == -31003, ended
-    _, got, _ = await provider_call(
+    _, got, _ = await agent_call(
         rt_client,
-        live.provider_token,
+        live,
         "GetOperation",
-        sessionId=live.sid,
         operationId=asked["operationId"],
     )
     assert got["error"]["code"] == -31003, got

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from realtime.store.redis_client import RedisClient
-from tests.conftest import ALL_SCOPES
+from tests.conftest import ALL_SCOPES, service
 from tests.e2e.agent_operation_helpers import interact, open_session, provider_call, request_action
 from tests.e2e.operator_api_helpers import (
     TENANT_CLAIM,
@@ -20,10 +20,10 @@ from tests.e2e.operator_api_helpers import (
     operator_get,
     operator_json,
     rpc_as,
-    service,
+    start_session,
     timeline_of,
 )
-from tests.e2e.realtime_helpers import create_part, new_id, session_of
+from tests.e2e.realtime_helpers import new_id
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
@@ -41,20 +41,6 @@ PATHS = (
 async def http(livekit: Any, store: RedisClient) -> AsyncIterator[httpx.AsyncClient]:
     async with service(livekit, store) as client:
         yield client
-
-
-async def new_session(
-    http: httpx.AsyncClient, subject: str = "alice", tenant: str | None = None
-) -> str:
-    created = await rpc_as(
-        http,
-        "SendMessage",
-        {"message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}},
-        subject=subject,
-        tenant=tenant,
-    )
-    session_id: str = session_of(created["result"]["task"])["sessionId"]
-    return session_id
 
 
 # --- who may read ------------------------------------------------------------------------------
@@ -95,7 +81,7 @@ async def test_two_authorization_headers_are_401_invalid_request(http):
 
 
 async def test_the_api_is_read_only(http):
-    session_id = await new_session(http)
+    session_id = await start_session(http)
     for path in (*PATHS, f"/ops/api/sessions/{session_id}"):
         for method in ("POST", "PUT", "DELETE", "PATCH"):
             response = await http.request(method, path, headers={"Authorization": bearer()})
@@ -106,9 +92,9 @@ async def test_the_api_is_read_only(http):
 
 
 async def test_sessions_are_listed_newest_first_with_their_principal(http):
-    first = await new_session(http, "alice")
-    second = await new_session(http, "bob")
-    third = await new_session(http, "alice")
+    first = await start_session(http, subject="alice")
+    second = await start_session(http, subject="bob")
+    third = await start_session(http, subject="alice")
 
     body = await operator_json(http, "/ops/api/sessions")
 
@@ -123,8 +109,8 @@ async def test_sessions_are_listed_newest_first_with_their_principal(http):
 
 
 async def test_a_session_that_changes_moves_to_the_front(http):
-    older = await new_session(http)
-    await new_session(http)
+    older = await start_session(http)
+    await start_session(http)
     await rpc_as(
         http, "aim.realtime.EndSession", {"sessionId": older, "commandId": new_id(),
                                           "reason": "moving on"},
@@ -135,7 +121,7 @@ async def test_a_session_that_changes_moves_to_the_front(http):
 
 
 async def test_pages_follow_each_other_with_nothing_lost_or_repeated(http):
-    made = [await new_session(http) for _ in range(5)]
+    made = [await start_session(http) for _ in range(5)]
     seen: list[str] = []
     cursor = None
     pages = 0
@@ -153,14 +139,14 @@ async def test_pages_follow_each_other_with_nothing_lost_or_repeated(http):
 
 
 async def test_the_listing_filters_by_state_and_by_principal(http):
-    ended = await new_session(http, "alice")
+    ended = await start_session(http, subject="alice")
     await rpc_as(
         http, "aim.realtime.EndSession", {"sessionId": ended, "commandId": new_id(),
                                           "reason": "done"},
     )  # fmt: skip
     await eventually(lambda: _state_is(http, ended, "ended"))
-    alices = await new_session(http, "alice")
-    bobs = await new_session(http, "bob")
+    alices = await start_session(http, subject="alice")
+    bobs = await start_session(http, subject="bob")
 
     by_state = await operator_json(http, "/ops/api/sessions", state="ended")
     assert [s["sessionId"] for s in by_state["sessions"]] == [ended]
@@ -203,9 +189,9 @@ async def test_bad_listing_params_are_400_naming_the_param(http, params):
 
 async def test_with_a_tenant_claim_an_operator_sees_its_tenant_only(livekit, store):
     async with service(livekit, store, auth_tenant_claim=TENANT_CLAIM) as http:
-        ours = await new_session(http, "alice", tenant="acme")
-        also_ours = await new_session(http, "bob", tenant="acme")
-        theirs = await new_session(http, "alice", tenant="globex")
+        ours = await start_session(http, subject="alice", tenant="acme")
+        also_ours = await start_session(http, subject="bob", tenant="acme")
+        theirs = await start_session(http, subject="alice", tenant="globex")
         acme = bearer("ops", tenant="acme")
         globex = bearer("ops", tenant="globex")
 
@@ -252,7 +238,7 @@ async def test_an_unknown_or_malformed_session_id_is_404_with_a_json_body(http):
 async def test_a_sessions_detail_is_its_session_with_principal_outbox_timers_and_operations(
     http,
 ):
-    session_id = await new_session(http, "alice")
+    session_id = await start_session(http, subject="alice")
     body = await operator_json(http, f"/ops/api/sessions/{session_id}")
     got = (await rpc_as(http, "aim.realtime.GetSession", {"sessionId": session_id}))["result"]
 

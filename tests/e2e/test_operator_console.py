@@ -27,8 +27,8 @@ from realtime.store.redis_client import RedisClient
 from tests.conftest import livekit_settings, serving
 from tests.e2e.agent_operation_helpers import provider_call
 from tests.e2e.browser_helpers import binaries, chromium
-from tests.e2e.operator_api_helpers import bearer, rpc_as
-from tests.e2e.realtime_helpers import CAPS, create_part, new_id, session_of
+from tests.e2e.operator_api_helpers import bearer, rpc_as, start_session
+from tests.e2e.realtime_helpers import CAPS, new_id
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
 from tests.event_receivers import events_settings, receiver
 
@@ -43,17 +43,6 @@ async def service(livekit: Any, store: RedisClient) -> AsyncIterator[tuple[str, 
     app = create_app(livekit_settings(livekit), store=store, tracer_provider=None)
     async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
         yield base_url, http
-
-
-async def new_session(http: httpx.AsyncClient, subject: str) -> str:
-    created = await rpc_as(
-        http,
-        "SendMessage",
-        {"message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}},
-        subject=subject,
-    )
-    session_id: str = session_of(created["result"]["task"])["sessionId"]
-    return session_id
 
 
 async def endpoint(http: httpx.AsyncClient, sid: str, key: str, epoch: int) -> str:
@@ -77,7 +66,7 @@ async def join(http: httpx.AsyncClient, sid: str, endpoint_id: str, epoch: int) 
 async def handed_over_session(http: httpx.AsyncClient, livekit: Any) -> str:
     """A session joined on a phone, then handed over to a laptop (epoch 2), as a user does; the
     agent reports what it does meanwhile."""
-    sid = await new_session(http, "alice")
+    sid = await start_session(http, subject="alice")
     provider_token = json.loads(livekit.dispatches_in(room(sid))[-1].metadata)["providerToken"]
     phone = await endpoint(http, sid, "phone", 1)
     await join(http, sid, phone, 1)
@@ -154,8 +143,8 @@ async def test_an_operator_sees_a_sessions_states_commands_webhooks_and_handoff(
     if screenshot:
         Path(screenshot).parent.mkdir(parents=True, exist_ok=True)
     async with service(livekit, store) as (base_url, http):
-        await new_session(http, "bob")
-        over = await new_session(http, "carol")
+        await start_session(http, subject="bob")
+        over = await start_session(http, subject="carol")
         ended = await rpc_as(
             http, "aim.realtime.EndSession", {"sessionId": over, "commandId": new_id(),
                                               "reason": "user hung up"}, subject="carol",
@@ -210,7 +199,7 @@ async def test_an_operator_sees_the_events_sent_to_the_apps_backend(livekit, sto
         settings = livekit_settings(livekit, **events_settings(got.url, events_timeout_s=2.0))
         app = create_app(settings, store=store, tracer_provider=None)
         async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as http:
-            sid = await new_session(http, "alice")
+            sid = await start_session(http, subject="alice")
             await got.wait_for(lambda: len(got.delivered(sid)) == 2)
             got.answer(503)
             ended = await rpc_as(

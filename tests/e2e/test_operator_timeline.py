@@ -4,43 +4,29 @@ with the trace ids of the requests behind it, and never its message text."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from realtime.app import create_app
-from realtime.store.redis_client import RedisClient
-from tests.conftest import livekit_settings, serving
+from tests.conftest import service
 from tests.e2e.operator_api_helpers import (
     eventually,
     operator_get,
     operator_json,
     rpc_as,
+    start_session,
     timeline_of,
     traceparent,
 )
-from tests.e2e.realtime_helpers import CAPS, create_part, new_id, session_of
+from tests.e2e.realtime_helpers import CAPS, new_id
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 AGENT = "agent-AJ_worker-1"
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
-
-
-@contextlib.asynccontextmanager
-async def service(
-    livekit: Any, store: RedisClient, tracer_provider: Any = None, **overrides: Any
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(
-        livekit_settings(livekit, **overrides), store=store, tracer_provider=tracer_provider
-    )
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        yield http
 
 
 def trace(n: int) -> str:
@@ -75,13 +61,7 @@ async def session_state(http: httpx.AsyncClient, session_id: str) -> str:
 async def test_a_sessions_life_is_on_its_timeline_in_order_with_trace_ids(livekit, store):
     marker = f"private words {new_id()}"
     async with service(livekit, store, reconnect_grace_s=1, provisioning_timeout_s=1) as http:
-        created = await rpc_as(
-            http,
-            "SendMessage",
-            {"message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}},
-            traceparent=traceparent(trace(1)),
-        )
-        sid = session_of(created["result"]["task"])["sessionId"]
+        sid = await start_session(http, traceparent=traceparent(trace(1)))
         register_id = new_id()
         registered = await command(
             http, "RegisterEndpoint", 2, sessionId=sid, sessionEpoch=1, commandId=register_id,
@@ -242,13 +222,7 @@ async def _is(http: httpx.AsyncClient, session_id: str, state: str) -> bool:
 
 async def test_trace_ids_are_the_spans_when_tracing_is_on(livekit, store, tracer_provider):
     async with service(livekit, store, tracer_provider) as http:
-        created = await rpc_as(
-            http,
-            "SendMessage",
-            {"message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}},
-            traceparent=traceparent(trace(11)),
-        )
-        sid = session_of(created["result"]["task"])["sessionId"]
+        sid = await start_session(http, traceparent=traceparent(trace(11)))
         untraced = await rpc_as(
             http, "aim.realtime.EndSession", {"sessionId": sid, "commandId": new_id(),
                                               "reason": "done"},
@@ -267,12 +241,7 @@ async def test_a_failing_effect_shows_its_attempts_and_last_error_without_the_me
 ):
     marker = f"secret words {new_id()}"
     async with service(livekit, store) as http:
-        created = await rpc_as(
-            http,
-            "SendMessage",
-            {"message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}},
-        )
-        sid = session_of(created["result"]["task"])["sessionId"]
+        sid = await start_session(http)
         registered = await rpc_as(
             http, "aim.realtime.RegisterEndpoint", {"sessionId": sid, "sessionEpoch": 1,
             "commandId": new_id(), "clientEndpointKey": "phone", "capabilities": CAPS},
@@ -322,12 +291,7 @@ async def _with(http: httpx.AsyncClient, sid: str, **wanted: Any) -> list[dict[s
 
 async def test_a_webhook_for_the_room_before_a_rebind_is_fenced(livekit, store):
     async with service(livekit, store) as http:
-        created = await rpc_as(
-            http,
-            "SendMessage",
-            {"message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}},
-        )
-        sid = session_of(created["result"]["task"])["sessionId"]
+        sid = await start_session(http)
         assert await deliver(http, webhook_event("room_finished", room(sid, 1))) == "applied"
         await eventually(lambda: _is(http, sid, "ready"))
         late = webhook_event("participant_joined", room(sid, 1), identity=AGENT, agent=True)
@@ -341,12 +305,7 @@ async def test_a_webhook_for_the_room_before_a_rebind_is_fenced(livekit, store):
 
 async def test_a_page_of_a_timeline_continues_where_the_last_one_stopped(livekit, store):
     async with service(livekit, store) as http:
-        created = await rpc_as(
-            http,
-            "SendMessage",
-            {"message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}},
-        )
-        sid = session_of(created["result"]["task"])["sessionId"]
+        sid = await start_session(http)
         for key in ("a", "b", "c", "d"):
             await rpc_as(
                 http, "aim.realtime.RegisterEndpoint", {"sessionId": sid, "sessionEpoch": 1,

@@ -12,9 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from realtime.app import create_app
 from realtime.store.redis_client import RedisClient
-from tests.conftest import livekit_settings, serving
+from tests.conftest import service as wired_service
 from tests.e2e.agent_operation_helpers import open_session
 from tests.e2e.operator_api_helpers import eventually, operator_json, rpc_as, timeline_of
 from tests.e2e.realtime_helpers import call, create_part, new_id, register, session_of
@@ -36,9 +35,11 @@ async def service(
     def advance(seconds: float) -> None:
         now[0] += seconds
 
-    settings = livekit_settings(livekit, idle_timeout_s=IDLE_S, reconcile_interval_s=0)
-    app = create_app(settings, store=store, clock=lambda: now[0], tracer_provider=None)
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+    def clock() -> float:
+        return now[0]
+
+    settings = {"idle_timeout_s": IDLE_S, "reconcile_interval_s": 0}
+    async with wired_service(livekit, store, clock=clock, **settings) as http:
         yield http, advance
 
 

@@ -7,12 +7,9 @@ from __future__ import annotations
 import hashlib
 from importlib import resources
 
-import httpx
 import pytest
 
-from realtime.app import create_app
-from realtime.settings import Settings
-from tests.conftest import TEST_SECRET, serving
+from tests.e2e.realtime_helpers import plain_service
 
 pytestmark = pytest.mark.e2e
 
@@ -27,15 +24,8 @@ def packaged(name: str) -> bytes:
     return resources.files("realtime").joinpath("static", name).read_bytes()
 
 
-async def service(store, **settings: object):
-    app = create_app(
-        Settings(auth_hs256_secret=TEST_SECRET, rate_limit_rps=0, **settings), store=store
-    )
-    return serving(app)
-
-
 async def test_the_files_are_served_as_packaged_without_a_token(store):
-    async with await service(store) as base, httpx.AsyncClient(base_url=base) as client:
+    async with plain_service(store) as client:
         for path, (name, media_type) in FILES.items():
             answer = await client.get(path)
             assert answer.status_code == 200, path
@@ -53,7 +43,7 @@ async def test_the_files_are_served_as_packaged_without_a_token(store):
 
 
 async def test_a_current_copy_is_answered_304_and_head_has_no_body(store):
-    async with await service(store) as base, httpx.AsyncClient(base_url=base) as client:
+    async with plain_service(store) as client:
         first = await client.get("/sdk/aim-realtime.js")
         etag = first.headers["etag"]
         for sent in (etag, f"W/{etag}", f'"other", {etag}', "*"):
@@ -78,10 +68,7 @@ async def test_a_current_copy_is_answered_304_and_head_has_no_body(store):
 
 
 async def test_a_listed_origin_may_load_the_module(store):
-    async with (
-        await service(store, cors_origins=(APP,)) as base,
-        httpx.AsyncClient(base_url=base) as client,
-    ):
+    async with plain_service(store, cors_origins=(APP,)) as client:
         for path in FILES:
             answer = await client.get(path, headers={"Origin": APP})
             assert answer.status_code == 200
@@ -100,7 +87,7 @@ async def test_a_listed_origin_may_load_the_module(store):
 
 
 async def test_without_the_setting_no_other_origin_may_load_it(store):
-    async with await service(store) as base, httpx.AsyncClient(base_url=base) as client:
+    async with plain_service(store) as client:
         answer = await client.get("/sdk/aim-realtime.js", headers={"Origin": APP})
         assert answer.status_code == 200
         assert "access-control-allow-origin" not in answer.headers

@@ -7,29 +7,18 @@ import asyncio
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from realtime.app import create_app
 from realtime.store import keys
 from realtime.store.redis_client import RedisClient
-from tests.conftest import livekit_settings, serving
-from tests.e2e.operator_api_helpers import TENANT_CLAIM, rpc_as
-from tests.e2e.realtime_helpers import create_part, new_id, session_of
+from tests.conftest import service
+from tests.e2e.operator_api_helpers import TENANT_CLAIM, start_session
 from tests.event_receivers import events_settings, receiver
 
 pytestmark = pytest.mark.e2e
 
 ACME_SESSIONS = 70  # more than the worker's 32 sending slots
 SHARE = 8  # AIM_EVENTS_MAX_PER_DESTINATION's default: sessions sent to at once per destination
-
-
-async def start_session(http: httpx.AsyncClient, tenant: str, subject: str) -> str:
-    message = {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}
-    created = await rpc_as(
-        http, "SendMessage", {"message": message}, tenant=tenant, subject=subject
-    )
-    return str(session_of(created["result"]["task"])["sessionId"])
 
 
 async def leased(store: RedisClient, session_ids: list[str]) -> int:
@@ -44,20 +33,19 @@ async def test_a_hanging_receiver_does_not_delay_another_tenants_events(
     (tmp_path / "other").mkdir()
     async with receiver(tmp_path / "acme") as acme, receiver(tmp_path / "other") as other:
         acme.answer(200, delay_s=60)  # takes each connection and its body, answers nothing
-        settings = livekit_settings(
+        async with service(
             livekit,
+            store,
             auth_tenant_claim=TENANT_CLAIM,
             events_tenant_urls=(("acme", acme.url),),
             max_sessions_per_principal=ACME_SESSIONS,
             **events_settings(other.url, events_timeout_s=3.0),
-        )
-        app = create_app(settings, store=store)
-        async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+        ) as http:
             gate = asyncio.Semaphore(8)
 
             async def acme_session(n: int) -> str:
                 async with gate:
-                    return await start_session(http, "acme", f"user-{n}")
+                    return await start_session(http, tenant="acme", subject=f"user-{n}")
 
             ours = await asyncio.gather(*(acme_session(n) for n in range(ACME_SESSIONS)))
             for _ in range(100):  # bounded: 10 s; the worker is busy with acme's receiver
@@ -68,7 +56,7 @@ async def test_a_hanging_receiver_does_not_delay_another_tenants_events(
                 raise AssertionError("the worker never started on acme's sessions")
 
             asked = time.monotonic()
-            theirs = await start_session(http, "globex", "bob")
+            theirs = await start_session(http, tenant="globex", subject="bob")
 
             def created() -> bool:
                 return "session.created" in [e["type"] for e in other.delivered(theirs)]

@@ -4,6 +4,7 @@ verifies every signature with the `standardwebhooks` package."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,18 +12,20 @@ from typing import Any
 import httpx
 import pytest
 
-from realtime.app import create_app
-from realtime.store import keys
 from realtime.store.redis_client import RedisClient
-from tests.conftest import headers, livekit_settings, serving, token
-from tests.e2e.agent_operation_helpers import interact, open_session, request_action
+from tests.conftest import headers, service, token
+from tests.e2e.agent_operation_helpers import (
+    confirm_operation,
+    open_session,
+    request_action,
+)
 from tests.e2e.operator_api_helpers import TENANT_CLAIM, rpc_as
 from tests.e2e.realtime_helpers import (
     call,
     create_part,
     create_session,
+    hand_over,
     new_id,
-    register,
     session_of,
 )
 from tests.e2e.webhook_helpers import send_webhook
@@ -43,16 +46,25 @@ LIFE = [
 ]
 
 
+@contextlib.asynccontextmanager
+async def sending(
+    livekit: Any, store: RedisClient, tmp_path: Path, **events: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, Receiver]]:
+    """A service that sends its session events to a receiver process, each attempt given 2 s,
+    with the `events_settings` `events`."""
+    async with (
+        receiver(tmp_path) as got,
+        service(livekit, store, **events_settings(got.url, events_timeout_s=2.0, **events)) as http,
+    ):
+        yield http, got
+
+
 @pytest.fixture
 async def sent(
     livekit: Any, store: RedisClient, tmp_path: Path
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Receiver]]:
-    """A service that sends its session events to a receiver process."""
-    async with receiver(tmp_path) as got:
-        settings = livekit_settings(livekit, **events_settings(got.url, events_timeout_s=2.0))
-        app = create_app(settings, store=store)
-        async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
-            yield http, got
+    async with sending(livekit, store, tmp_path) as found:
+        yield found
 
 
 async def whole_life(http: httpx.AsyncClient, livekit: Any) -> str:
@@ -60,27 +72,10 @@ async def whole_life(http: httpx.AsyncClient, livekit: Any) -> str:
     live = await open_session(http, livekit)
     operation = await request_action(http, live, title="Book a table for Ada Lovelace")
     requirement = operation["requirement"]
-    confirmed = await interact(
-        http,
-        live.sid,
-        "operation.confirm",
-        {
-            "operationId": operation["operationId"],
-            "requirementId": requirement["requirementId"],
-            "actionDigest": requirement["actionDigest"],
-        },
-    )
+    confirmed = await confirm_operation(http, live, operation, requirement)
     assert "result" in confirmed, confirmed
-    laptop = (await register(http, live.sid, 1, "laptop"))["result"]["endpoint"]["endpointId"]
-    joined = await call(
-        http,
-        "JoinSession",
-        sessionId=live.sid,
-        sessionEpoch=1,
-        endpointId=laptop,
-        commandId=new_id(),
-    )
-    assert joined["result"]["session"]["sessionEpoch"] == 2
+    laptop, epoch = await hand_over(http, live.sid, 1, "laptop")
+    assert epoch == 2
     livekit.add_participant(live.room, laptop)
     assert await send_webhook(http, "participant_joined", live.room, laptop, epoch=2) == "applied"
     ended = await call(http, "EndSession", sessionId=live.sid, commandId=new_id(), reason="bye")
@@ -207,12 +202,6 @@ async def test_an_unconfigured_service_sends_and_stores_nothing(rt_client, livek
         rt_client, "EndSession", sessionId=live.sid, commandId=new_id(), reason="done"
     )
     assert "result" in ended
-    client = store.client
-    assert await client.exists(keys.deliveries_key(live.sid)) == 0
-    assert await client.exists(keys.delivery_state_key(live.sid)) == 0
-    assert await client.exists(keys.deliveries_due_key()) == 0
-    snapshot = await client.hget(keys.session_key(live.sid), "s")
-    assert b"eventsSeq" not in snapshot
     listed = await rt_client.get(f"/ops/api/sessions/{live.sid}/deliveries", headers=operator())
     assert listed.json() == {"enabled": False, "dropped": 0, "deliveries": []}
 
@@ -226,24 +215,26 @@ async def test_a_tenant_with_its_own_receiver_gets_its_sessions_events(
 ) -> None:
     (tmp_path / "shared").mkdir()
     (tmp_path / "acme").mkdir()
-    async with receiver(tmp_path / "shared") as shared, receiver(tmp_path / "acme") as acme:
-        settings = livekit_settings(
+    async with (
+        receiver(tmp_path / "shared") as shared,
+        receiver(tmp_path / "acme") as acme,
+        service(
             livekit,
+            store,
             auth_tenant_claim=TENANT_CLAIM,
             events_tenant_urls=(("acme", acme.url),),
             **events_settings(shared.url),
+        ) as http,
+    ):
+        part = {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}
+        ours = await rpc_as(http, "SendMessage", {"message": part}, tenant="acme")
+        theirs = await rpc_as(
+            http, "SendMessage", {"message": {**part, "messageId": new_id()}}, tenant="other"
         )
-        app = create_app(settings, store=store)
-        async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
-            part = {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}
-            ours = await rpc_as(http, "SendMessage", {"message": part}, tenant="acme")
-            theirs = await rpc_as(
-                http, "SendMessage", {"message": {**part, "messageId": new_id()}}, tenant="other"
-            )
-            mine = session_of(ours["result"]["task"])["sessionId"]
-            other = session_of(theirs["result"]["task"])["sessionId"]
-            await acme.wait_for(lambda: len(acme.delivered(mine)) == 2)
-            await shared.wait_for(lambda: len(shared.delivered(other)) == 2)
+        mine = session_of(ours["result"]["task"])["sessionId"]
+        other = session_of(theirs["result"]["task"])["sessionId"]
+        await acme.wait_for(lambda: len(acme.delivered(mine)) == 2)
+        await shared.wait_for(lambda: len(shared.delivered(other)) == 2)
     assert {e["sessionId"] for e in acme.delivered()} == {mine}
     assert {e["sessionId"] for e in shared.delivered()} == {other}
     assert acme.delivered()[0]["principal"] == {"tenant": "acme", "sub": "alice"}
@@ -252,25 +243,18 @@ async def test_a_tenant_with_its_own_receiver_gets_its_sessions_events(
 async def test_the_bound_is_on_the_backlog_and_a_dropped_event_leaves_a_gap(
     livekit, store, tmp_path: Path, caplog
 ) -> None:
-    async with receiver(tmp_path) as got:
-        settings = livekit_settings(
-            livekit, **events_settings(got.url, events_timeout_s=2.0, events_max_per_session=3)
-        )
-        app = create_app(settings, store=store)
-        async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
-            got.answer(500)
-            # created, ready, active: the bound (the agent does not join: no agent.joined)
-            live = await open_session(http, livekit, agent=False)
-            await request_action(http, live)  # a fourth, while none was delivered
-            assert "1 session events not kept" in caplog.text
-            got.answer(200)
-            await got.wait_for(lambda: [e["seq"] for e in got.delivered(live.sid)] == [1, 2, 4])
-            # the ones delivered make room: the end (its operation canceled) is kept and sent
-            ended = await call(
-                http, "EndSession", sessionId=live.sid, commandId=new_id(), reason="x"
-            )
-            assert "result" in ended
-            await got.wait_for(lambda: len(got.delivered(live.sid)) == 5)
+    async with sending(livekit, store, tmp_path, events_max_per_session=3) as (http, got):
+        got.answer(500)
+        # created, ready, active: the bound (the agent does not join: no agent.joined)
+        live = await open_session(http, livekit, agent=False)
+        await request_action(http, live)  # a fourth, while none was delivered
+        assert "1 session events not kept" in caplog.text
+        got.answer(200)
+        await got.wait_for(lambda: [e["seq"] for e in got.delivered(live.sid)] == [1, 2, 4])
+        # the ones delivered make room: the end (its operation canceled) is kept and sent
+        ended = await call(http, "EndSession", sessionId=live.sid, commandId=new_id(), reason="x")
+        assert "result" in ended
+        await got.wait_for(lambda: len(got.delivered(live.sid)) == 5)
     events = got.delivered(live.sid)
     # session.active (3), the oldest waiting event that may go, made room for the fourth
     assert [e["seq"] for e in events] == [1, 2, 4, 5, 6]
@@ -285,44 +269,25 @@ async def test_the_bound_is_on_the_backlog_and_a_dropped_event_leaves_a_gap(
     assert all("droppedBefore" not in e for i, e in enumerate(events) if i != 2)
 
 
-async def hand_over(http: httpx.AsyncClient, sid: str, epoch: int, key: str) -> int:
-    """The device `key` registers and joins at `epoch`, taking the session over: the new epoch."""
-    registered = await register(http, sid, epoch, key)
-    endpoint = registered["result"]["endpoint"]["endpointId"]
-    joined = await call(
-        http, "JoinSession", sessionId=sid, sessionEpoch=epoch, endpointId=endpoint,
-        commandId=new_id(),
-    )  # fmt: skip
-    assert "result" in joined, joined
-    return int(joined["result"]["session"]["sessionEpoch"])
-
-
 async def test_a_full_backlog_keeps_the_end_and_says_what_it_dropped(
     livekit, store, tmp_path: Path
 ) -> None:
-    async with receiver(tmp_path) as got:
-        settings = livekit_settings(
-            livekit, **events_settings(got.url, events_timeout_s=2.0, events_max_per_session=6)
-        )
-        app = create_app(settings, store=store)
-        async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
-            got.answer(500)  # the receiver fails: nothing leaves, the backlog fills
-            # created, ready, active: 1 to 3 (the agent does not join: no agent.joined)
-            live = await open_session(http, livekit, agent=False)
-            epoch = 1
-            for key in ("laptop", "phone", "laptop", "phone", "laptop", "phone"):
-                epoch = await hand_over(http, live.sid, epoch, key)  # a handoff each: 4 to 9
-            ended = await call(
-                http, "EndSession", sessionId=live.sid, commandId=new_id(), reason="bye"
-            )
-            assert "result" in ended, ended  # session.ended: 10, the backlog full
-            got.answer(200)
+    async with sending(livekit, store, tmp_path, events_max_per_session=6) as (http, got):
+        got.answer(500)  # the receiver fails: nothing leaves, the backlog fills
+        # created, ready, active: 1 to 3 (the agent does not join: no agent.joined)
+        live = await open_session(http, livekit, agent=False)
+        epoch = 1
+        for key in ("laptop", "phone", "laptop", "phone", "laptop", "phone"):
+            _, epoch = await hand_over(http, live.sid, epoch, key)  # a handoff each: 4 to 9
+        ended = await call(http, "EndSession", sessionId=live.sid, commandId=new_id(), reason="bye")
+        assert "result" in ended, ended  # session.ended: 10, the backlog full
+        got.answer(200)
 
-            def ended_arrived() -> bool:
-                return "session.ended" in [e["type"] for e in got.delivered(live.sid)]
+        def ended_arrived() -> bool:
+            return "session.ended" in [e["type"] for e in got.delivered(live.sid)]
 
-            await got.wait_for(ended_arrived, within=30)
-            listed = await http.get(f"/ops/api/sessions/{live.sid}/deliveries", headers=operator())
+        await got.wait_for(ended_arrived, within=30)
+        listed = await http.get(f"/ops/api/sessions/{live.sid}/deliveries", headers=operator())
     events = got.delivered(live.sid)
     assert [e["seq"] for e in events] == [1, 2, 7, 8, 9, 10]
     assert [e["type"] for e in events][:2] == ["session.created", "session.ready"]

@@ -13,16 +13,14 @@ import time
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
 from livekit.api import TokenVerifier
 
-from realtime.store import keys
-from realtime.store.redis_client import RedisClient
 from realtime.store.sessions import SessionStore
 from realtime.worker.timers import POLL_INTERVAL_S
 from state_machines.session import MAX_REBINDS
-from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, error_info, rpc
+from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, error_info, rpc, service
+from tests.e2e.operator_api_helpers import operator_json, timeline_of
 from tests.e2e.realtime_helpers import create_session, new_id, register, session_of
 from tests.e2e.webhook_helpers import (
     active_session,
@@ -30,7 +28,6 @@ from tests.e2e.webhook_helpers import (
     get,
     join,
     room,
-    service,
     snapshot,
     wait_until,
     webhook_event,
@@ -50,25 +47,26 @@ async def task_state(client: httpx.AsyncClient, task_id: str) -> str:
     return state
 
 
-async def state_path(store: RedisClient, session_id: str) -> list[str]:
-    """The states the session went through, from its event stream (repeats collapsed)."""
+async def state_path(client: httpx.AsyncClient, session_id: str) -> list[str]:
+    """The states the session went through, as the operator's timeline shows its transitions
+    (repeats collapsed)."""
     path: list[str] = []
-    for _, fields in await store.client.xrange(keys.events_key(session_id)):
-        target = msgspec.json.decode(fields[b"e"]).get("to")
+    for entry in await timeline_of(client, session_id):
+        target = entry["to"] if entry["kind"] == "transition" else None
         if target is not None and (not path or path[-1] != target):
             path.append(target)
     return path
 
 
-async def pending_timers(store: RedisClient, session_id: str, kind: str) -> list[str]:
-    members = await store.client.zrange(keys.timers_due_key(), 0, -1)
-    prefix = f"{session_id}|{kind}|"
-    return [m.decode() for m in members if m.decode().startswith(prefix)]
+async def pending_timers(client: httpx.AsyncClient, session_id: str, kind: str) -> list[str]:
+    """The session's armed timers of `kind` (`kind@epoch`), as the operator API lists them."""
+    found = (await operator_json(client, f"/ops/api/sessions/{session_id}"))["session"]["timers"]
+    return [f"{t['kind']}@{t['epoch']}" for t in found if t["kind"] == kind]
 
 
-async def wait_for_timers_to_fire(store: RedisClient, session_id: str, kind: str) -> None:
+async def wait_for_timers_to_fire(client: httpx.AsyncClient, session_id: str, kind: str) -> None:
     deadline = time.monotonic() + 5
-    while await pending_timers(store, session_id, kind):
+    while await pending_timers(client, session_id, kind):
         assert time.monotonic() < deadline, f"the {kind} timer of {session_id} never fired"
         await asyncio.sleep(0.05)
 
@@ -134,7 +132,7 @@ async def test_a_device_that_does_not_come_back_ends_the_session_by_idle_timeout
         assert await task_state(client, task_id) == "TASK_STATE_COMPLETED"
         assert len(delete_room_calls(livekit, room(session_id))) == 1
         assert room(session_id) not in livekit.rooms
-        assert await state_path(store, session_id) == [
+        assert await state_path(client, session_id) == [
             "provisioning", "ready", "joining", "active", "reconnecting", "ready", "ending",
             "ended",
         ]  # fmt: skip
@@ -148,7 +146,7 @@ async def test_a_device_that_rejoins_inside_the_grace_keeps_the_session(
         session_id, endpoint = await active_session(client)
         left = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, left) == "applied"
-        assert await pending_timers(store, session_id, "grace")
+        assert await pending_timers(client, session_id, "grace")
         back = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, back) == "applied"
         rejoined = await snapshot(client, session_id)
@@ -156,7 +154,7 @@ async def test_a_device_that_rejoins_inside_the_grace_keeps_the_session(
         assert rejoined["activeEndpointId"] == endpoint
         assert [e["state"] for e in rejoined["endpoints"]] == ["connected"]
 
-        await wait_for_timers_to_fire(store, session_id, "grace")
+        await wait_for_timers_to_fire(client, session_id, "grace")
         await asyncio.sleep(0.3)  # one more worker tick: no idle timer may fire either
         assert await snapshot(client, session_id) == rejoined
 
@@ -291,7 +289,7 @@ async def test_a_session_ends_at_its_maximum_duration(livekit, store, tracer_pro
         assert ended["endReason"] == "max_duration"
         assert await task_state(client, task_id) == "TASK_STATE_COMPLETED"
         assert len(delete_room_calls(livekit, room(session_id))) == 1
-        assert await state_path(store, session_id) == [
+        assert await state_path(client, session_id) == [
             "provisioning", "ready", "joining", "active", "ending", "ended"
         ]  # fmt: skip
 

@@ -5,17 +5,14 @@ per principal, and that another principal's session looks exactly like an unknow
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from realtime.app import create_app
-from tests.conftest import error_info, livekit_settings, rpc, serving
+from tests.conftest import error_info, rpc, service
 from tests.e2e.realtime_helpers import (
     CAPS,
     call,
@@ -29,18 +26,6 @@ from tests.e2e.realtime_helpers import (
 pytestmark = pytest.mark.e2e
 
 AGENT = "aim-realtime-agent"
-
-
-@contextlib.asynccontextmanager
-async def service(
-    livekit: Any, store: Any, tracer_provider: Any, **overrides: Any
-) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of a service built with its own settings, wired to the LiveKit stand-in."""
-    app = create_app(
-        livekit_settings(livekit, **overrides), store=store, tracer_provider=tracer_provider
-    )
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        yield http
 
 
 async def session(client: httpx.AsyncClient, session_id: str, subject: str = "alice") -> Any:

@@ -22,13 +22,10 @@ from realtime.app import create_app
 from realtime.client import AimClient, RetryPolicy, StateChanged
 from realtime.settings import Settings
 from realtime.store import keys
-from tests.cli_processes import needs
+from tests.cli_processes import serve_environ
 from tests.cli_processes import serving as serving_process
 from tests.conftest import (
-    LIVEKIT_KEY,
-    LIVEKIT_SECRET,
     REALTIME,
-    TEST_SECRET,
     headers,
     livekit_settings,
     rpc,
@@ -168,14 +165,13 @@ async def test_a_reader_that_stops_reading_is_cut_and_its_slot_freed(
     slot is free for the next one. `serve` as an operator runs it."""
     with serving_process(
         tmp_path,
-        AIM_REDIS_URL=needs(redis_url),
-        AIM_AUTH_HS256_SECRET=TEST_SECRET,
-        AIM_LIVEKIT_URL=livekit.ws_url,
-        AIM_LIVEKIT_API_KEY=LIVEKIT_KEY,
-        AIM_LIVEKIT_API_SECRET=LIVEKIT_SECRET,
-        AIM_RATE_LIMIT_RPS="0",
-        AIM_SSE_MAX_STREAMS_PER_PRINCIPAL="1",
-        AIM_HTTP_WRITE_TIMEOUT_S="1",
+        **serve_environ(
+            redis_url,
+            livekit,
+            AIM_RATE_LIMIT_RPS="0",
+            AIM_SSE_MAX_STREAMS_PER_PRINCIPAL="1",
+            AIM_HTTP_WRITE_TIMEOUT_S="1",
+        ),
     ) as svc:
         await asyncio.to_thread(svc.wait_until_ready)
         async with httpx.AsyncClient(base_url=svc.base_url, timeout=10) as client:

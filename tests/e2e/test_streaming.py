@@ -17,6 +17,7 @@ from tests.e2e.streaming_helpers import (
     condensed,
     drive_to_active,
     end,
+    journey_to_the_end,
     session_state,
     wait_for_state,
 )
@@ -52,12 +53,7 @@ async def test_a_whole_journey_streams_every_event_in_order_and_closes_at_the_en
         assert task["status"]["state"] == "TASK_STATE_WORKING"
         assert task["metadata"][REALTIME]["sessionState"] == "provisioning"
         session_id = task["metadata"][REALTIME]["sessionId"]
-        seen = [first]
-        await wait_for_state(reader, "ready", seen)
-        await drive_to_active(rt_client, session_id)
-        await wait_for_state(reader, "active", seen)
-        await end(rt_client, session_id)
-        seen.extend(await reader.rest())
+        seen = await journey_to_the_end(rt_client, reader, first, session_id)
         assert reader.closed
 
     results = [event.result for event in seen]
@@ -158,12 +154,7 @@ async def finished_journey(client: Any) -> tuple[dict[str, Any], list[Any]]:
         assert first is not None
         task = first.result["task"]
         session_id = task["metadata"][REALTIME]["sessionId"]
-        seen = [first]
-        await wait_for_state(reader, "ready", seen)
-        await drive_to_active(client, session_id)
-        await wait_for_state(reader, "active", seen)
-        await end(client, session_id)
-        seen.extend(await reader.rest())
+        seen = await journey_to_the_end(client, reader, first, session_id)
     return task, seen
 
 

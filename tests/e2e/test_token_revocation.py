@@ -5,16 +5,12 @@ that joins again gets a token issued after the revocation, which does."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 
-from realtime.app import create_app
-from tests.conftest import livekit_settings, serving
+from tests.conftest import service
 from tests.e2e.realtime_helpers import call, new_id, register
 from tests.e2e.webhook_helpers import deliver, get, join, ready_session, room, webhook_event
 from tests.livekit_standin import ConnectRefused
@@ -28,17 +24,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@contextlib.asynccontextmanager
-async def service_at(
-    livekit: Any, store: Any, tracer_provider: Any, clock: Clock
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(
-        livekit_settings(livekit), store=store, tracer_provider=tracer_provider, clock=clock
-    )
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        yield http
 
 
 async def joined_device(client, livekit, session_id: str, key: str, epoch: int) -> tuple[str, str]:
@@ -78,7 +63,7 @@ async def test_a_superseded_device_cannot_connect_again_and_a_new_join_can(
     livekit, store, tracer_provider
 ):
     clock = Clock(time.time() - 20)
-    async with service_at(livekit, store, tracer_provider, clock) as client:
+    async with service(livekit, store, tracer_provider, clock=clock) as client:
         session_id, phone, phone_token = await phone_in_room(client, livekit)
 
         clock.now += 5  # the tablet takes over five seconds after the phone's token was issued
@@ -106,7 +91,7 @@ async def test_the_end_revokes_every_device_before_the_room_is_deleted(
     livekit, store, tracer_provider
 ):
     clock = Clock(time.time() - 20)
-    async with service_at(livekit, store, tracer_provider, clock) as client:
+    async with service(livekit, store, tracer_provider, clock=clock) as client:
         session_id, phone, _ = await phone_in_room(client, livekit)
         clock.now += 3
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from realtime.client import AimClient, UnavailableError
-from realtime.store import keys
 from tests.conftest import error_info, rpc, token
+from tests.e2e.operator_api_helpers import operator_json
 from tests.e2e.realtime_helpers import create_session
 
 pytestmark = pytest.mark.e2e
@@ -36,7 +36,7 @@ async def test_a_session_asked_of_a_service_without_livekit_is_31012_at_once_not
     assert took < 2.0  # not the 5 s a blocking create waits for an unreachable LiveKit
     listed = await rpc(client, "ListTasks", {})
     assert listed["result"]["tasks"] == []
-    assert [k async for k in store.client.scan_iter(match=f"{keys.PREFIX}:*")] == []
+    assert (await operator_json(client, "/ops/api/sessions"))["sessions"] == []
 
 
 async def test_the_python_client_raises_it_at_once_without_retrying(client, store):

@@ -9,19 +9,17 @@ posts a participant's event in one call and returns its outcome label.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 from livekit import api
 
-from realtime.app import create_app
-from realtime.store.redis_client import RedisClient
-from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings, serving
+from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET
+from tests.conftest import service as service  # tests/e2e/test_webhooks.py imports it here
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
 from tests.livekit_standin import sign_webhook, webhook_headers
 
@@ -165,25 +163,6 @@ async def active_session(client: httpx.AsyncClient) -> tuple[str, str]:
     assert await deliver(client, event) == "applied"
     assert (await get(client, session_id))["state"] == "active"
     return session_id, endpoint
-
-
-@contextlib.asynccontextmanager
-async def service(
-    livekit: Any,
-    store: RedisClient,
-    tracer_provider: Any,
-    *,
-    clock: Callable[[], float] = time.time,
-    **overrides: Any,
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(
-        livekit_settings(livekit, **overrides),
-        store=store,
-        tracer_provider=tracer_provider,
-        clock=clock,
-    )
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        yield http
 
 
 # --- posting a participant event in one call -----------------------------------------------------

@@ -7,7 +7,7 @@ fetch is counted, by outcome, in `aim.auth.jwks.fetches`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -16,10 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from realtime.auth import VERIFIED_TTL_S, Authenticator
 from realtime.errors import AuthError
 from realtime.metrics import Metrics, PrometheusScrape
-from realtime.settings import Settings
 from tests.jwks_server import (
-    AUDIENCE,
-    ISSUER,
     NOW,
     Clock,
     CountingDecode,
@@ -27,6 +24,7 @@ from tests.jwks_server import (
     PrivateKey,
     ec_key,
     jwk,
+    jwks_authenticator,
     jwks_server,
     rsa_key,
     signed,
@@ -47,9 +45,23 @@ def server(keys: dict[str, PrivateKey]) -> Iterator[JwksServer]:
         yield endpoint
 
 
-def authenticator(server: JwksServer, clock: Clock) -> Authenticator:
-    settings = Settings(auth_jwks_url=server.url, auth_issuer=ISSUER, auth_audience=AUDIENCE)
-    return Authenticator(settings, now=clock)
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def auth(server: JwksServer, clock: Clock) -> AsyncIterator[Authenticator]:
+    """An authenticator of the server's key set, on the test's clock; closed afterwards."""
+    authenticator = jwks_authenticator(server, clock)
+    yield authenticator
+    await authenticator.aclose()
+
+
+@pytest.fixture
+def good(keys: dict[str, PrivateKey]) -> str:
+    """A token of kid a, whose key the server holds at first."""
+    return signed(keys["a"], "a")
 
 
 async def refused(auth: Authenticator, header: str) -> AuthError:
@@ -63,11 +75,8 @@ async def refused(auth: Authenticator, header: str) -> AuthError:
 
 
 async def test_a_removed_key_is_refused_from_the_ttl_on(
-    server: JwksServer, keys: dict[str, PrivateKey]
+    server: JwksServer, keys: dict[str, PrivateKey], auth: Authenticator, clock: Clock, good: str
 ) -> None:
-    clock = Clock()
-    auth = authenticator(server, clock)
-    good = signed(keys["a"], "a")
     assert (await auth.authenticate(good)).subject == "alice"
     server.keys = [jwk(keys["b"], "b")]  # kid a removed at T = NOW
     clock.t = NOW + VERIFIED_TTL_S - 1
@@ -77,16 +86,13 @@ async def test_a_removed_key_is_refused_from_the_ttl_on(
         clock.t = t
         assert "kid" in (await refused(auth, good)).message
     assert server.requests == 3  # refetched once the keys were a TTL old, then throttled
-    await auth.aclose()
 
 
 async def test_a_token_first_verified_late_is_bound_by_the_age_of_its_key_set(
-    server: JwksServer, keys: dict[str, PrivateKey]
+    server: JwksServer, keys: dict[str, PrivateKey], auth: Authenticator, clock: Clock
 ) -> None:
     # the key set is fetched at NOW, kid a removed at T = NOW + 1; a token of kid a first seen
     # at NOW + 250 is verified with the keys held (250 s old), and must not live 300 s from then
-    clock = Clock()
-    auth = authenticator(server, clock)
     await auth.authenticate(signed(keys["b"], "b"))
     clock.t = NOW + 1
     server.keys = [jwk(keys["b"], "b")]
@@ -102,11 +108,8 @@ async def test_a_token_first_verified_late_is_bound_by_the_age_of_its_key_set(
 
 
 async def test_a_refresh_just_before_the_removal_bounds_the_token_by_that_refresh(
-    server: JwksServer, keys: dict[str, PrivateKey]
+    server: JwksServer, keys: dict[str, PrivateKey], auth: Authenticator, clock: Clock, good: str
 ) -> None:
-    clock = Clock()
-    auth = authenticator(server, clock)
-    good = signed(keys["a"], "a")
     await auth.authenticate(good)  # fetch 1, at NOW
     clock.t = NOW + 290
     await refused(auth, signed(keys["forger"], "unknown"))  # fetch 2: kid a still there
@@ -123,11 +126,8 @@ async def test_a_refresh_just_before_the_removal_bounds_the_token_by_that_refres
 
 
 async def test_a_call_while_the_refresh_is_in_flight_waits_for_it(
-    server: JwksServer, keys: dict[str, PrivateKey]
+    server: JwksServer, keys: dict[str, PrivateKey], auth: Authenticator, clock: Clock, good: str
 ) -> None:
-    clock = Clock()
-    auth = authenticator(server, clock)
-    good = signed(keys["a"], "a")
     await auth.authenticate(good)
     server.keys = [jwk(keys["b"], "b")]
     clock.t = NOW + VERIFIED_TTL_S
@@ -145,11 +145,8 @@ async def test_a_call_while_the_refresh_is_in_flight_waits_for_it(
 
 
 async def test_while_the_issuer_is_down_the_keys_held_keep_working(
-    server: JwksServer, keys: dict[str, PrivateKey]
+    server: JwksServer, keys: dict[str, PrivateKey], auth: Authenticator, clock: Clock, good: str
 ) -> None:
-    clock = Clock()
-    auth = authenticator(server, clock)
-    good = signed(keys["a"], "a")
     await auth.authenticate(good)
     server.down = True
     server.keys = [jwk(keys["b"], "b")]  # the removal cannot be seen while the issuer is down
@@ -170,12 +167,14 @@ async def test_while_the_issuer_is_down_the_keys_held_keep_working(
 
 
 async def test_forged_tokens_with_unknown_kids_leave_a_cached_token_cached(
-    server: JwksServer, keys: dict[str, PrivateKey], monkeypatch: pytest.MonkeyPatch
+    server: JwksServer,
+    keys: dict[str, PrivateKey],
+    auth: Authenticator,
+    clock: Clock,
+    good: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     decodes = CountingDecode(monkeypatch)
-    clock = Clock()
-    auth = authenticator(server, clock)
-    good = signed(keys["a"], "a")
     await auth.authenticate(good)
     windows = 9  # 9 throttle windows: well within the TTL of the good token
     for window in range(windows):
@@ -190,11 +189,13 @@ async def test_forged_tokens_with_unknown_kids_leave_a_cached_token_cached(
 
 
 async def test_a_rotated_key_forgets_only_the_tokens_of_its_kid(
-    server: JwksServer, keys: dict[str, PrivateKey], monkeypatch: pytest.MonkeyPatch
+    server: JwksServer,
+    keys: dict[str, PrivateKey],
+    auth: Authenticator,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     decodes = CountingDecode(monkeypatch)
-    clock = Clock()
-    auth = authenticator(server, clock)
     token_a, token_b = signed(keys["a"], "a"), signed(keys["b"], "b")
     await auth.authenticate(token_a)
     await auth.authenticate(token_b)
@@ -216,11 +217,8 @@ async def test_a_rotated_key_forgets_only_the_tokens_of_its_kid(
 
 
 async def test_an_empty_key_set_is_an_answer_that_removes_every_key(
-    server: JwksServer, keys: dict[str, PrivateKey]
+    server: JwksServer, auth: Authenticator, clock: Clock, good: str
 ) -> None:
-    clock = Clock()
-    auth = authenticator(server, clock)
-    good = signed(keys["a"], "a")
     await auth.authenticate(good)
     server.keys = []
     clock.t += VERIFIED_TTL_S
@@ -229,13 +227,11 @@ async def test_an_empty_key_set_is_an_answer_that_removes_every_key(
 
 
 async def test_jwks_fetches_are_exposed_by_outcome_in_the_prometheus_format(
-    server: JwksServer, keys: dict[str, PrivateKey]
+    server: JwksServer, keys: dict[str, PrivateKey], auth: Authenticator, clock: Clock
 ) -> None:
     scrape = PrometheusScrape()
     provider = MeterProvider(metric_readers=[scrape.reader])
     metrics = Metrics(provider, scrape=scrape)
-    clock = Clock()
-    auth = authenticator(server, clock)
     metrics.count_jwks_fetches(auth.jwks_fetches)
 
     def fetches() -> dict[str, float]:

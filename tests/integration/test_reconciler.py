@@ -30,6 +30,7 @@ from realtime.store.leases import DutyLease
 from realtime.store.redis_client import RedisClient
 from realtime.store.timers import TimerStore
 from realtime.worker.reconciler import Reconciler
+from tests.clocks import Clock
 from tests.conftest import livekit_settings, serving
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
 from tests.e2e.webhook_helpers import (
@@ -48,19 +49,6 @@ pytestmark = pytest.mark.redis
 GRACE_S = 120  # AIM_RECONCILE_GRACE_S's default
 METRIC = "aim.reconciler.corrections"
 LEASE = keys.reconciler_lease_key().encode()
-
-
-class Clock:
-    """The worker's clock: real time plus what a test moved it on by."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
 
 
 @dataclass

@@ -19,8 +19,8 @@ from realtime.store import keys
 from realtime.store.redis_client import RedisClient
 from realtime.store.timeline import Recorder, TimelineStore, timeline_entry
 from tests.conftest import livekit_settings, serving
-from tests.e2e.operator_api_helpers import eventually, rpc_as, timeline_of
-from tests.e2e.realtime_helpers import CAPS, create_part, new_id, session_of
+from tests.e2e.operator_api_helpers import eventually, rpc_as, start_session, timeline_of
+from tests.e2e.realtime_helpers import CAPS, new_id
 from tests.tcp_proxy import dead_tcp_url, redis_proxy
 
 pytestmark = pytest.mark.redis
@@ -157,13 +157,7 @@ async def test_redis_lost_while_the_recorder_writes_fails_no_request(redis_url, 
                 httpx.AsyncClient(base_url=base_url, timeout=30) as http,
             ):
                 rec: Recorder = app.state.routes.commands.notes
-                created = await rpc_as(
-                    http,
-                    "SendMessage",
-                    {"message": {"messageId": new_id(), "role": "ROLE_USER",
-                                 "parts": [create_part()]}},
-                )  # fmt: skip
-                sid = session_of(created["result"]["task"])["sessionId"]
+                sid = await start_session(http)
                 register = {"sessionId": sid, "sessionEpoch": 1, "commandId": new_id(),
                             "clientEndpointKey": "phone", "capabilities": CAPS}  # fmt: skip
                 first = await rpc_as(http, "aim.realtime.RegisterEndpoint", register)

@@ -25,8 +25,8 @@ from realtime.store.redis_client import RedisClient
 from realtime.store.sessions import SessionStore
 from state_machines import Capabilities
 from state_machines import session as machine
-from tests.cli_processes import Service, needs, serving
-from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, TEST_SECRET
+from tests.cli_processes import Service, needs, serve_environ, serving
+from tests.conftest import TEST_SECRET
 from tests.e2e.realtime_helpers import CAPS, call, create_session, new_id, session_of
 from tests.integration.engine_helpers import OWNER, new_session
 
@@ -52,15 +52,9 @@ def _dir(tmp_path: Path, name: str) -> Path:
 
 
 def _environ(redis_url: str, livekit: Any) -> dict[str, str]:
-    return {
-        "AIM_REDIS_URL": redis_url,
-        "AIM_AUTH_HS256_SECRET": TEST_SECRET,
-        "AIM_RATE_LIMIT_RPS": "0",
-        "AIM_LIVEKIT_URL": livekit.ws_url,
-        "AIM_LIVEKIT_PUBLIC_URL": "wss://media.example",
-        "AIM_LIVEKIT_API_KEY": LIVEKIT_KEY,
-        "AIM_LIVEKIT_API_SECRET": LIVEKIT_SECRET,
-    }
+    return serve_environ(
+        redis_url, livekit, AIM_RATE_LIMIT_RPS="0", AIM_LIVEKIT_PUBLIC_URL="wss://media.example"
+    )
 
 
 async def _register(http: httpx.AsyncClient, session_id: str, key: str, command_id: str) -> Any:

@@ -40,25 +40,42 @@ def step(session: Session, event: object) -> Accepted[Session] | Rejected:
     return decide(session, event, now=T1)  # type: ignore[arg-type]
 
 
+TEXT_ONLY = Requested(user_video_sources=(), agent_video_sources=(), interactions=("text",))
+
+
+def created(
+    requested: Requested = TEXT_ONLY,
+    *,
+    required: tuple[str, ...] = ("audio",),
+    transcript: str = "off",
+    now: str = T0,
+) -> Session:
+    """A session as the service creates it (provisioning): ids s1, t1, c1 and cs1."""
+    return new_session(
+        session_id="s1",
+        task_id="t1",
+        context_id="c1",
+        client_session_id="cs1",
+        requested=requested,
+        required_capabilities=required,
+        transcript=transcript,  # type: ignore[arg-type]
+        now=now,
+    ).state
+
+
 def live(
     *,
     interactions: tuple[str, ...] = ("text", "confirmation"),
     transcript: str = "off",
     caps: Capabilities = CAPS,
     agent_joined: bool = True,
+    agent_sources: tuple[str, ...] = ("screen",),
 ) -> Session:
-    session = new_session(
-        session_id="s1",
-        task_id="t1",
-        context_id="c1",
-        client_session_id="cs1",
-        requested=Requested(("camera", "screen"), ("screen",), interactions),
-        required_capabilities=(),
-        transcript=transcript,  # type: ignore[arg-type]
-        now=T0,
-    ).state
+    """Provisioned, the phone's endpoint joined and in the room, the agent too unless not
+    `agent_joined`; the user may send camera and screen, the agent `agent_sources`."""
+    requested = Requested(("camera", "screen"), agent_sources, interactions)
     session = run(
-        session,
+        created(requested, required=(), transcript=transcript),
         Provisioned(1),
         RegisterEndpoint(1, "ep-a", "phone", caps, 8),
         Join(1, "ep-a"),

@@ -24,14 +24,13 @@ from state_machines.session import (
     ParticipantLeft,
     Provisioned,
     RegisterEndpoint,
-    Requested,
     RoomDeleted,
     RoomLost,
     Session,
     SessionEvent,
-    new_session,
 )
 from state_machines.session_model import AgentJob
+from tests.unit.session_operation_helpers import created
 
 T0 = "2025-01-01T00:00:00Z"
 T1 = "2025-01-01T00:00:10Z"
@@ -42,16 +41,7 @@ ROOM = "aim-s1-e1"
 
 
 def fresh() -> Session:
-    return new_session(
-        session_id="s1",
-        task_id="t1",
-        context_id="c1",
-        client_session_id="cs1",
-        requested=Requested(user_video_sources=(), agent_video_sources=(), interactions=("text",)),
-        required_capabilities=("audio",),
-        transcript="off",
-        now=T0,
-    ).state
+    return created(now=T0)
 
 
 def step(session: Session, event: SessionEvent | ReportAgentState) -> Accepted[Session]:

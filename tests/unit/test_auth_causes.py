@@ -4,7 +4,6 @@ not retried in vain."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import jwt
@@ -22,8 +21,7 @@ from tests.jwks_server import (
     Clock,
     JwksServer,
     PrivateKey,
-    jwk,
-    jwks_server,
+    jwks_authenticator,
     rsa_key,
     signed,
 )
@@ -91,23 +89,11 @@ async def test_an_algorithm_the_service_does_not_accept_is_an_invalid_signature(
     assert await cause_of(dev(), token) == "invalid_signature"
 
 
-@pytest.fixture
-def jwks() -> Iterator[tuple[JwksServer, PrivateKey]]:
-    key = rsa_key()
-    with jwks_server([jwk(key, "k")]) as server:
-        yield server, key
-
-
-def jwks_auth(server: JwksServer) -> Authenticator:
-    settings = Settings(auth_jwks_url=server.url, auth_issuer=ISSUER, auth_audience=AUDIENCE)
-    return Authenticator(settings, now=Clock())
-
-
 async def test_a_kid_the_issuer_does_not_publish_is_an_unknown_key(
-    jwks: tuple[JwksServer, PrivateKey],
+    one_key_jwks: tuple[JwksServer, PrivateKey],
 ) -> None:
-    server, key = jwks
-    auth = jwks_auth(server)
+    server, key = one_key_jwks
+    auth = jwks_authenticator(server)
     assert await cause_of(auth, signed(key, "not-published")) == "unknown_key"
     no_kid = "Bearer " + jwt.encode({"sub": "a"}, key, algorithm="RS256")
     assert await cause_of(auth, no_kid) == "unknown_key"
@@ -117,11 +103,11 @@ async def test_a_kid_the_issuer_does_not_publish_is_an_unknown_key(
 
 
 async def test_a_key_set_that_cannot_be_fetched_is_keys_unavailable(
-    jwks: tuple[JwksServer, PrivateKey],
+    one_key_jwks: tuple[JwksServer, PrivateKey],
 ) -> None:
-    server, key = jwks
+    server, key = one_key_jwks
     server.down = True
-    auth = jwks_auth(server)
+    auth = jwks_authenticator(server)
     assert await cause_of(auth, signed(key, "k")) == "keys_unavailable"
     await auth.aclose()
 

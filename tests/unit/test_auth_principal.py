@@ -17,15 +17,11 @@ from realtime.auth import Authenticator, Principal
 from realtime.errors import AuthError
 from realtime.settings import Settings
 from tests.jwks_server import (
-    AUDIENCE,
-    ISSUER,
     NOW,
     Clock,
     JwksServer,
     PrivateKey,
-    jwk,
-    jwks_server,
-    rsa_key,
+    jwks_authenticator,
     signed,
 )
 
@@ -72,24 +68,11 @@ async def test_the_pair_that_used_to_collide_cannot_authenticate() -> None:
     assert (await auth.authenticate(dev_token(sub="b c", org="A\xe9b"))).tenant == "A\xe9b"
 
 
-@pytest.fixture
-def jwks() -> Iterator[tuple[JwksServer, PrivateKey]]:
-    key = rsa_key()
-    with jwks_server([jwk(key, "k")]) as server:
-        yield server, key
-
-
 async def test_a_control_character_is_refused_in_jwks_mode_too(
-    jwks: tuple[JwksServer, PrivateKey],
+    one_key_jwks: tuple[JwksServer, PrivateKey],
 ) -> None:
-    server, key = jwks
-    settings = Settings(
-        auth_jwks_url=server.url,
-        auth_issuer=ISSUER,
-        auth_audience=AUDIENCE,
-        auth_tenant_claim="tid",
-    )
-    auth = Authenticator(settings, now=Clock())
+    server, key = one_key_jwks
+    auth = jwks_authenticator(server, auth_tenant_claim="tid")
     assert "'sub'" in (await refused(auth, signed(key, "k", sub="a\x00", tid="t"))).message
     assert "'tid'" in (await refused(auth, signed(key, "k", sub="a", tid="t\x7f"))).message
     assert (await auth.authenticate(signed(key, "k", sub="a", tid="t"))).tenant == "t"

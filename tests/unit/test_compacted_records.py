@@ -19,25 +19,16 @@ from realtime.store.records import (
     pack,
     summary,
 )
-from state_machines import Session
 from state_machines.operation import TERMINAL, Operation
-from state_machines.session import EpochBump, Requested, new_session
+from state_machines.session import EpochBump
+from tests.unit.session_operation_helpers import created
 
 T0 = "2026-12-01T00:00:00.000Z"
 STATES = ("pending", "awaiting_confirmation", "running", *sorted(TERMINAL))
 
 
 def ended_with(op_states: list[str], bumps: int) -> SessionRecord:
-    session: Session = new_session(
-        session_id="s1",
-        task_id="t1",
-        context_id="c1",
-        client_session_id="cs1",
-        requested=Requested(user_video_sources=(), agent_video_sources=(), interactions=("text",)),
-        required_capabilities=("audio_input",),
-        transcript="off",
-        now=T0,
-    ).state
+    session = created(required=("audio_input",), now=T0)
     operations = tuple(
         Operation(
             operation_id=f"op-{index}",

@@ -12,48 +12,21 @@ from state_machines.endpoint import Capabilities
 from state_machines.interactions import Deliver, TrackChanged, UserMedia
 from state_machines.session import (
     GraceExpired,
-    Join,
     ParticipantJoined,
     ParticipantLeft,
-    Provisioned,
-    RegisterEndpoint,
-    Requested,
     Session,
-    new_session,
 )
+from tests.unit import session_operation_helpers as helpers
+from tests.unit.session_operation_helpers import run
 
 T0 = "2026-01-01T00:00:00.000Z"
 T1 = "2026-01-01T00:00:01.000Z"
 CAPS = Capabilities(True, True, True, False, ("text",))
 
 
-def run(session: Session, *events: object) -> Session:
-    for event in events:
-        outcome = decide(session, event, now=T1)  # type: ignore[arg-type]
-        assert isinstance(outcome, Accepted), outcome
-        session = outcome.state
-    return session
-
-
 def live(*, interactions: tuple[str, ...] = ("text",), agent: bool = True) -> Session:
-    session = new_session(
-        session_id="s1",
-        task_id="t1",
-        context_id="c1",
-        client_session_id="cs1",
-        requested=Requested(("camera", "screen"), (), interactions),
-        required_capabilities=(),
-        transcript="off",
-        now=T0,
-    ).state
-    session = run(
-        session,
-        Provisioned(1),
-        RegisterEndpoint(1, "ep-a", "phone", CAPS, 8),
-        Join(1, "ep-a"),
-        ParticipantJoined(1, "ep-a", False),
-    )
-    return run(session, ParticipantJoined(1, "agent-1", True)) if agent else session
+    """A live session whose user may send camera and screen, the agent nothing."""
+    return helpers.live(interactions=interactions, caps=CAPS, agent_joined=agent, agent_sources=())
 
 
 def accepted(session: Session, event: object) -> Accepted[Session]:

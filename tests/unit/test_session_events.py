@@ -21,10 +21,9 @@ from state_machines.session import (
     Provisioned,
     RegisterEndpoint,
     Session,
-    new_session,
 )
 from state_machines.session_model import rebind
-from tests.unit.session_operation_helpers import CAPS, T1, ask, confirm, live, run
+from tests.unit.session_operation_helpers import CAPS, T1, ask, confirm, created, live, run
 
 EVERY = frozenset(SESSION_EVENT_TYPES)
 NOW_MS = 1_796_000_000_000
@@ -44,21 +43,12 @@ def kinds(old: Session | None, new: Session) -> list[str]:
     return [e["type"] for e in events(old, new)]
 
 
-def created() -> Session:
-    return new_session(
-        session_id="s1",
-        task_id="t1",
-        context_id="c1",
-        client_session_id="cs1",
-        requested=live().requested,
-        required_capabilities=(),
-        transcript="off",
-        now="2026-01-01T00:00:00.000Z",
-    ).state
+def just_created() -> Session:
+    return created(live().requested, required=(), now="2026-01-01T00:00:00.000Z")
 
 
 def test_a_new_session_is_created_and_becomes_ready() -> None:
-    fresh = created()
+    fresh = just_created()
     (first,) = events(None, fresh)
     assert first["type"] == "session.created"
     assert first["seq"] == 1
@@ -73,7 +63,7 @@ def test_a_new_session_is_created_and_becomes_ready() -> None:
 
 
 def test_joining_is_no_event_and_the_device_in_the_room_is_active() -> None:
-    ready = run(created(), Provisioned(1), RegisterEndpoint(1, "ep-a", "phone", CAPS, 8))
+    ready = run(just_created(), Provisioned(1), RegisterEndpoint(1, "ep-a", "phone", CAPS, 8))
     joining = run(ready, Join(1, "ep-a"))
     assert kinds(ready, joining) == []
     active = run(joining, ParticipantJoined(1, "ep-a", False))
@@ -195,7 +185,7 @@ def test_events_are_numbered_on_without_gaps_and_carry_no_words(
 
 
 def test_the_lifecycle_and_terminal_events_are_marked_to_be_kept_whatever_the_backlog() -> None:
-    begun = created()
+    begun = just_created()
     ready = run(begun, Provisioned(1))
     _, first = notices(CONFIGURED, None, ready, record(ready), now_ms=NOW_MS, window_s=9)
     assert [seq for seq, _ in first.items] == [1, 2]  # session.created, session.ready
@@ -216,7 +206,7 @@ def test_the_lifecycle_and_terminal_events_are_marked_to_be_kept_whatever_the_ba
 def test_the_agent_joining_and_its_replacements_are_told() -> None:
     from state_machines.session import AgentJobEnded, AgentStartTimeout, ParticipantLeft
 
-    ready = run(created(), Provisioned(1))
+    ready = run(just_created(), Provisioned(1))
     joined = run(ready, ParticipantJoined(1, "agent-1", True))
     assert events(ready, joined)[0] | {"occurredAt": ""} == {
         "type": "agent.joined",

@@ -61,6 +61,7 @@ from state_machines.session import (
     parse_room_name,
     room_name,
 )
+from tests.unit.session_operation_helpers import created
 
 T0 = "2025-01-01T00:00:00Z"
 T1 = "2025-01-01T00:00:05Z"
@@ -116,16 +117,7 @@ EXPECTED_PAIRS |= SPECIAL_PAIRS
 
 
 def fresh() -> Session:
-    return new_session(
-        session_id="s1",
-        task_id="t1",
-        context_id="c1",
-        client_session_id="cs1",
-        requested=Requested(user_video_sources=(), agent_video_sources=(), interactions=("text",)),
-        required_capabilities=("audio",),
-        transcript="off",
-        now=T0,
-    ).state
+    return created(now=T0)
 
 
 def outcome_of(session: Session, event: SessionEvent) -> Accepted[Session]:

@@ -19,13 +19,13 @@ from realtime.store import keys
 from realtime.store.compaction import Compactor
 from realtime.store.redis_client import RedisClient
 from realtime.store.sessions import SessionStore
-from tests.conftest import error_info, rpc
+from tests.conftest import error_info, rpc, service
 from tests.e2e.operator_api_helpers import operator_json
 from tests.e2e.realtime_helpers import call, new_id
 from tests.e2e.sse_helpers import stream
-from tests.e2e.webhook_helpers import active_session, get, service, wait_until
+from tests.e2e.webhook_helpers import active_session, get, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.redis]
+pytestmark = pytest.mark.redis
 
 WINDOW_S = 1
 MAX_SESSION_S = 600
