@@ -117,7 +117,7 @@ def test_workers_share_one_socket_one_secret_and_one_worker_process(tmp_path):
         # an HTTP process that dies is replaced, and the service keeps answering
         victim = roles["http"][0]
         os.kill(victim, signal.SIGKILL)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S  # a new process starts
         while True:
             now = children(process.pid)["http"]
             started = log.read_text().count("Application startup complete")
