@@ -19,8 +19,6 @@ from realtime.store.selection import open_store
 from realtime.store.server import RedisUnavailableError
 from tests.redis_processes import (
     StoreUser,
-    kill_servers_under,
-    needs_redis_server,
     redis_servers_over,
     wait_for_no_server,
 )
@@ -184,22 +182,19 @@ async def test_one_process_opening_the_store_twice_shares_the_server(data_dir: P
     assert wait_for_no_server(data_dir / "redis") == []
 
 
+@pytest.mark.usefixtures("redis_servers_ended")
 async def test_a_data_dir_too_long_for_a_unix_socket_still_works(tmp_path: Path) -> None:
-    needs_redis_server()
     deep = tmp_path / ("d" * 60) / ("e" * 60)
+    opened, release = open_store(Settings(data_dir=str(deep)))
+    sock = Path(opened.client.connection_pool.connection_kwargs["path"])
     try:
-        opened, release = open_store(Settings(data_dir=str(deep)))
-        sock = Path(opened.client.connection_pool.connection_kwargs["path"])
-        try:
-            assert len(os.fsencode(sock)) <= 100
-            assert state(deep)["socket"] == str(sock)
-            assert await opened.ping()
-        finally:
-            await opened.aclose()
-            release()
-        assert not sock.parent.exists()  # the short socket directory goes with the server
+        assert len(os.fsencode(sock)) <= 100
+        assert state(deep)["socket"] == str(sock)
+        assert await opened.ping()
     finally:
-        kill_servers_under(tmp_path)
+        await opened.aclose()
+        release()
+    assert not sock.parent.exists()  # the short socket directory goes with the server
 
 
 def test_a_running_server_that_cannot_be_found_is_refused_with_a_clear_message(

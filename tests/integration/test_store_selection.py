@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from realtime.store.redis_client import RedisClient
 from realtime.store.selection import EMBEDDED_WARNING, open_store
 from realtime.store.server import RedisUnavailableError, redis_server_available
 from realtime.store.tasks import Claim, TaskStore
+from tests.redis_processes import needs_redis_server
 from tests.tcp_proxy import dead_tcp_url
 
 pytestmark = pytest.mark.redis
@@ -28,13 +28,6 @@ pytestmark = pytest.mark.redis
 UNAVAILABLE = -31012
 OWNER = "owner-0123456789abcdef"
 TASK_TTL_S = 3600
-
-
-def needs_redis_server() -> None:
-    if not redis_server_available():
-        if os.environ.get("AIM_REQUIRE_REDIS") == "1":
-            pytest.fail("AIM_REQUIRE_REDIS=1 but there is no redis-server on PATH")
-        pytest.skip("no redis-server on PATH")
 
 
 def record(task_id: str, *, owner: str = OWNER, status_ms: int = 1_000) -> TaskRecord:
