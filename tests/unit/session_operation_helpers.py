@@ -26,6 +26,10 @@ T1 = "2026-01-01T00:00:01.000Z"
 DIGEST = "sha256:" + "a" * 64
 OTHER = "sha256:" + "b" * 64
 CAPS = Capabilities(True, True, True, False, ("text", "confirmation"))
+# a device with audio both ways and text, no camera, no screen
+AUDIO_TEXT = Capabilities(
+    audio_input=True, audio_output=True, camera=False, screen=False, interactions=("text",)
+)
 
 
 def run(session: Session, *events: object) -> Session:
