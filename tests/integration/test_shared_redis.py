@@ -40,6 +40,13 @@ def start(users: list[StoreUser], data_dir: Path, name: str) -> StoreUser:
     return user
 
 
+def connected(users: list[StoreUser], data_dir: Path, name: str) -> StoreUser:
+    """A user started and connected to the data directory's server (its first message read)."""
+    user = start(users, data_dir, name)
+    user.message()
+    return user
+
+
 def state(data_dir: Path) -> dict[str, object]:
     loaded: dict[str, object] = json.loads((data_dir / "redis" / "server.json").read_text())
     return loaded
@@ -89,15 +96,12 @@ def test_four_processes_starting_at_once_start_one_server(
 def test_a_crashed_starter_leaves_the_server_to_the_others(
     data_dir: Path, users: list[StoreUser]
 ) -> None:
-    starter = start(users, data_dir, "starter")
-    starter.message()
-    joiner = start(users, data_dir, "joiner")
-    joiner.message()
+    starter = connected(users, data_dir, "starter")
+    joiner = connected(users, data_dir, "joiner")
     servers = redis_servers_over(data_dir / "redis")
 
     starter.kill()
-    late = start(users, data_dir, "late")
-    late.message()
+    late = connected(users, data_dir, "late")
 
     assert redis_servers_over(data_dir / "redis") == servers
     joiner.go_on()
@@ -111,13 +115,11 @@ def test_a_crashed_starter_leaves_the_server_to_the_others(
 def test_a_server_whose_users_all_crashed_is_taken_over_not_doubled(
     data_dir: Path, users: list[StoreUser]
 ) -> None:
-    crashed = start(users, data_dir, "crashed")
-    crashed.message()
+    crashed = connected(users, data_dir, "crashed")
     servers = redis_servers_over(data_dir / "redis")
     crashed.kill()
 
-    heir = start(users, data_dir, "heir")
-    heir.message()
+    heir = connected(users, data_dir, "heir")
     heir.go_on()
 
     assert heir.message()["keys"] == ["aim:test:crashed", "aim:test:heir"]
@@ -149,14 +151,12 @@ def test_a_state_file_naming_a_dead_server_is_replaced(
 def test_a_server_killed_under_its_users_is_replaced_by_the_next_process(
     data_dir: Path, users: list[StoreUser]
 ) -> None:
-    first = start(users, data_dir, "first")
-    first.message()
+    first = connected(users, data_dir, "first")
     (old,) = redis_servers_over(data_dir / "redis")
     os.kill(old, signal.SIGKILL)
     assert wait_for_no_server(data_dir / "redis") == []
 
-    second = start(users, data_dir, "second")
-    second.message()
+    second = connected(users, data_dir, "second")
 
     servers = redis_servers_over(data_dir / "redis")
     assert len(servers) == 1
