@@ -35,15 +35,25 @@ async def _lifespan(receive: Receive, send: Send) -> None:
     await send({"type": "lifespan.shutdown.complete"})
 
 
-async def _read(scope: Scope, receive: Receive) -> Seen:
+async def read_body(receive: Receive) -> bytes:
+    """A request's whole body, however many messages it came in."""
     body = b""
     while True:
         message = await receive()
         body += message.get("body", b"")
         if not message.get("more_body"):
-            break
+            return body
+
+
+async def _received(scope: Scope, receive: Receive, send: Send, seen: list[Seen]) -> Seen | None:
+    """The request that arrived, appended to `seen`; None for the lifespan (answered here)."""
+    if scope["type"] == "lifespan":
+        await _lifespan(receive, send)
+        return None
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-    return Seen(scope["method"], scope["path"], headers, body)
+    arrived = Seen(scope["method"], scope["path"], headers, await read_body(receive))
+    seen.append(arrived)
+    return arrived
 
 
 def _cors(seen: Seen) -> Headers:
@@ -78,11 +88,9 @@ class Trap:
     seen: list[Seen] = field(default_factory=list)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+        seen = await _received(scope, receive, send, self.seen)
+        if seen is None:
             return
-        seen = await _read(scope, receive)
-        self.seen.append(seen)
         json_type = (b"content-type", b"application/json")
         if seen.method == "OPTIONS":
             await _answer(send, 204, _cors(seen))
@@ -107,11 +115,9 @@ class Unusual:
         return [s for s in self.seen if s.method == "POST" and s.path.startswith(prefix)]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+        seen = await _received(scope, receive, send, self.seen)
+        if seen is None:
             return
-        seen = await _read(scope, receive)
-        self.seen.append(seen)
         cors = _cors(seen)
         json_type = (b"content-type", b"application/json")
         if seen.method == "OPTIONS":
