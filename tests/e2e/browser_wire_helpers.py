@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.e2e.browser_helpers import library_script
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -142,10 +144,9 @@ class Unusual:
 
 
 # what the library does with the unusual answers, as plain data (run by `Device.script`)
-UNUSUAL = """
-const [service, unusual, token, done] = arguments;
-(async () => {
-  const lib = await import(`${service}/sdk/aim-realtime.js`);
+UNUSUAL = library_script(
+    "service, unusual, token, done",
+    """\
   const seen = (e) => ({name: e.name, code: e.code, reason: e.reason, httpStatus: e.httpStatus,
     retryable: e.retryable, retryAfterMs: e.retryAfterMs, message: e.message,
     typed: e instanceof lib.AimError});
@@ -191,14 +192,13 @@ const [service, unusual, token, done] = arguments;
                                     retry: {maxRetryAfterMs: 0}});
   out.strict = await thrown(() => strict.call("GetTask", {id: "t1"}));
   done(out);
-})().catch((e) => done({crashed: `${e} ${e.stack}`}));
-"""
+""",
+)
 
 # createSession of a service without LiveKit, every request counted (run by `Device.script`)
-UNCONFIGURED = """
-const [service, token, done] = arguments;
-(async () => {
-  const lib = await import(`${service}/sdk/aim-realtime.js`);
+UNCONFIGURED = library_script(
+    "service, token, done",
+    """\
   const sent = [];
   const counted = (url, init) => {
     sent.push(JSON.parse(init.body).method);
@@ -209,5 +209,5 @@ const [service, token, done] = arguments;
   const error = await client.createSession({endpointKey: "k"}).then(() => null, (e) => e);
   done({name: error?.name, code: error?.code, retryable: error?.retryable,
         metadata: error?.metadata, message: error?.message, sent, ms: Date.now() - started});
-})().catch((e) => done({crashed: `${e} ${e.stack}`}));
-"""
+""",
+)
