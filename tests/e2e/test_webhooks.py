@@ -30,6 +30,7 @@ from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET
 from tests.e2e.realtime_helpers import new_id, register
 from tests.e2e.webhook_helpers import (
     active_session,
+    assert_active_on,
     deliver,
     event_id,
     get,
@@ -97,10 +98,7 @@ async def test_participant_joined_of_the_active_endpoint_makes_the_session_activ
     session_id, endpoint = await joining_session(rt_client)
     event = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
     assert await deliver(rt_client, event) == "applied"
-    session = await get(rt_client, session_id)
-    assert session["state"] == "active"
-    assert session["activeEndpointId"] == endpoint
-    assert [e["state"] for e in session["endpoints"]] == ["connected"]
+    assert_active_on(await get(rt_client, session_id), endpoint)
 
 
 @pytest.mark.parametrize("kind", ["participant_left", "participant_connection_aborted"])

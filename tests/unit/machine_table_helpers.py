@@ -4,10 +4,10 @@ outside the table."""
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any, TypeVar
 
-from state_machines import Rejected, RejectReason
+from state_machines import Accepted, Rejected, RejectReason
 
 S = TypeVar("S")
 E = TypeVar("E")
@@ -27,3 +27,12 @@ def refused_in(outcome: Any, state: object) -> Rejected:
     assert outcome.reason is RejectReason.INVALID_STATE
     assert outcome.state == state
     return outcome
+
+
+def assert_allowed_is_accepted(
+    decide: Callable[[Any, Any], object], machine: Any, events: Iterable[E], allowed: Container[E]
+) -> None:
+    """Each of `events` is in `allowed` exactly when `decide` accepts it of `machine`."""
+    for event in events:
+        accepted = isinstance(decide(machine, event), Accepted)
+        assert accepted is (event in allowed)

@@ -26,8 +26,6 @@ from state_machines.media import (
 )
 from tests.unit.machine_table_helpers import refused_in, table_pairs
 
-STATES: tuple[SourceState, ...] = get_args(SourceState)
-EVENTS: tuple[MediaEvent, ...] = get_args(MediaEvent)
 SIDES: tuple[MediaSide, ...] = get_args(MediaSide)
 SOURCES: tuple[MediaSource, ...] = get_args(MediaSource)
 SLOTS = list(product(SIDES, SOURCES))
@@ -49,6 +47,8 @@ EXPECTED: dict[tuple[SourceState, MediaEvent], SourceState] = {
     ("live", "stop"): "stopped",
     **{(state, "revoke"): "revoked" for state in AFTER_REQUEST},
 }
+STATES: tuple[SourceState, ...] = get_args(SourceState)
+EVENTS: tuple[MediaEvent, ...] = get_args(MediaEvent)
 ACCEPTED_PAIRS, REJECTED_PAIRS = table_pairs(STATES, EVENTS, EXPECTED)
 
 

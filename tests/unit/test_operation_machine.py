@@ -36,8 +36,6 @@ from state_machines.operation import (
 )
 from tests.unit.machine_table_helpers import refused_in, table_pairs
 
-STATES: tuple[OperationState, ...] = get_args(OperationState)
-NAMES: tuple[OperationEventName, ...] = get_args(OperationEventName)
 TERMINALS: tuple[OperationState, ...] = ("succeeded", "failed", "canceled", "expired")
 LIVE: tuple[OperationState, ...] = ("pending", "awaiting_confirmation", "running")
 T0 = "2025-01-01T00:00:00Z"
@@ -75,6 +73,8 @@ GOOD: dict[OperationEventName, OperationEvent] = {
     "fail": Fail(error_json='{"code":"boom"}'),
     "update": Update(),
 }
+STATES: tuple[OperationState, ...] = get_args(OperationState)
+NAMES: tuple[OperationEventName, ...] = get_args(OperationEventName)
 ACCEPTED_PAIRS, REJECTED_PAIRS = table_pairs(STATES, NAMES, EXPECTED)
 
 
