@@ -4,7 +4,7 @@ outside the table."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any, TypeVar
 
 from state_machines import Accepted, Rejected, RejectReason
@@ -30,9 +30,20 @@ def refused_in(outcome: Any, state: object) -> Rejected:
 
 
 def assert_allowed_is_accepted(
-    decide: Callable[[Any, Any], object], machine: Any, events: Iterable[E], allowed: Container[E]
+    decide: Callable[[Any, Any], object],
+    allowed_events: Callable[[Any], Container[E]],
+    machine: Any,
+    events: Iterable[E],
 ) -> None:
-    """Each of `events` is in `allowed` exactly when `decide` accepts it of `machine`."""
+    """Each of `events` is one `allowed_events` lists for the machine's state exactly when
+    `decide` accepts it of `machine`."""
+    allowed = allowed_events(machine.state)
     for event in events:
         accepted = isinstance(decide(machine, event), Accepted)
         assert accepted is (event in allowed)
+
+
+def by_state(lifecycle: Mapping[S, Mapping[E, S]]) -> dict[tuple[S, E], S]:
+    """A lifecycle written state by state (each event it accepts and the state it leads to) as
+    the machine's table of (state, event) pairs."""
+    return {(state, event): to for state, moves in lifecycle.items() for event, to in moves.items()}

@@ -56,14 +56,14 @@ def created(
 ) -> Session:
     """A session as the service creates it (provisioning): ids s1, t1, c1 and cs1."""
     return new_session(
-        session_id="s1",
-        task_id="t1",
-        context_id="c1",
-        client_session_id="cs1",
         requested=requested,
         required_capabilities=required,
         transcript=transcript,  # type: ignore[arg-type]
         now=now,
+        session_id="s1",
+        task_id="t1",
+        context_id="c1",
+        client_session_id="cs1",
     ).state
 
 

@@ -153,8 +153,7 @@ class EndpointLifecycle(RuleBasedStateMachine):
 
     @invariant()
     def allowed_events_are_exactly_the_accepted_ones(self) -> None:
-        allowed = allowed_events(self.endpoint.state)
-        assert_allowed_is_accepted(decide, self.endpoint, EVENTS, allowed)
+        assert_allowed_is_accepted(decide, allowed_events, self.endpoint, EVENTS)
 
 
 EndpointLifecycle.TestCase.settings = hypothesis_settings(max_examples=100, stateful_step_count=25)

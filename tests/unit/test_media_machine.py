@@ -24,7 +24,7 @@ from state_machines.media import (
     decide,
     publish_sources,
 )
-from tests.unit.machine_table_helpers import refused_in, table_pairs
+from tests.unit.machine_table_helpers import by_state, refused_in, table_pairs
 
 SIDES: tuple[MediaSide, ...] = get_args(MediaSide)
 SOURCES: tuple[MediaSource, ...] = get_args(MediaSource)
@@ -33,18 +33,17 @@ AFTER_REQUEST: tuple[SourceState, ...] = ("requested", "granted", "preparing", "
 
 # the lifecycle written out by hand, so a change to the table shows up as a failing test
 EXPECTED: dict[tuple[SourceState, MediaEvent], SourceState] = {
-    ("off", "request"): "requested",
-    ("stopped", "request"): "requested",
-    ("revoked", "request"): "requested",
-    ("requested", "grant"): "granted",
-    ("requested", "deny"): "off",
-    ("granted", "prepare"): "preparing",
-    ("preparing", "published"): "live",
-    ("granted", "published"): "live",
-    ("live", "unpublished"): "stopped",
-    ("granted", "stop"): "stopped",
-    ("preparing", "stop"): "stopped",
-    ("live", "stop"): "stopped",
+    **by_state(
+        {
+            "off": {"request": "requested"},
+            "stopped": {"request": "requested"},
+            "revoked": {"request": "requested"},
+            "requested": {"grant": "granted", "deny": "off"},
+            "granted": {"prepare": "preparing", "published": "live", "stop": "stopped"},
+            "preparing": {"published": "live", "stop": "stopped"},
+            "live": {"unpublished": "stopped", "stop": "stopped"},
+        }
+    ),
     **{(state, "revoke"): "revoked" for state in AFTER_REQUEST},
 }
 STATES: tuple[SourceState, ...] = get_args(SourceState)

@@ -34,7 +34,7 @@ from state_machines.operation import (
     is_terminal,
     new_operation,
 )
-from tests.unit.machine_table_helpers import refused_in, table_pairs
+from tests.unit.machine_table_helpers import by_state, refused_in, table_pairs
 
 TERMINALS: tuple[OperationState, ...] = ("succeeded", "failed", "canceled", "expired")
 LIVE: tuple[OperationState, ...] = ("pending", "awaiting_confirmation", "running")
@@ -46,20 +46,28 @@ REQ = Requirement(
 OTHER_REQ = Requirement(requirement_id="req-2", action_digest="sha256:bb", expires_at=T1)
 
 # the lifecycle written out by hand, so a change to the table shows up as a failing test
-EXPECTED: dict[tuple[OperationState, OperationEventName], OperationState] = {
-    ("pending", "start"): "running",
-    ("pending", "ask_confirmation"): "awaiting_confirmation",
-    ("pending", "update"): "running",
-    ("pending", "cancel"): "canceled",
-    ("awaiting_confirmation", "confirm"): "running",
-    ("awaiting_confirmation", "deny"): "canceled",
-    ("awaiting_confirmation", "expire"): "expired",
-    ("awaiting_confirmation", "cancel"): "canceled",
-    ("running", "update"): "running",
-    ("running", "succeed"): "succeeded",
-    ("running", "fail"): "failed",
-    ("running", "cancel"): "canceled",
-}
+EXPECTED: dict[tuple[OperationState, OperationEventName], OperationState] = by_state(
+    {
+        "pending": {
+            "start": "running",
+            "ask_confirmation": "awaiting_confirmation",
+            "update": "running",
+            "cancel": "canceled",
+        },
+        "awaiting_confirmation": {
+            "confirm": "running",
+            "deny": "canceled",
+            "expire": "expired",
+            "cancel": "canceled",
+        },
+        "running": {
+            "update": "running",
+            "succeed": "succeeded",
+            "fail": "failed",
+            "cancel": "canceled",
+        },
+    }
+)
 
 # one well-formed event per name, matching REQ where it has to
 GOOD: dict[OperationEventName, OperationEvent] = {
