@@ -114,6 +114,23 @@ def free_port() -> int:
     return port
 
 
+def wait_for_answer(
+    process: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float = STARTUP_TIMEOUT_S
+) -> None:
+    """Until `url` answers 200; the test fails, with the log, if `process` exits first or
+    `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = log.read_text(errors="replace")
+            pytest.fail(f"{process.args} exited with {process.returncode}:\n{output}")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        time.sleep(0.1)
+    pytest.fail(f"{url} did not answer within {timeout_s} s:\n{log.read_text(errors='replace')}")
+
+
 class Service:
     """A running `aim-realtime serve` subprocess."""
 
@@ -126,15 +143,7 @@ class Service:
         return self.log.read_text(errors="replace")
 
     def wait_until_ready(self) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                pytest.fail(f"serve exited with {self.process.returncode}:\n{self.output()}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.base_url}/readyz", timeout=1.0).status_code == 200:
-                    return
-            time.sleep(0.1)
-        pytest.fail(f"serve was not ready within {STARTUP_TIMEOUT_S} s:\n{self.output()}")
+        wait_for_answer(self.process, f"{self.base_url}/readyz", self.log)
 
     def terminate(self) -> None:
         """SIGTERM, then wait for a graceful exit: lifespan shutdown ran to the end."""

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,18 @@ def kill_servers_under(root: Path) -> None:
                 continue
             if Path(os.readlink(proc / "cwd")).is_relative_to(root):
                 os.kill(int(proc.name), signal.SIGKILL)
+
+
+@pytest.fixture
+def redis_servers_ended(tmp_path: Path) -> Iterator[None]:
+    """Skips without a redis-server on PATH; every redis-server the test started below
+    `tmp_path` is ended after it."""
+    needs_redis_server()
+    yield
+    kill_servers_under(tmp_path)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, redis_servers_ended: None) -> Path:
+    """A data directory in `tmp_path` for a private redis-server; servers over it are ended."""
+    return tmp_path / "data"

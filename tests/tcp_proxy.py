@@ -39,6 +39,7 @@ class _Link:
     server: asyncio.StreamWriter
     swallow: bool = False
     replied: asyncio.Event = field(default_factory=asyncio.Event)
+    held: bytes = b""  # what was read of a swallowed answer (`AnswerCuttingProxy`)
 
     def close(self) -> None:
         for writer in (self.client, self.server):
@@ -193,13 +194,18 @@ class TcpProxy:
     ) -> None:
         try:
             while data := await reader.read(_CHUNK):
-                if link.swallow:
-                    link.replied.set()
-                    continue
-                writer.write(data)
-                await writer.drain()
+                await self._reply(link, data, writer)
         finally:
             link.close()
+
+    async def _reply(self, link: _Link, data: bytes, writer: asyncio.StreamWriter) -> None:
+        """A chunk of the server's answer: passed to the client, or dropped once a trip that
+        forwards has fired."""
+        if link.swallow:
+            link.replied.set()
+            return
+        writer.write(data)
+        await writer.drain()
 
 
 @contextlib.asynccontextmanager

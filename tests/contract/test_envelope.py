@@ -22,35 +22,33 @@ def fields(error: ServiceError) -> list[str]:
     return [field for field, _ in error.violations]
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        b"",
-        b"{",
-        b'{"jsonrpc": "2.0",}',
-        b"nul",
-        b'{"id": 1',
-        b"\xff\xfe",
-        b'{"a" 1}',
-        b"[1,",
-        b"1 x",
-        b"{} {}",
-    ],
-)
+NOT_JSON = [
+    b"",
+    b"{",
+    b'{"jsonrpc": "2.0",}',
+    b"nul",
+    b'{"id": 1',
+    b"\xff\xfe",
+    b'{"a" 1}',
+    b"[1,",
+    b"1 x",
+    b"{} {}",
+]
+BATCHES = [
+    b"[]",
+    b'[{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{}}]',
+    b'  [{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{}}, {}]',
+]
+
+
+@pytest.mark.parametrize("body", NOT_JSON)
 def test_invalid_json_is_a_parse_error_with_a_null_id(body: bytes) -> None:
     error, request_id = refused(body)
     assert code_of(error) == -32700
     assert request_id is None
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        b"[]",
-        b'[{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{}}]',
-        b'  [{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{}}, {}]',
-    ],
-)
+@pytest.mark.parametrize("body", BATCHES)
 def test_a_batch_is_an_invalid_request(body: bytes) -> None:
     error, request_id = refused(body)
     assert code_of(error) == -32600

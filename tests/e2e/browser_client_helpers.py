@@ -21,8 +21,9 @@ import httpx
 from realtime.app import create_app
 from realtime.store.redis_client import RedisClient
 from tests.conftest import livekit_settings, serving
+from tests.e2e.browser_helpers import library_script
 from tests.e2e.sse_helpers import stream
-from tests.tcp_proxy import _CHUNK, TcpProxy, _Link
+from tests.tcp_proxy import TcpProxy, _Link
 
 PAGE = Path(__file__).with_name("browser_client_page.html")
 WAIT_S = 30
@@ -53,24 +54,17 @@ class AnswerCuttingProxy(TcpProxy):
     after it began. A browser never repairs that loss by itself; a reply lost whole it does
     repair, once, by sending the request again when the connection was a reused one."""
 
-    async def _downstream(
-        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        head = b""
-        try:
-            while data := await reader.read(_CHUNK):
-                if not link.swallow:
-                    writer.write(data)
-                    await writer.drain()
-                elif not link.replied.is_set():
-                    head += data
-                    end = head.find(b"\r\n\r\n")
-                    if end >= 0:
-                        writer.write(head[: end + 4])
-                        await writer.drain()
-                        link.replied.set()  # the proxy cuts every connection now
-        finally:
-            link.close()
+    async def _reply(self, link: _Link, data: bytes, writer: asyncio.StreamWriter) -> None:
+        if not link.swallow:
+            writer.write(data)
+            await writer.drain()
+        elif not link.replied.is_set():
+            link.held += data
+            end = link.held.find(b"\r\n\r\n")
+            if end >= 0:
+                writer.write(link.held[: end + 4])
+                await writer.drain()
+                link.replied.set()  # the proxy cuts every connection now
 
 
 @contextlib.asynccontextmanager
@@ -222,10 +216,9 @@ def resumed_exactly(frames: list[tuple[int, str, str]], connections: list[tuple[
 
 
 # what the page's library throws, as plain data (run by `Device.script`)
-TYPED_ERRORS = """
-const [service, token, dead, done] = arguments;
-(async () => {
-  const lib = await import(`${service}/sdk/aim-realtime.js`);
+TYPED_ERRORS = library_script(
+    "service, token, dead, done",
+    """\
   const seen = (e) => ({name: e.name, code: e.code, reason: e.reason, message: e.message,
     metadata: e.metadata, httpStatus: e.httpStatus, retryable: e.retryable,
     currentEpoch: e.currentEpoch ?? null, violations: e.violations ?? null,
@@ -247,8 +240,8 @@ const [service, token, dead, done] = arguments;
                                    .createSession({endpointKey: "k"})),
     badDecision: await thrown(() => session.confirm("op", "maybe")),
   });
-})().catch((e) => done({crashed: String(e)}));
-"""
+""",
+)
 
 
 # window.device's hold and release (browser_client_page.html), run by `Device.script`
@@ -257,10 +250,9 @@ RELEASE = "const [method, done] = arguments; window.device.release(method); done
 
 # the library alone, against a scripted service (its `fetch` option), run by `Device.script`:
 # what it sends and what it tells the app where the service says something unusual
-SCRIPTED = """
-const [service, done] = arguments;
-(async () => {
-  const lib = await import(`${service}/sdk/aim-realtime.js`);
+SCRIPTED = library_script(
+    "service, done",
+    """\
   const RT = "urn:aim:a2a:realtime:v1";
   const INPUT = "TASK_STATE_INPUT_REQUIRED";
   const seen = (e) => ({name: e.name, code: e.code, reason: e.reason, httpStatus: e.httpStatus});
@@ -380,8 +372,8 @@ const [service, done] = arguments;
   out.streamEvents = events;
   out.subscribes = streaming.sent("SubscribeToTask").map((c) => c.lastEventId);
   done(out);
-})().catch((e) => done({crashed: `${e} ${e.stack}`}));
-"""
+""",
+)
 
 
 # the library's 401s against a scripted service (its `fetch` option), run by `Device.script`:

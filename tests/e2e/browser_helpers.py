@@ -60,3 +60,15 @@ def chromium(browser: str, driver_path: str) -> Iterator[Any]:
             yield driver
         finally:
             driver.quit()
+
+
+def library_script(arguments: str, body: str) -> str:
+    """A script for `Device.script`: `arguments` named (`service` first, `done` last), `body`
+    run with the browser library imported from the service as `lib`; what it throws goes to
+    `done` as `{crashed}`."""
+    return f"""
+const [{arguments}] = arguments;
+(async () => {{
+  const lib = await import(`${{service}}/sdk/aim-realtime.js`);
+{body}}})().catch((e) => done({{crashed: `${{e}} ${{e.stack}}`}}));
+"""

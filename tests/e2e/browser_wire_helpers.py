@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.e2e.browser_helpers import library_script
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -35,15 +37,25 @@ async def _lifespan(receive: Receive, send: Send) -> None:
     await send({"type": "lifespan.shutdown.complete"})
 
 
-async def _read(scope: Scope, receive: Receive) -> Seen:
+async def read_body(receive: Receive) -> bytes:
+    """A request's whole body, however many messages it came in."""
     body = b""
     while True:
         message = await receive()
         body += message.get("body", b"")
         if not message.get("more_body"):
-            break
+            return body
+
+
+async def _received(scope: Scope, receive: Receive, send: Send, seen: list[Seen]) -> Seen | None:
+    """The request that arrived, appended to `seen`; None for the lifespan (answered here)."""
+    if scope["type"] == "lifespan":
+        await _lifespan(receive, send)
+        return None
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-    return Seen(scope["method"], scope["path"], headers, body)
+    arrived = Seen(scope["method"], scope["path"], headers, await read_body(receive))
+    seen.append(arrived)
+    return arrived
 
 
 def _cors(seen: Seen) -> Headers:
@@ -78,11 +90,9 @@ class Trap:
     seen: list[Seen] = field(default_factory=list)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+        seen = await _received(scope, receive, send, self.seen)
+        if seen is None:
             return
-        seen = await _read(scope, receive)
-        self.seen.append(seen)
         json_type = (b"content-type", b"application/json")
         if seen.method == "OPTIONS":
             await _answer(send, 204, _cors(seen))
@@ -107,11 +117,9 @@ class Unusual:
         return [s for s in self.seen if s.method == "POST" and s.path.startswith(prefix)]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+        seen = await _received(scope, receive, send, self.seen)
+        if seen is None:
             return
-        seen = await _read(scope, receive)
-        self.seen.append(seen)
         cors = _cors(seen)
         json_type = (b"content-type", b"application/json")
         if seen.method == "OPTIONS":
@@ -136,10 +144,9 @@ class Unusual:
 
 
 # what the library does with the unusual answers, as plain data (run by `Device.script`)
-UNUSUAL = """
-const [service, unusual, token, done] = arguments;
-(async () => {
-  const lib = await import(`${service}/sdk/aim-realtime.js`);
+UNUSUAL = library_script(
+    "service, unusual, token, done",
+    """\
   const seen = (e) => ({name: e.name, code: e.code, reason: e.reason, httpStatus: e.httpStatus,
     retryable: e.retryable, retryAfterMs: e.retryAfterMs, message: e.message,
     typed: e instanceof lib.AimError});
@@ -185,14 +192,13 @@ const [service, unusual, token, done] = arguments;
                                     retry: {maxRetryAfterMs: 0}});
   out.strict = await thrown(() => strict.call("GetTask", {id: "t1"}));
   done(out);
-})().catch((e) => done({crashed: `${e} ${e.stack}`}));
-"""
+""",
+)
 
 # createSession of a service without LiveKit, every request counted (run by `Device.script`)
-UNCONFIGURED = """
-const [service, token, done] = arguments;
-(async () => {
-  const lib = await import(`${service}/sdk/aim-realtime.js`);
+UNCONFIGURED = library_script(
+    "service, token, done",
+    """\
   const sent = [];
   const counted = (url, init) => {
     sent.push(JSON.parse(init.body).method);
@@ -203,5 +209,5 @@ const [service, token, done] = arguments;
   const error = await client.createSession({endpointKey: "k"}).then(() => null, (e) => e);
   done({name: error?.name, code: error?.code, retryable: error?.retryable,
         metadata: error?.metadata, message: error?.message, sent, ms: Date.now() - started});
-})().catch((e) => done({crashed: `${e} ${e.stack}`}));
-"""
+""",
+)

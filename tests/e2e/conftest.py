@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from realtime.logs import ACCESS_LOG
+from tests.redis_processes import data_dir, redis_servers_ended  # noqa: F401 - fixtures
 
 
 @pytest.fixture

@@ -81,9 +81,9 @@ async def stream(
     method: str,
     params: dict[str, Any],
     *,
+    request_id: int | str = 7,
     subject: str = "alice",
     last_event_id: str | None = None,
-    request_id: int | str = 7,
     extra_headers: dict[str, str] | None = None,
     **header_options: Any,
 ) -> AsyncIterator[SseReader]:

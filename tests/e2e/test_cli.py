@@ -15,12 +15,7 @@ from realtime.auth import Authenticator
 from realtime.environment import without_credentials
 from realtime.settings import Settings
 from tests.cli_processes import SECRET, needs, run_cli, serving
-from tests.redis_processes import (
-    kill_servers_under,
-    needs_redis_server,
-    redis_servers_over,
-    wait_for_no_server,
-)
+from tests.redis_processes import redis_servers_over, wait_for_no_server
 
 pytestmark = pytest.mark.e2e
 
@@ -193,20 +188,18 @@ def test_serve_answers_health_and_readiness_then_stops_on_sigterm(
 
 
 @pytest.mark.slow
-def test_serve_without_a_redis_url_runs_its_own_redis_and_stops_it(tmp_path: Path) -> None:
-    needs_redis_server()
-    redis_dir = tmp_path / "data" / "redis"
-    try:
-        with serving(tmp_path, AIM_AUTH_HS256_SECRET=SECRET) as svc:
-            svc.wait_until_ready()
-            servers = redis_servers_over(redis_dir)
-            assert len(servers) == 1, svc.output()
-            assert (redis_dir / "appendonlydir").is_dir()  # AOF in AIM_DATA_DIR
-            assert f"private redis-server of {redis_dir}" in svc.output()
-            assert httpx.get(f"{svc.base_url}/readyz", timeout=5.0).status_code == 200
+def test_serve_without_a_redis_url_runs_its_own_redis_and_stops_it(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    redis_dir = data_dir / "redis"
+    with serving(tmp_path, AIM_AUTH_HS256_SECRET=SECRET) as svc:
+        svc.wait_until_ready()
+        servers = redis_servers_over(redis_dir)
+        assert len(servers) == 1, svc.output()
+        assert (redis_dir / "appendonlydir").is_dir()  # AOF in AIM_DATA_DIR
+        assert f"private redis-server of {redis_dir}" in svc.output()
+        assert httpx.get(f"{svc.base_url}/readyz", timeout=5.0).status_code == 200
 
-            svc.terminate()
-        # the last process over the data directory stops the server on its way out
-        assert wait_for_no_server(redis_dir) == [], "the private redis-server outlived serve"
-    finally:
-        kill_servers_under(tmp_path)
+        svc.terminate()
+    # the last process over the data directory stops the server on its way out
+    assert wait_for_no_server(redis_dir) == [], "the private redis-server outlived serve"

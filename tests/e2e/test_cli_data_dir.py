@@ -4,22 +4,15 @@ a pid planted in it is never signalled."""
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import re
-import signal
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.cli_processes import call_cli, clean_environ, run_cli
+from tests.cli_processes import SECRET, call_cli, clean_environ, free_port, run_cli, serving
 from tests.data_dir_helpers import (
     FLAWS,
     PROBLEMS,
@@ -31,8 +24,6 @@ from tests.data_dir_helpers import (
     plant_pid,
 )
 from tests.redis_processes import (
-    kill_servers_under,
-    needs_redis_server,
     redis_servers_over,
     wait_for_no_server,
 )
@@ -40,15 +31,6 @@ from tests.redis_processes import (
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-SECRET = "data-dir-test-secret-0123456789-abcdefghijkl"
-WAIT_S = 20.0
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Iterator[Path]:
-    needs_redis_server()
-    yield tmp_path / "data"
-    kill_servers_under(tmp_path)
 
 
 @pytest.mark.parametrize("flaw", FLAWS)
@@ -155,65 +137,30 @@ def test_serve_refuses_a_server_json_naming_a_socket_outside_the_data_dir(
 def test_serve_starts_a_server_another_process_joins_and_the_last_stops(
     tmp_path: Path, data_dir: Path
 ) -> None:
-    with serving(tmp_path, data_dir) as service:
+    with serving(
+        tmp_path, ready=True, AIM_DATA_DIR=str(data_dir), AIM_AUTH_HS256_SECRET=SECRET
+    ) as service:
         (server,) = redis_servers_over(data_dir / "redis")
         checked = run_cli("check", cwd=tmp_path, AIM_DATA_DIR=str(data_dir))
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert "already running" in checked.stderr
         assert redis_servers_over(data_dir / "redis") == [server]
     assert wait_for_no_server(data_dir / "redis") == []
-    assert "left the private redis-server" not in service.read_text()
+    assert "left the private redis-server" not in service.output()
     assert data_dir.stat().st_mode & 0o777 == 0o700
 
 
 def test_a_pid_planted_in_the_data_dir_is_never_signalled(tmp_path: Path, data_dir: Path) -> None:
     with bystander() as unrelated:
-        with serving(tmp_path, data_dir) as service:
+        with serving(
+            tmp_path, ready=True, AIM_DATA_DIR=str(data_dir), AIM_AUTH_HS256_SECRET=SECRET
+        ) as service:
             assert len(redis_servers_over(data_dir / "redis")) == 1
             plant_pid(data_dir / "redis", unrelated.pid)
 
         assert wait_for_no_server(data_dir / "redis") == []  # stopped over its socket
-        assert unrelated.poll() is None, service.read_text()
-        assert "left the private redis-server" not in service.read_text()
-
-
-@contextlib.contextmanager
-def serving(tmp_path: Path, data_dir: Path) -> Iterator[Path]:
-    """`aim-realtime serve` over `data_dir`, ready; on the way out, SIGTERM and its exit. The
-    path of its log."""
-    port = free_port()
-    log = tmp_path / "serve.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "realtime.cli", "serve", "--port", str(port)],
-            cwd=tmp_path,
-            env=clean_environ(AIM_DATA_DIR=str(data_dir), AIM_AUTH_HS256_SECRET=SECRET),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            assert process.poll() is None, log.read_text()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        yield log
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=WAIT_S) in (0, -signal.SIGTERM), log.read_text()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
+        assert unrelated.poll() is None, service.output()
+        assert "left the private redis-server" not in service.output()
 
 
 def scripts_dev_secret(data_dir: Path) -> subprocess.CompletedProcess[str]:

@@ -7,15 +7,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cli_processes import SECRET, clean_environ, run_cli, serving
 from tests.redis_processes import (
-    kill_servers_under,
-    needs_redis_server,
     redis_servers_over,
     wait_for_no_server,
 )
@@ -26,10 +23,8 @@ WAIT_S = 20.0
 
 
 @pytest.fixture
-def redis_dir(tmp_path: Path) -> Iterator[Path]:
-    needs_redis_server()
-    yield tmp_path / "data" / "redis"
-    kill_servers_under(tmp_path)
+def redis_dir(data_dir: Path) -> Path:
+    return data_dir / "redis"
 
 
 class Worker:

@@ -23,6 +23,7 @@ from tests.cli_processes import (
     clean_environ,
     free_port,
     needs,
+    run_cli,
 )
 from tests.redis_processes import needs_redis_server
 
@@ -139,30 +140,17 @@ def test_workers_on_a_port_in_use_exit_3_saying_so(tmp_path, redis_url):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "-m", "realtime.cli", "serve", "--port", str(port), "--workers", "2"],
-            cwd=tmp_path,
-            env=clean_environ(AIM_REDIS_URL=url, AIM_DATA_DIR=str(tmp_path / "data")),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        data = str(tmp_path / "data")
+        serve = ("serve", "--port", str(port), "--workers", "2")
+        result = run_cli(*serve, cwd=tmp_path, AIM_REDIS_URL=url, AIM_DATA_DIR=data)
     assert result.returncode == 3, result.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
 
 
 def test_workers_need_a_redis_the_processes_can_share(tmp_path):
     bare_path = str(Path(sys.executable).parent)  # python, but no redis-server
-    result = subprocess.run(
-        [sys.executable, "-m", "realtime.cli", "serve", "--workers", "2"],
-        cwd=tmp_path,
-        env=clean_environ(PATH=bare_path, AIM_DATA_DIR=str(tmp_path / "data")),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    data = str(tmp_path / "data")
+    result = run_cli("serve", "--workers", "2", cwd=tmp_path, PATH=bare_path, AIM_DATA_DIR=data)
     assert result.returncode == 2, result.stderr
     assert "needs Redis" in result.stderr
 

@@ -106,6 +106,25 @@ async def post(
     return await client.post(path, content=body, headers=sent)
 
 
+async def refused_quietly(
+    client: httpx.AsyncClient,
+    store: RedisClient,
+    caplog: pytest.LogCaptureFixture,
+    path: str,
+    body: bytes,
+    headers: list[tuple[str, str]] | None = None,
+) -> Any:
+    """The JSON answer to `body` posted to `path`: a 200 that changed nothing in Redis and
+    logged nothing (`assert_quiet`)."""
+    caplog.set_level(logging.INFO)
+    before = await redis_contents(store)
+    response = await post(client, path, body, headers)
+    assert response.status_code == 200
+    assert changed(before, await redis_contents(store)) == []
+    assert_quiet(caplog)
+    return response.json()
+
+
 # --- 1. invalid UTF-8 anywhere is a parse error --------------------------------------------------
 
 INVALID_UTF8 = [
@@ -123,16 +142,10 @@ INVALID_UTF8 = [
 async def test_invalid_utf8_in_any_string_is_a_parse_error_before_authentication(
     rt_client, store, caplog, path, body
 ):
-    caplog.set_level(logging.INFO)
-    before = await redis_contents(store)
-    response = await post(rt_client, path, body)  # no Authorization at all
-    assert response.status_code == 200
-    answer = response.json()
+    answer = await refused_quietly(rt_client, store, caplog, path, body)  # no Authorization at all
     assert answer["error"]["code"] == -32700
     assert answer["id"] is None
     assert error_info(answer)["reason"] == "PARSE_ERROR"
-    assert changed(before, await redis_contents(store)) == []
-    assert_quiet(caplog)
 
 
 # --- 2. deep nesting is refused by a limit, not by Python's stack ---------------------------------
@@ -151,15 +164,12 @@ DEEP_BODIES = [
 async def test_json_nested_deeper_than_64_levels_is_an_invalid_request(
     rt_client, store, caplog, path, body
 ):
-    caplog.set_level(logging.INFO)
-    before = await redis_contents(store)
-    response = await post(rt_client, path, body, [("Authorization", bearer())])
-    assert response.status_code == 200
-    error = response.json()["error"]
+    answer = await refused_quietly(
+        rt_client, store, caplog, path, body, [("Authorization", bearer())]
+    )
+    error = answer["error"]
     assert error["code"] == -32600
     assert "64" in error["message"]
-    assert changed(before, await redis_contents(store)) == []
-    assert_quiet(caplog)
 
 
 async def test_nesting_of_64_levels_is_within_the_limit(rt_client):

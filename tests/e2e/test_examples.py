@@ -22,7 +22,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from tests.e2e.agent_operation_helpers import (
     wait_for_data,
 )
 from tests.e2e.browser_helpers import binaries, chromium
+from tests.e2e.browser_wire_helpers import Receive, Scope, Send, read_body
 from tests.e2e.realtime_helpers import call
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
 
@@ -52,10 +53,6 @@ PUBLIC_LIVEKIT = "wss://media.example"  # livekit_settings' AIM_LIVEKIT_PUBLIC_U
 AGENT = "agent-AJ_worker-1"
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 WAIT_S = 15
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 @contextlib.asynccontextmanager
@@ -245,12 +242,7 @@ async def answer(send: Send, status: int, body: bytes, content_type: bytes) -> N
 
 
 async def forward(upstream: str, scope: Scope, receive: Receive, send: Send) -> None:
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await read_body(receive)
     sent = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP]
     path = upstream + scope["path"]
     async with (

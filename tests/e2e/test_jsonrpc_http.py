@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from tests.conftest import REALTIME, error_info, headers, rpc, violations
+from tests.e2e.realtime_helpers import create_part
 
 pytestmark = pytest.mark.e2e
 
@@ -26,22 +27,9 @@ def text_message(message_id: str = "m-1", **extra: Any) -> dict[str, Any]:
 
 
 def session_create_part(**overrides: Any) -> dict[str, Any]:
-    data = {
-        "operation": "session.create",
-        "clientSessionId": "5d7e9f1a-2b3c-4d5e-8f9a-0b1c2d3e4f5a",
-        "requested": {
-            "mediaBinding": "livekit-webrtc-v1",
-            "audio": "bidirectional",
-            "userVideoSources": [],
-            "agentVideoSources": [],
-            "interactions": ["text"],
-        },
-        "requiredCapabilities": ["audio_input"],
-        "recording": "off",
-        "retention": {"transcript": "off", "summary": "off"},
-        **overrides,
-    }
-    return {"data": data, "mediaType": "application/json"}
+    return create_part(
+        "5d7e9f1a-2b3c-4d5e-8f9a-0b1c2d3e4f5a", requiredCapabilities=["audio_input"], **overrides
+    )
 
 
 async def test_invalid_json_is_a_parse_error_with_null_id(client):

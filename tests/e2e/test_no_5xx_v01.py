@@ -18,17 +18,8 @@ from hypothesis import strategies as st
 
 from realtime.a2a import v01
 from tests.conftest import REALTIME, token
+from tests.e2e import fuzz_helpers as fuzz
 from tests.e2e.agent_operation_helpers import Live, open_session
-from tests.e2e.fuzz_helpers import (
-    FUZZ,
-    assert_no_error_logged,
-    assert_rpc_answer,
-    bodies,
-    json_values,
-    junk_bytes,
-    send,
-    spoiled,
-)
 from tests.e2e.realtime_helpers import create_part
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -75,7 +66,7 @@ def v01_soup(live: Live) -> st.SearchStrategy[dict[str, Any]]:
     values = (
         st.sampled_from([None, -1, 0, 1, 1.5, 2**53, 2**64, "", "text", "data", "file", "user",
                          "agent", "aGk=", "not base64", {}, [], create_part()["data"]])
-        | json_values
+        | fuzz.json_values
     )  # fmt: skip
     file = st.dictionaries(st.sampled_from(["bytes", "uri", "mimeType", "name"]), values)
     part = st.fixed_dictionaries(
@@ -99,7 +90,7 @@ def v01_soup(live: Live) -> st.SearchStrategy[dict[str, Any]]:
         {"jsonrpc": mostly(st.just("2.0"), st.sampled_from(["1.0", None, 2])),
          "id": st.integers(-5, 2**60) | st.text(max_size=5),
          "method": mostly(st.sampled_from(METHODS_V01), st.text(max_size=10)),
-         "params": mostly(params, loose, json_values)},
+         "params": mostly(params, loose, fuzz.json_values)},
     ).map(lambda envelope: envelope if envelope["jsonrpc"] else {  # None: absent (decision 119)
         k: v for k, v in envelope.items() if k != "jsonrpc"})  # fmt: skip
 
@@ -108,14 +99,14 @@ def v01_bodies(live: Live) -> st.SearchStrategy[bytes]:
     """Mostly soup, else any JSON, any bytes, or soup with junk spliced in."""
     encoded = v01_soup(live).map(lambda v: json.dumps(v).encode())
     others = [
-        json_values.map(lambda v: json.dumps(v).encode()),
+        fuzz.json_values.map(lambda v: json.dumps(v).encode()),
         st.binary(max_size=600),
-        st.builds(spoiled, encoded, st.integers(0, 10_000), junk_bytes),
+        st.builds(fuzz.spoiled, encoded, st.integers(0, 10_000), fuzz.junk_bytes),
     ]
     return mostly(encoded, *others)
 
 
-@FUZZ
+@fuzz.FUZZ
 @given(data=st.data())
 async def test_the_0_1_endpoint_answers_every_body_with_one_json_rpc_response(
     rt_client, live, caplog, data
@@ -135,19 +126,19 @@ async def test_the_0_1_endpoint_answers_every_body_with_one_json_rpc_response(
         ),
         label="headers",
     )  # fmt: skip
-    response = await send(
+    response = await fuzz.send(
         rt_client, v01.PATH, body, [("Content-Type", "application/json"), *headers]
     )
-    assert_rpc_answer(response, body)
-    assert_no_error_logged(caplog)
+    fuzz.assert_rpc_answer(response, body)
+    fuzz.assert_no_error_logged(caplog)
 
 
-@FUZZ
+@fuzz.FUZZ
 @given(data=st.data())
 async def test_a2a_answers_0_1_names_with_one_json_rpc_response(rt_client, live, caplog, data):
-    body = data.draw(bodies(live, (*v01.ONLY_V01, *v01.METHODS)), label="body")
+    body = data.draw(fuzz.bodies(live, (*v01.ONLY_V01, *v01.METHODS)), label="body")
     version = data.draw(st.sampled_from([[], [("A2A-Version", "1.0")]]), label="version")
     headers = [("Content-Type", "application/json"), ("Authorization", f"Bearer {token()}")]
-    response = await send(rt_client, "/a2a", body, [*headers, *version])
-    assert_rpc_answer(response, body)
-    assert_no_error_logged(caplog)
+    response = await fuzz.send(rt_client, "/a2a", body, [*headers, *version])
+    fuzz.assert_rpc_answer(response, body)
+    fuzz.assert_no_error_logged(caplog)

@@ -32,10 +32,6 @@ from tests.e2e.realtime_helpers import call, new_id, session_of
 pytestmark = pytest.mark.e2e
 
 
-def stamp(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 async def asked(client, livekit, **options):
     """A live session whose agent asked for a confirmable action; (live, operation, task)."""
     live = await open_session(client, livekit)
@@ -67,7 +63,8 @@ async def test_a_confirmable_action_opens_a_requirement_and_input_required(rt_cl
     assert requirement["actionDigest"] == digest_of(action)
     assert requirement["expiresAt"].endswith("Z")
     # the default requirement lifetime is 120 s (profile §8, AIM_REQUIREMENT_TTL_S)
-    lifetime = stamp(requirement["expiresAt"]) - stamp(operation["createdAt"])
+    expires = datetime.fromisoformat(requirement["expiresAt"])
+    lifetime = expires - datetime.fromisoformat(operation["createdAt"])
     assert 119 <= lifetime.total_seconds() <= 121
 
     task = await get_task(rt_client, live.task_id)
@@ -363,7 +360,8 @@ async def test_a_repeated_message_id_replays_the_first_answer(rt_client, livekit
 async def test_an_unanswered_requirement_expires(rt_client, livekit):
     live, operation, task = await asked(rt_client, livekit, expiresInSeconds=1)
     data = requirement_data(task)
-    lifetime = stamp(operation["requirement"]["expiresAt"]) - stamp(operation["createdAt"])
+    expires = datetime.fromisoformat(operation["requirement"]["expiresAt"])
+    lifetime = expires - datetime.fromisoformat(operation["createdAt"])
     assert 0.5 <= lifetime.total_seconds() <= 1.5
     expired = await wait_operation_state(rt_client, live.sid, operation["operationId"], "expired")
     assert expired["operationId"] == operation["operationId"]

@@ -11,14 +11,11 @@ from typing import Any
 import httpx
 import jwt
 import pytest
-from livekit import api
 
 from realtime.a2a.provider import MAX_ACTION_BYTES
 from realtime.app import create_app
 from realtime.provider_tokens import PROVIDER_AUDIENCE, PROVIDER_ISSUER, mint_provider_token
 from tests.conftest import (
-    LIVEKIT_KEY,
-    LIVEKIT_SECRET,
     livekit_settings,
     rpc,
     serving,
@@ -39,8 +36,7 @@ from tests.e2e.agent_operation_helpers import (
     update_operation,
 )
 from tests.e2e.realtime_helpers import new_id
-from tests.e2e.webhook_helpers import send_webhook
-from tests.livekit_standin import sign_webhook, webhook_headers
+from tests.e2e.webhook_helpers import post, send_webhook, webhook_event
 
 pytestmark = pytest.mark.e2e
 
@@ -327,14 +323,7 @@ async def test_provider_token_of_an_ended_session_is_refused(rt_client, livekit)
 async def test_after_a_rebind_only_the_new_rooms_token_counts(rt_client, livekit):
     live = await open_session(rt_client, livekit)
     livekit.close_room(live.room)
-    finished = api.WebhookEvent(
-        event="room_finished",
-        id=new_id(),
-        created_at=int(time.time()),
-        room=api.Room(name=live.room),
-    )
-    body, auth = sign_webhook(finished, LIVEKIT_KEY, LIVEKIT_SECRET)
-    response = await rt_client.post("/livekit/webhook", content=body, headers=webhook_headers(auth))
+    response = await post(rt_client, webhook_event("room_finished", live.room))
     assert response.status_code == 200
     new_room = f"aim-{live.sid}-e2"
     deadline = time.monotonic() + 5

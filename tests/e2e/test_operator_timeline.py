@@ -11,15 +11,7 @@ import httpx
 import pytest
 
 from tests.conftest import service
-from tests.e2e.operator_api_helpers import (
-    eventually,
-    operator_get,
-    operator_json,
-    rpc_as,
-    start_session,
-    timeline_of,
-    traceparent,
-)
+from tests.e2e import operator_api_helpers as operator_api
 from tests.e2e.realtime_helpers import CAPS, new_id
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
 
@@ -34,7 +26,9 @@ def trace(n: int) -> str:
 
 
 async def command(http: httpx.AsyncClient, method: str, n: int, **params: Any) -> dict[str, Any]:
-    return await rpc_as(http, f"aim.realtime.{method}", params, traceparent=traceparent(trace(n)))
+    return await operator_api.rpc_as(
+        http, f"aim.realtime.{method}", params, traceparent=operator_api.traceparent(trace(n))
+    )
 
 
 def find(entries: list[dict[str, Any]], **wanted: Any) -> list[int]:
@@ -53,7 +47,7 @@ def one(entries: list[dict[str, Any]], **wanted: Any) -> dict[str, Any]:
 
 
 async def session_state(http: httpx.AsyncClient, session_id: str) -> str:
-    body = await operator_json(http, f"/ops/api/sessions/{session_id}")
+    body = await operator_api.operator_json(http, f"/ops/api/sessions/{session_id}")
     state: str = body["session"]["state"]
     return state
 
@@ -61,7 +55,7 @@ async def session_state(http: httpx.AsyncClient, session_id: str) -> str:
 async def test_a_sessions_life_is_on_its_timeline_in_order_with_trace_ids(livekit, store):
     marker = f"private words {new_id()}"
     async with service(livekit, store, reconnect_grace_s=1, provisioning_timeout_s=1) as http:
-        sid = await start_session(http, traceparent=traceparent(trace(1)))
+        sid = await operator_api.start_session(http, traceparent=operator_api.traceparent(trace(1)))
         register_id = new_id()
         registered = await command(
             http, "RegisterEndpoint", 2, sessionId=sid, sessionEpoch=1, commandId=register_id,
@@ -99,15 +93,15 @@ async def test_a_sessions_life_is_on_its_timeline_in_order_with_trace_ids(liveki
         left = webhook_event("participant_left", room(sid), identity=phone, epoch=1)
         assert await deliver(http, left) == "applied"
         # the grace timer (1 s here) brings the session back to ready
-        await eventually(lambda: _is(http, sid, "ready"), within=10)
+        await operator_api.eventually(lambda: _is(http, sid, "ready"), within=10)
         ended = await command(
             http, "EndSession", 7, sessionId=sid, commandId=new_id(), reason="test over"
         )
         assert ended["result"]["session"]["state"] == "ending"
-        await eventually(lambda: _is(http, sid, "ended"))
+        await operator_api.eventually(lambda: _is(http, sid, "ended"))
 
         async def complete() -> list[dict[str, Any]] | None:
-            entries = await timeline_of(http, sid)
+            entries = await operator_api.timeline_of(http, sid)
             done = (
                 find(entries, kind="effect", effect="DeleteRoom", result="ok")
                 and find(entries, kind="command", outcome="rejected")
@@ -115,9 +109,9 @@ async def test_a_sessions_life_is_on_its_timeline_in_order_with_trace_ids(liveki
             )
             return entries if done else None
 
-        entries = await eventually(complete)
+        entries = await operator_api.eventually(complete)
         texts = [
-            (await operator_get(http, path)).text
+            (await operator_api.operator_get(http, path)).text
             for path in (
                 "/ops/api/sessions",
                 f"/ops/api/sessions/{sid}",
@@ -222,13 +216,15 @@ async def _is(http: httpx.AsyncClient, session_id: str, state: str) -> bool:
 
 async def test_trace_ids_are_the_spans_when_tracing_is_on(livekit, store, tracer_provider):
     async with service(livekit, store, tracer_provider) as http:
-        sid = await start_session(http, traceparent=traceparent(trace(11)))
-        untraced = await rpc_as(
+        sid = await operator_api.start_session(
+            http, traceparent=operator_api.traceparent(trace(11))
+        )
+        untraced = await operator_api.rpc_as(
             http, "aim.realtime.EndSession", {"sessionId": sid, "commandId": new_id(),
                                               "reason": "done"},
         )  # fmt: skip
         assert "result" in untraced
-        entries = await timeline_of(http, sid)
+        entries = await operator_api.timeline_of(http, sid)
     assert one(entries, kind="transition", to="provisioning")["traceId"] == trace(11)
     ending = one(entries, kind="transition", to="ending", cause="command")
     # no traceparent: the call's own span started a trace
@@ -241,13 +237,13 @@ async def test_a_failing_effect_shows_its_attempts_and_last_error_without_the_me
 ):
     marker = f"secret words {new_id()}"
     async with service(livekit, store) as http:
-        sid = await start_session(http)
-        registered = await rpc_as(
+        sid = await operator_api.start_session(http)
+        registered = await operator_api.rpc_as(
             http, "aim.realtime.RegisterEndpoint", {"sessionId": sid, "sessionEpoch": 1,
             "commandId": new_id(), "clientEndpointKey": "phone", "capabilities": CAPS},
         )  # fmt: skip
         phone = registered["result"]["endpoint"]["endpointId"]
-        await rpc_as(
+        await operator_api.rpc_as(
             http, "aim.realtime.JoinSession", {"sessionId": sid, "sessionEpoch": 1,
             "endpointId": phone, "commandId": new_id()},
         )  # fmt: skip
@@ -257,22 +253,22 @@ async def test_a_failing_effect_shows_its_attempts_and_last_error_without_the_me
         agent = webhook_event("participant_joined", room(sid), identity=AGENT, agent=True)
         assert await deliver(http, agent) == "applied"
         livekit.fail_next(5, status=500, method="SendData", msg="injected failure")
-        said = await rpc_as(
+        said = await operator_api.rpc_as(
             http, "aim.realtime.SendInteraction", {"sessionId": sid, "sessionEpoch": 1,
             "commandId": new_id(), "type": "input.text", "payload": {"text": marker}},
         )  # fmt: skip
         assert "result" in said, said
 
         async def failing() -> dict[str, Any] | None:
-            detail = await operator_json(http, f"/ops/api/sessions/{sid}")
+            detail = await operator_api.operator_json(http, f"/ops/api/sessions/{sid}")
             outbox = detail["session"]["outbox"]
             return detail if outbox and outbox[0].get("lastError") else None
 
-        detail = await eventually(failing)
-        entries = await eventually(
+        detail = await operator_api.eventually(failing)
+        entries = await operator_api.eventually(
             lambda: _with(http, sid, kind="effect", effect="SendData", result="retry")
         )
-        raw = (await operator_get(http, f"/ops/api/sessions/{sid}")).text
+        raw = (await operator_api.operator_get(http, f"/ops/api/sessions/{sid}")).text
     item = detail["session"]["outbox"][0]
     assert item["effect"] == "SendData"
     assert item["attempts"] >= 1
@@ -285,18 +281,20 @@ async def test_a_failing_effect_shows_its_attempts_and_last_error_without_the_me
 
 
 async def _with(http: httpx.AsyncClient, sid: str, **wanted: Any) -> list[dict[str, Any]] | None:
-    entries = await timeline_of(http, sid)
+    entries = await operator_api.timeline_of(http, sid)
     return entries if find(entries, **wanted) else None
 
 
 async def test_a_webhook_for_the_room_before_a_rebind_is_fenced(livekit, store):
     async with service(livekit, store) as http:
-        sid = await start_session(http)
+        sid = await operator_api.start_session(http)
         assert await deliver(http, webhook_event("room_finished", room(sid, 1))) == "applied"
-        await eventually(lambda: _is(http, sid, "ready"))
+        await operator_api.eventually(lambda: _is(http, sid, "ready"))
         late = webhook_event("participant_joined", room(sid, 1), identity=AGENT, agent=True)
         assert await deliver(http, late) == "ignored"
-        entries = await eventually(lambda: _with(http, sid, kind="webhook", id=late.id))
+        entries = await operator_api.eventually(
+            lambda: _with(http, sid, kind="webhook", id=late.id)
+        )
     rebind = one(entries, kind="transition", cause="webhook", to="provisioning")
     assert rebind["epoch"] == 2
     assert one(entries, kind="webhook", id=late.id)["verdict"] == "fenced"
@@ -305,17 +303,21 @@ async def test_a_webhook_for_the_room_before_a_rebind_is_fenced(livekit, store):
 
 async def test_a_page_of_a_timeline_continues_where_the_last_one_stopped(livekit, store):
     async with service(livekit, store) as http:
-        sid = await start_session(http)
+        sid = await operator_api.start_session(http)
         for key in ("a", "b", "c", "d"):
-            await rpc_as(
+            await operator_api.rpc_as(
                 http, "aim.realtime.RegisterEndpoint", {"sessionId": sid, "sessionEpoch": 1,
                 "commandId": new_id(), "clientEndpointKey": key, "capabilities": CAPS},
             )  # fmt: skip
         await asyncio.sleep(0.3)  # the recorder's entries, if any, are written
-        everything = await timeline_of(http, sid)
-        paged = await timeline_of(http, sid, limit=3)
-        bad = await operator_get(http, f"/ops/api/sessions/{sid}/timeline", cursor="not-a-cursor")
-        too_many = await operator_get(http, f"/ops/api/sessions/{sid}/timeline", limit=5000)
+        everything = await operator_api.timeline_of(http, sid)
+        paged = await operator_api.timeline_of(http, sid, limit=3)
+        bad = await operator_api.operator_get(
+            http, f"/ops/api/sessions/{sid}/timeline", cursor="not-a-cursor"
+        )
+        too_many = await operator_api.operator_get(
+            http, f"/ops/api/sessions/{sid}/timeline", limit=5000
+        )
     assert len(everything) >= 10
     assert sorted(map(str, paged)) == sorted(map(str, everything))
     assert bad.status_code == too_many.status_code == 400

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from livekit import api
@@ -50,6 +52,20 @@ async def in_the_room(served: Served, livekit, session_id: str, identity: str, *
     assert joined == "applied"
 
 
+@contextlib.asynccontextmanager
+async def alices_device(
+    livekit: Any, store: Any, wire: Wire, gate: Gate | None = None
+) -> AsyncIterator[tuple[Served, AimClient]]:
+    """Alice's client on a device, its requests seen by `wire` (and held by `gate`), of the
+    service behind its proxies."""
+    async with (
+        proxied_service(livekit, store) as served,
+        wire.client(gate) as http,
+        AimClient(served.device_url, token=token("alice"), http=http) as client,
+    ):
+        yield served, client
+
+
 def agent_of(livekit, session_id: str) -> AgentSession:
     """The agent worker's helper, from the metadata of the dispatch LiveKit got."""
     return AgentSession.from_metadata(livekit.dispatches_in(room(session_id))[-1].metadata)
@@ -58,9 +74,7 @@ def agent_of(livekit, session_id: str) -> AgentSession:
 async def test_a_device_session_from_create_to_end_with_a_cut_stream_and_a_handoff(livekit, store):
     wire = Wire()
     async with (
-        proxied_service(livekit, store) as served,
-        wire.client() as http,
-        AimClient(served.device_url, token=token("alice"), http=http) as client,
+        alices_device(livekit, store, wire) as (served, client),
         contextlib.AsyncExitStack() as stack,
     ):
         phone = await client.create_session("phone")
@@ -156,11 +170,7 @@ async def test_a_device_session_from_create_to_end_with_a_cut_stream_and_a_hando
 
 async def test_commands_whose_answers_are_lost_are_retried_and_applied_once(livekit, store):
     wire = Wire()
-    async with (
-        proxied_service(livekit, store) as served,
-        wire.client() as http,
-        AimClient(served.device_url, token=token("alice"), http=http) as client,
-    ):
+    async with alices_device(livekit, store, wire) as (served, client):
         session = await client.create_session("phone")
         sid = session.session_id
         await session.register()
@@ -343,11 +353,7 @@ async def test_an_answer_read_after_the_stream_moved_on_does_not_take_the_state_
     livekit, store
 ):
     gate, wire = Gate(), Wire()
-    async with (
-        proxied_service(livekit, store) as served,
-        wire.client(gate) as http,
-        AimClient(served.device_url, token=token("alice"), http=http) as client,
-    ):
+    async with alices_device(livekit, store, wire, gate) as (served, client):
         phone = await client.create_session("phone")
         sid = phone.session_id
         events = Events(phone)

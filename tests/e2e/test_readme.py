@@ -11,14 +11,12 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.cli_processes import free_port
+from tests.cli_processes import free_port, wait_for_answer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -56,14 +54,7 @@ def scripts_serve(port: int, environ: dict[str, str], log: Path) -> Iterator[str
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            assert process.poll() is None, log.read_text()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/healthz", timeout=1.0).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_for_answer(process, f"{base}/healthz", log, STARTUP_TIMEOUT_S)
         yield base
     finally:
         with contextlib.suppress(ProcessLookupError):

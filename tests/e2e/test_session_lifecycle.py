@@ -9,7 +9,9 @@ to just before it is due, and one worker tick later the session has not moved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -24,6 +26,7 @@ from tests.e2e.operator_api_helpers import operator_json, timeline_of
 from tests.e2e.realtime_helpers import create_session, new_id, register, session_of
 from tests.e2e.webhook_helpers import (
     active_session,
+    assert_active_on,
     deliver,
     get,
     join,
@@ -86,6 +89,25 @@ async def one_worker_tick() -> None:
     await asyncio.sleep(POLL_INTERVAL_S + 0.1)
 
 
+@pytest.fixture
+def timed_service(
+    livekit: Any, store: Any, tracer_provider: Any
+) -> Callable[..., contextlib.AbstractAsyncContextManager[tuple[httpx.AsyncClient, Clock]]]:
+    """Starts a service with the given timers (reconnect grace, idle timeout, maximum duration)
+    on a clock the test moves: a client of it and the clock."""
+
+    @contextlib.asynccontextmanager
+    async def started(
+        *, grace_s: int, idle_s: int, max_s: int
+    ) -> AsyncIterator[tuple[httpx.AsyncClient, Clock]]:
+        clock = Clock()
+        timers = {"reconnect_grace_s": grace_s, "idle_timeout_s": idle_s, "max_session_s": max_s}
+        async with service(livekit, store, tracer_provider, clock=clock, **timers) as client:
+            yield client, clock
+
+    return started
+
+
 def delete_room_calls(livekit: Any, name: str) -> list[Any]:
     return [c for c in livekit.calls_to("DeleteRoom") if c.request.room == name]
 
@@ -94,11 +116,9 @@ def delete_room_calls(livekit: Any, name: str) -> list[Any]:
 
 
 async def test_a_device_that_does_not_come_back_ends_the_session_by_idle_timeout(
-    livekit, store, tracer_provider
+    livekit, timed_service
 ):
-    timers = {"reconnect_grace_s": 1, "idle_timeout_s": 1, "max_session_s": 60}
-    clock = Clock()
-    async with service(livekit, store, tracer_provider, clock=clock, **timers) as client:
+    async with timed_service(grace_s=1, idle_s=1, max_s=60) as (client, clock):
         session_id, endpoint = await active_session(client)
         task_id = (await get(client, session_id))["taskId"]
 
@@ -150,20 +170,16 @@ async def test_a_device_that_rejoins_inside_the_grace_keeps_the_session(
         back = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, back) == "applied"
         rejoined = await snapshot(client, session_id)
-        assert rejoined["state"] == "active"
-        assert rejoined["activeEndpointId"] == endpoint
-        assert [e["state"] for e in rejoined["endpoints"]] == ["connected"]
+        assert_active_on(rejoined, endpoint)
 
         await wait_for_timers_to_fire(client, session_id, "grace")
         await asyncio.sleep(0.3)  # one more worker tick: no idle timer may fire either
         assert await snapshot(client, session_id) == rejoined
 
 
-async def test_every_disconnect_gets_a_full_grace_period(livekit, store, tracer_provider):
+async def test_every_disconnect_gets_a_full_grace_period(timed_service):
     """A device that drops, comes back and drops again has the whole grace the second time."""
-    timers = {"reconnect_grace_s": 2, "idle_timeout_s": 30, "max_session_s": 60}
-    clock = Clock()
-    async with service(livekit, store, tracer_provider, clock=clock, **timers) as client:
+    async with timed_service(grace_s=2, idle_s=30, max_s=60) as (client, clock):
         session_id, endpoint = await active_session(client)
         left = webhook_event("participant_left", room(session_id), identity=endpoint, epoch=1)
         assert await deliver(client, left) == "applied"
@@ -272,10 +288,8 @@ async def test_a_room_lost_again_and_again_fails_the_session(rt_client, livekit)
 # --- maximum duration, provisioning timeout ------------------------------------------------------
 
 
-async def test_a_session_ends_at_its_maximum_duration(livekit, store, tracer_provider):
-    timers = {"reconnect_grace_s": 30, "idle_timeout_s": 30, "max_session_s": 3}
-    clock = Clock()
-    async with service(livekit, store, tracer_provider, clock=clock, **timers) as client:
+async def test_a_session_ends_at_its_maximum_duration(livekit, timed_service):
+    async with timed_service(grace_s=30, idle_s=30, max_s=3) as (client, clock):
         session_id, _ = await active_session(client)
         task_id = (await get(client, session_id))["taskId"]
         assert (await get(client, session_id))["state"] == "active"

@@ -23,6 +23,7 @@ from livekit import api
 
 from realtime.app import create_app
 from realtime.settings import Settings
+from tests.cli_processes import free_port
 from tests.conftest import TEST_SECRET, serving
 from tests.e2e.realtime_helpers import call, create_session, session_of
 
@@ -33,13 +34,6 @@ KEY = "standin-cli-key"
 SECRET = "standin-cli-secret-0123456789-abcdefghijklmnop"
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 class Standin:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 
 from realtime.app import create_app
@@ -216,12 +217,16 @@ async def test_a_trimmed_last_event_id_gets_the_task_first_flagged(rt_client, st
         assert session_state((await reader.rest())[-1].result) == "ending"
 
 
+async def refused_resumption(client: httpx.AsyncClient, last_event_id: str) -> dict[str, Any]:
+    """The error a new session's SubscribeToTask resumed from `last_event_id` answers."""
+    task = (await create_session(client))["result"]["task"]
+    params = {"id": task["id"]}
+    async with stream(client, "SubscribeToTask", params, last_event_id=last_event_id) as reader:
+        return await json_error(reader)
+
+
 async def test_a_malformed_last_event_id_is_invalid_params(rt_client):
-    task = (await create_session(rt_client))["result"]["task"]
-    async with stream(
-        rt_client, "SubscribeToTask", {"id": task["id"]}, last_event_id="yesterday"
-    ) as reader:
-        body = await json_error(reader)
+    body = await refused_resumption(rt_client, "yesterday")
     assert body["error"]["code"] == -32602
 
 
@@ -477,11 +482,7 @@ async def test_a_backlog_longer_than_one_read_is_paged_through(rt_client, store)
 
 
 async def test_an_event_id_beyond_the_64_bit_range_is_invalid_and_harms_no_one(rt_client):
-    task = (await create_session(rt_client))["result"]["task"]
-    async with stream(
-        rt_client, "SubscribeToTask", {"id": task["id"]}, last_event_id="99999999999999999999-0"
-    ) as reader:
-        body = await json_error(reader)
+    body = await refused_resumption(rt_client, "99999999999999999999-0")
     assert body["error"]["code"] == -32602
 
 

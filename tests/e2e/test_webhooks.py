@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import time
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import jwt
 import pytest
 from google.protobuf import json_format
@@ -27,6 +30,7 @@ from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET
 from tests.e2e.realtime_helpers import new_id, register
 from tests.e2e.webhook_helpers import (
     active_session,
+    assert_active_on,
     deliver,
     event_id,
     get,
@@ -41,7 +45,7 @@ from tests.e2e.webhook_helpers import (
     wait_until,
     webhook_event,
 )
-from tests.tcp_proxy import redis_proxy
+from tests.tcp_proxy import TcpProxy, redis_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -94,10 +98,7 @@ async def test_participant_joined_of_the_active_endpoint_makes_the_session_activ
     session_id, endpoint = await joining_session(rt_client)
     event = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
     assert await deliver(rt_client, event) == "applied"
-    session = await get(rt_client, session_id)
-    assert session["state"] == "active"
-    assert session["activeEndpointId"] == endpoint
-    assert [e["state"] for e in session["endpoints"]] == ["connected"]
+    assert_active_on(await get(rt_client, session_id), endpoint)
 
 
 @pytest.mark.parametrize("kind", ["participant_left", "participant_connection_aborted"])
@@ -504,54 +505,60 @@ async def test_webhooks_answer_503_when_redis_is_unreachable(livekit, tracer_pro
         await dead.aclose()
 
 
-@pytest.mark.redis
-async def test_a_503_records_nothing_so_livekits_retry_applies(
-    redis_url, store, livekit, tracer_provider
-):
+@contextlib.asynccontextmanager
+async def behind_a_proxy(
+    redis_url: str | None, livekit: Any, tracer_provider: Any
+) -> AsyncIterator[tuple[TcpProxy, RedisClient, httpx.AsyncClient]]:
+    """The service over the test Redis through a proxy the test cuts: the proxy, the service's
+    Redis client and a client of the service."""
     if redis_url is None:
         pytest.skip("needs a real Redis (the embedded store has no socket to cut)")
     async with redis_proxy(redis_url) as (proxy, url):
         proxied = RedisClient.from_url(url, pool_size=8)
         try:
             async with service(livekit, proxied, tracer_provider) as client:
-                session_id, endpoint = await joining_session(client)
-                joined = webhook_event(
-                    "participant_joined", room(session_id), identity=endpoint, epoch=1
-                )
-                proxy.refuse()
-                assert (await post(client, joined)).status_code == 503
-                proxy.restore()
-                # LiveKit retries the same event (same id): it is news, not a duplicate
-                response = await post(client, joined)
-                assert (response.status_code, response.json()) == (200, {"status": "applied"})
-                assert (await get(client, session_id))["state"] == "active"
+                yield proxy, proxied, client
         finally:
             await proxied.aclose()
+
+
+async def endpoint_joined(client: httpx.AsyncClient) -> tuple[str, Any]:
+    """A joining session's id and the webhook of its endpoint joining the room."""
+    session_id, endpoint = await joining_session(client)
+    joined = webhook_event("participant_joined", room(session_id), identity=endpoint, epoch=1)
+    return session_id, joined
+
+
+async def assert_the_retry_applies(client: httpx.AsyncClient, joined: Any, session_id: str) -> None:
+    """LiveKit retries the same event (same id): it is news, not a duplicate."""
+    response = await post(client, joined)
+    assert (response.status_code, response.json()) == (200, {"status": "applied"})
+    assert (await get(client, session_id))["state"] == "active"
+
+
+@pytest.mark.redis
+async def test_a_503_records_nothing_so_livekits_retry_applies(
+    redis_url, store, livekit, tracer_provider
+):
+    async with behind_a_proxy(redis_url, livekit, tracer_provider) as (proxy, _, client):
+        session_id, joined = await endpoint_joined(client)
+        proxy.refuse()
+        assert (await post(client, joined)).status_code == 503
+        proxy.restore()
+        await assert_the_retry_applies(client, joined, session_id)
 
 
 @pytest.mark.redis
 async def test_redis_lost_during_the_commit_answers_503_and_the_retry_applies(
     redis_url, store, livekit, tracer_provider
 ):
-    if redis_url is None:
-        pytest.skip("needs a real Redis (the embedded store has no socket to cut)")
-    async with redis_proxy(redis_url) as (proxy, url):
-        proxied = RedisClient.from_url(url, pool_size=8)
-        try:
-            async with service(livekit, proxied, tracer_provider) as client:
-                session_id, endpoint = await joining_session(client)
-                joined = webhook_event(
-                    "participant_joined", room(session_id), identity=endpoint, epoch=1
-                )
-                # Redis goes away exactly when the session's commit is sent: nothing is applied,
-                # and the event id must not stay recorded either
-                commit = b"$7\r\nEVALSHA\r\n$40\r\n" + proxied.scripts.commit.sha.encode()
-                tripped = proxy.arm(commit, forward=False, refuse=True)
-                assert (await post(client, joined)).status_code == 503
-                assert tripped.is_set()
-                proxy.restore()
-                response = await post(client, joined)  # LiveKit's retry
-                assert (response.status_code, response.json()) == (200, {"status": "applied"})
-                assert (await get(client, session_id))["state"] == "active"
-        finally:
-            await proxied.aclose()
+    async with behind_a_proxy(redis_url, livekit, tracer_provider) as (proxy, proxied, client):
+        session_id, joined = await endpoint_joined(client)
+        # Redis goes away exactly when the session's commit is sent: nothing is applied, and the
+        # event id must not stay recorded either
+        commit = b"$7\r\nEVALSHA\r\n$40\r\n" + proxied.scripts.commit.sha.encode()
+        tripped = proxy.arm(commit, forward=False, refuse=True)
+        assert (await post(client, joined)).status_code == 503
+        assert tripped.is_set()
+        proxy.restore()
+        await assert_the_retry_applies(client, joined, session_id)

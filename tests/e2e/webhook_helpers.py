@@ -147,6 +147,13 @@ async def join(client: httpx.AsyncClient, session_id: str, endpoint_id: str, epo
                       endpointId=endpoint_id, commandId=new_id())  # fmt: skip
 
 
+def assert_active_on(session: dict[str, Any], endpoint: str) -> None:
+    """`session` (GetSession's) is active on `endpoint`, its one endpoint, connected."""
+    assert session["state"] == "active"
+    assert session["activeEndpointId"] == endpoint
+    assert [e["state"] for e in session["endpoints"]] == ["connected"]
+
+
 async def joining_session(client: httpx.AsyncClient, key: str = "phone") -> tuple[str, str]:
     """(sessionId, endpointId) of a session whose endpoint has JoinSession'ed (`joining`)."""
     _, session_id = await ready_session(client)

@@ -756,6 +756,14 @@ async def settle(lk: LiveKitStandin, seconds: float = 0.0) -> None:
     await lk.webhooks_sent()
 
 
+async def started_in_the_room(lk: LiveKitStandin, client: api.LiveKitAPI) -> str:
+    """The room made, an agent dispatched into it and its job started: the dispatch's id."""
+    lk.add_room(ROOM)
+    dispatch_id = await dispatch(client)
+    await settle(lk, 0.05)
+    return dispatch_id
+
+
 async def test_webhooks_are_sent_signed_as_livekit_signs_them(receiver: Receiver) -> None:
     async with worker_standin(receiver) as (lk, client):
         await client.room.create_room(api.CreateRoomRequest(name=ROOM))
@@ -865,9 +873,7 @@ async def test_a_dispatch_without_an_agent_name_gets_no_job(receiver: Receiver) 
 
 async def test_ending_a_job_says_so_and_its_agent_leaves(receiver: Receiver) -> None:
     async with worker_standin(receiver) as (lk, client):
-        lk.add_room(ROOM)
-        dispatch_id = await dispatch(client)
-        await settle(lk, 0.05)
+        dispatch_id = await started_in_the_room(lk, client)
         [job] = lk.jobs_of(dispatch_id)
         lk.end_job(job.id)
         await settle(lk)
@@ -887,9 +893,7 @@ async def test_ending_a_job_says_so_and_its_agent_leaves(receiver: Receiver) -> 
 
 async def test_an_agent_can_leave_before_its_job_ends(receiver: Receiver) -> None:
     async with worker_standin(receiver) as (lk, client):
-        lk.add_room(ROOM)
-        dispatch_id = await dispatch(client)
-        await settle(lk, 0.05)
+        dispatch_id = await started_in_the_room(lk, client)
         [job] = lk.jobs_of(dispatch_id)
         lk.end_job(job.id, status=api.JS_FAILED, error="crashed", agent_leaves_first=True)
         await settle(lk)
@@ -920,9 +924,7 @@ async def test_a_dying_worker_ends_its_jobs_failed_and_new_ones_still_start(
 
 async def test_delete_dispatch_answers_the_dispatch_then_ends_its_job(receiver: Receiver) -> None:
     async with worker_standin(receiver) as (lk, client):
-        lk.add_room(ROOM)
-        dispatch_id = await dispatch(client)
-        await settle(lk, 0.05)
+        dispatch_id = await started_in_the_room(lk, client)
         deleted = await client.agent_dispatch.delete_dispatch(dispatch_id, ROOM)
         assert deleted.id == dispatch_id
         assert await client.agent_dispatch.get_dispatch(dispatch_id, ROOM) is None
@@ -968,9 +970,7 @@ async def test_dropped_dispatches_never_get_a_job(receiver: Receiver) -> None:
 
 async def test_with_auto_jobs_off_a_job_starts_only_by_hand(receiver: Receiver) -> None:
     async with worker_standin(receiver, auto_jobs=False) as (lk, client):
-        lk.add_room(ROOM)
-        dispatch_id = await dispatch(client)
-        await settle(lk, 0.05)
+        dispatch_id = await started_in_the_room(lk, client)
         assert lk.jobs == {}
         job = lk.start_job(dispatch_id)
         await settle(lk)

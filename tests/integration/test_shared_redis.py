@@ -19,8 +19,6 @@ from realtime.store.selection import open_store
 from realtime.store.server import RedisUnavailableError
 from tests.redis_processes import (
     StoreUser,
-    kill_servers_under,
-    needs_redis_server,
     redis_servers_over,
     wait_for_no_server,
 )
@@ -39,6 +37,13 @@ def users(tmp_path: Path, data_dir: Path) -> Iterator[list[StoreUser]]:
 def start(users: list[StoreUser], data_dir: Path, name: str) -> StoreUser:
     user = StoreUser(data_dir, name, data_dir.parent / f"{name}.log")
     users.append(user)
+    return user
+
+
+def connected(users: list[StoreUser], data_dir: Path, name: str) -> StoreUser:
+    """A user started and connected to the data directory's server (its first message read)."""
+    user = start(users, data_dir, name)
+    user.message()
     return user
 
 
@@ -91,15 +96,12 @@ def test_four_processes_starting_at_once_start_one_server(
 def test_a_crashed_starter_leaves_the_server_to_the_others(
     data_dir: Path, users: list[StoreUser]
 ) -> None:
-    starter = start(users, data_dir, "starter")
-    starter.message()
-    joiner = start(users, data_dir, "joiner")
-    joiner.message()
+    starter = connected(users, data_dir, "starter")
+    joiner = connected(users, data_dir, "joiner")
     servers = redis_servers_over(data_dir / "redis")
 
     starter.kill()
-    late = start(users, data_dir, "late")
-    late.message()
+    late = connected(users, data_dir, "late")
 
     assert redis_servers_over(data_dir / "redis") == servers
     joiner.go_on()
@@ -113,13 +115,11 @@ def test_a_crashed_starter_leaves_the_server_to_the_others(
 def test_a_server_whose_users_all_crashed_is_taken_over_not_doubled(
     data_dir: Path, users: list[StoreUser]
 ) -> None:
-    crashed = start(users, data_dir, "crashed")
-    crashed.message()
+    crashed = connected(users, data_dir, "crashed")
     servers = redis_servers_over(data_dir / "redis")
     crashed.kill()
 
-    heir = start(users, data_dir, "heir")
-    heir.message()
+    heir = connected(users, data_dir, "heir")
     heir.go_on()
 
     assert heir.message()["keys"] == ["aim:test:crashed", "aim:test:heir"]
@@ -151,14 +151,12 @@ def test_a_state_file_naming_a_dead_server_is_replaced(
 def test_a_server_killed_under_its_users_is_replaced_by_the_next_process(
     data_dir: Path, users: list[StoreUser]
 ) -> None:
-    first = start(users, data_dir, "first")
-    first.message()
+    first = connected(users, data_dir, "first")
     (old,) = redis_servers_over(data_dir / "redis")
     os.kill(old, signal.SIGKILL)
     assert wait_for_no_server(data_dir / "redis") == []
 
-    second = start(users, data_dir, "second")
-    second.message()
+    second = connected(users, data_dir, "second")
 
     servers = redis_servers_over(data_dir / "redis")
     assert len(servers) == 1
@@ -184,22 +182,19 @@ async def test_one_process_opening_the_store_twice_shares_the_server(data_dir: P
     assert wait_for_no_server(data_dir / "redis") == []
 
 
+@pytest.mark.usefixtures("redis_servers_ended")
 async def test_a_data_dir_too_long_for_a_unix_socket_still_works(tmp_path: Path) -> None:
-    needs_redis_server()
     deep = tmp_path / ("d" * 60) / ("e" * 60)
+    opened, release = open_store(Settings(data_dir=str(deep)))
+    sock = Path(opened.client.connection_pool.connection_kwargs["path"])
     try:
-        opened, release = open_store(Settings(data_dir=str(deep)))
-        sock = Path(opened.client.connection_pool.connection_kwargs["path"])
-        try:
-            assert len(os.fsencode(sock)) <= 100
-            assert state(deep)["socket"] == str(sock)
-            assert await opened.ping()
-        finally:
-            await opened.aclose()
-            release()
-        assert not sock.parent.exists()  # the short socket directory goes with the server
+        assert len(os.fsencode(sock)) <= 100
+        assert state(deep)["socket"] == str(sock)
+        assert await opened.ping()
     finally:
-        kill_servers_under(tmp_path)
+        await opened.aclose()
+        release()
+    assert not sock.parent.exists()  # the short socket directory goes with the server
 
 
 def test_a_running_server_that_cannot_be_found_is_refused_with_a_clear_message(

@@ -33,8 +33,6 @@ from tests.data_dir_helpers import (
 )
 from tests.redis_processes import (
     StoreUser,
-    kill_servers_under,
-    needs_redis_server,
     redis_servers_over,
     wait_for_no_server,
 )
@@ -87,11 +85,11 @@ def test_a_temp_socket_is_refused_when_the_data_dir_socket_fits(data_dir: Path) 
         ours.rmdir()
 
 
+@pytest.mark.usefixtures("redis_servers_ended")
 @pytest.mark.parametrize("flaw", ["owner", "0755"])
 def test_a_temp_socket_directory_not_ours_is_refused_and_left_alone(
     tmp_path: Path, flaw: str
 ) -> None:
-    needs_redis_server()
     deep = tmp_path / ("d" * 60) / ("e" * 60)  # too long for <redis_dir>/redis.sock
     foreign = Path(tempfile.mkdtemp(prefix=shared.SOCKET_DIR_PREFIX))
     try:
@@ -111,26 +109,22 @@ def test_a_temp_socket_directory_not_ours_is_refused_and_left_alone(
     finally:
         (foreign / "redis.sock").unlink(missing_ok=True)
         foreign.rmdir()
-        kill_servers_under(tmp_path)
 
 
+@pytest.mark.usefixtures("redis_servers_ended")
 async def test_a_second_process_joins_a_temp_socket_of_ours(tmp_path: Path) -> None:
-    needs_redis_server()
     deep = tmp_path / ("d" * 60) / ("e" * 60)
+    one, release_one = open_store(Settings(data_dir=str(deep)))
+    two, release_two = open_store(Settings(data_dir=str(deep)))
     try:
-        one, release_one = open_store(Settings(data_dir=str(deep)))
-        two, release_two = open_store(Settings(data_dir=str(deep)))
-        try:
-            await one.client.set("aim:test:temp", b"joined")
-            assert await two.client.get("aim:test:temp") == b"joined"
-        finally:
-            await one.aclose()
-            await two.aclose()
-            release_one()
-            release_two()
-        assert wait_for_no_server(deep / "redis") == []
+        await one.client.set("aim:test:temp", b"joined")
+        assert await two.client.get("aim:test:temp") == b"joined"
     finally:
-        kill_servers_under(tmp_path)
+        await one.aclose()
+        await two.aclose()
+        release_one()
+        release_two()
+    assert wait_for_no_server(deep / "redis") == []
 
 
 def test_a_planted_pid_is_not_signalled_when_the_last_user_stops_the_server(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from realtime.store.redis_client import RedisClient
 from realtime.store.selection import EMBEDDED_WARNING, open_store
 from realtime.store.server import RedisUnavailableError, redis_server_available
 from realtime.store.tasks import Claim, TaskStore
+from tests.redis_processes import needs_redis_server
 from tests.tcp_proxy import dead_tcp_url
 
 pytestmark = pytest.mark.redis
@@ -28,13 +28,6 @@ pytestmark = pytest.mark.redis
 UNAVAILABLE = -31012
 OWNER = "owner-0123456789abcdef"
 TASK_TTL_S = 3600
-
-
-def needs_redis_server() -> None:
-    if not redis_server_available():
-        if os.environ.get("AIM_REQUIRE_REDIS") == "1":
-            pytest.fail("AIM_REQUIRE_REDIS=1 but there is no redis-server on PATH")
-        pytest.skip("no redis-server on PATH")
 
 
 def record(task_id: str, *, owner: str = OWNER, status_ms: int = 1_000) -> TaskRecord:
@@ -280,15 +273,21 @@ async def dead_store() -> RedisClient:
     return RedisClient.from_url(dead_tcp_url())
 
 
-async def test_a_dead_server_fails_reads_with_upstream_unavailable(dead_store: RedisClient) -> None:
+async def read_refused(client: RedisClient) -> ServiceError:
+    """The error a read through `client` fails with; the client is closed after it."""
     try:
         with pytest.raises(ServiceError) as caught:
-            await TaskStore(dead_store).get("any")
+            await TaskStore(client).get("any")
     finally:
-        await dead_store.aclose()
+        await client.aclose()
+    return caught.value
 
-    assert code_of(caught.value) == UNAVAILABLE
-    assert error_object(caught.value)["data"][0]["metadata"] == {
+
+async def test_a_dead_server_fails_reads_with_upstream_unavailable(dead_store: RedisClient) -> None:
+    refused = await read_refused(dead_store)
+
+    assert code_of(refused) == UNAVAILABLE
+    assert error_object(refused)["data"][0]["metadata"] == {
         "service": "redis",
         "retryable": "true",
     }
@@ -319,13 +318,9 @@ async def test_a_dead_server_answers_ping_with_false(dead_store: RedisClient) ->
 
 async def test_a_vanished_unix_socket_fails_with_upstream_unavailable(tmp_path: Path) -> None:
     gone = RedisClient.from_url(f"unix://{tmp_path / 'gone.sock'}")
-    try:
-        with pytest.raises(ServiceError) as caught:
-            await TaskStore(gone).get("any")
-    finally:
-        await gone.aclose()
+    refused = await read_refused(gone)
 
-    assert code_of(caught.value) == UNAVAILABLE
+    assert code_of(refused) == UNAVAILABLE
 
 
 def _aof_mentions(redis_dir: Path, needle: bytes, timeout_s: float = 3.0) -> bool:

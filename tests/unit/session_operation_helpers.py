@@ -26,6 +26,10 @@ T1 = "2026-01-01T00:00:01.000Z"
 DIGEST = "sha256:" + "a" * 64
 OTHER = "sha256:" + "b" * 64
 CAPS = Capabilities(True, True, True, False, ("text", "confirmation"))
+# a device with audio both ways and text, no camera, no screen
+AUDIO_TEXT = Capabilities(
+    audio_input=True, audio_output=True, camera=False, screen=False, interactions=("text",)
+)
 
 
 def run(session: Session, *events: object) -> Session:
@@ -52,14 +56,14 @@ def created(
 ) -> Session:
     """A session as the service creates it (provisioning): ids s1, t1, c1 and cs1."""
     return new_session(
-        session_id="s1",
-        task_id="t1",
-        context_id="c1",
-        client_session_id="cs1",
         requested=requested,
         required_capabilities=required,
         transcript=transcript,  # type: ignore[arg-type]
         now=now,
+        session_id="s1",
+        task_id="t1",
+        context_id="c1",
+        client_session_id="cs1",
     ).state
 
 

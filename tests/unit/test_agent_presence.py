@@ -9,7 +9,6 @@ import pytest
 
 from state_machines import Accepted, Rejected, RejectReason, decide
 from state_machines.effects import DeleteDispatch, DeleteRoom, DispatchAgent, RemoveParticipant
-from state_machines.endpoint import Capabilities
 from state_machines.provider import ReportAgentState
 from state_machines.session import (
     MAX_AGENT_DISPATCHES,
@@ -30,13 +29,10 @@ from state_machines.session import (
     SessionEvent,
 )
 from state_machines.session_model import AgentJob
-from tests.unit.session_operation_helpers import created
+from tests.unit.session_operation_helpers import AUDIO_TEXT, created
 
 T0 = "2025-01-01T00:00:00Z"
 T1 = "2025-01-01T00:00:10Z"
-CAPS = Capabilities(
-    audio_input=True, audio_output=True, camera=False, screen=False, interactions=("text",)
-)
 ROOM = "aim-s1-e1"
 
 
@@ -72,7 +68,7 @@ def active() -> Session:
     """A device in the room, the agent dispatched (no job heard yet)."""
     return run(
         ready(),
-        RegisterEndpoint(1, "ep-a", "a", CAPS, 8),
+        RegisterEndpoint(1, "ep-a", "a", AUDIO_TEXT, 8),
         Join(1, "ep-a"),
         ParticipantJoined(1, "ep-a", False),
     )

@@ -71,6 +71,13 @@ async def rejected(auth: Authenticator, header: str | None) -> AuthError:
     return info.value
 
 
+async def refusal_of(token: str, **settings: Any) -> str:
+    """The message of the invalid_token refusal of `token` in dev mode with `settings`."""
+    err = await rejected(dev_auth(**settings), f"Bearer {token}")
+    assert_invalid_token(err)
+    return err.message
+
+
 def assert_invalid_token(err: AuthError) -> None:
     assert err.status == 401
     assert err.reason == "invalid_token"
@@ -106,9 +113,8 @@ async def test_token_without_scope_claims_has_no_scopes() -> None:
 
 @pytest.mark.parametrize("bad", [{"scope": 7}, {"scp": ["a", 1]}, {"scp": {"a": True}}])
 async def test_malformed_scope_claim_is_invalid_token(bad: dict[str, Any]) -> None:
-    err = await rejected(dev_auth(), f"Bearer {hs256(claims(**bad))}")
-    assert_invalid_token(err)
-    assert "must be a string or an array of strings" in err.message
+    message = await refusal_of(hs256(claims(**bad)))
+    assert "must be a string or an array of strings" in message
 
 
 @pytest.mark.parametrize("scheme", ["bearer", "BEARER", "BeArEr"])
@@ -141,29 +147,25 @@ async def test_malformed_bearer_header_is_invalid_token(header: str) -> None:
     "garbage", ["not-a-jwt", "a.b.c", "eyJhbGciOiJIUzI1NiJ9.e30", "\u00e9t\u00e9.x.y"]
 )
 async def test_garbage_token_is_invalid_token(garbage: str) -> None:
-    err = await rejected(dev_auth(), f"Bearer {garbage}")
-    assert_invalid_token(err)
-    assert garbage not in err.message
+    message = await refusal_of(garbage)
+    assert garbage not in message
 
 
 async def test_alg_none_token_is_refused() -> None:
     token = hand_signed({"alg": "none", "typ": "JWT"}, claims(), key=None)
-    err = await rejected(dev_auth(), f"Bearer {token}")
-    assert_invalid_token(err)
-    assert "algorithm is not accepted" in err.message
+    message = await refusal_of(token)
+    assert "algorithm is not accepted" in message
 
 
 async def test_token_signed_with_another_secret_is_refused() -> None:
-    err = await rejected(dev_auth(), f"Bearer {hs256(claims(), secret='o' * 40)}")
-    assert_invalid_token(err)
-    assert "signature" in err.message
+    message = await refusal_of(hs256(claims(), secret="o" * 40))
+    assert "signature" in message
 
 
 async def test_expired_token_is_refused() -> None:
     token = hs256(claims(iat=int(NOW) - 700, exp=int(NOW) - 31))
-    err = await rejected(dev_auth(auth_leeway_s=30), f"Bearer {token}")
-    assert_invalid_token(err)
-    assert "expired" in err.message
+    message = await refusal_of(token, auth_leeway_s=30)
+    assert "expired" in message
 
 
 async def test_token_expired_within_leeway_is_accepted() -> None:
@@ -178,9 +180,8 @@ async def test_leeway_is_capped_at_30_seconds() -> None:
 
 
 async def test_token_with_future_nbf_is_refused() -> None:
-    err = await rejected(dev_auth(), f"Bearer {hs256(claims(nbf=int(NOW) + 300))}")
-    assert_invalid_token(err)
-    assert "not valid yet" in err.message
+    message = await refusal_of(hs256(claims(nbf=int(NOW) + 300)))
+    assert "not valid yet" in message
 
 
 async def test_token_issued_in_the_future_is_refused() -> None:
@@ -190,15 +191,13 @@ async def test_token_issued_in_the_future_is_refused() -> None:
 
 @pytest.mark.parametrize("exp", ["tomorrow", True, float("inf"), float("nan")])
 async def test_non_numeric_or_infinite_exp_is_refused(exp: object) -> None:
-    err = await rejected(dev_auth(), f"Bearer {hs256(claims(exp=exp))}")
-    assert_invalid_token(err)
-    assert "'exp'" in err.message
+    message = await refusal_of(hs256(claims(exp=exp)))
+    assert "'exp'" in message
 
 
 async def test_token_without_exp_is_refused() -> None:
-    err = await rejected(dev_auth(), f"Bearer {hs256(claims(exp=None))}")
-    assert_invalid_token(err)
-    assert "'exp'" in err.message
+    message = await refusal_of(hs256(claims(exp=None)))
+    assert "'exp'" in message
 
 
 @pytest.mark.parametrize("sub", [None, "", "  ", 42])
@@ -207,9 +206,8 @@ async def test_token_without_usable_sub_is_refused(sub: object) -> None:
     payload.pop("sub")
     if sub is not None:
         payload["sub"] = sub
-    err = await rejected(dev_auth(), f"Bearer {hs256(payload)}")
-    assert_invalid_token(err)
-    assert "sub" in err.message
+    message = await refusal_of(hs256(payload))
+    assert "sub" in message
 
 
 async def test_issuer_and_audience_are_checked_in_dev_mode_when_configured() -> None:
@@ -231,9 +229,8 @@ async def test_audience_claim_is_ignored_when_no_audience_is_configured() -> Non
 
 async def test_rs256_token_is_refused_in_dev_mode(rsa_key: rsa.RSAPrivateKey) -> None:
     token = jwt.encode(claims(), rsa_key, algorithm="RS256", headers={"kid": "rsa-1"})
-    err = await rejected(dev_auth(), f"Bearer {token}")
-    assert_invalid_token(err)
-    assert "use HS256" in err.message
+    message = await refusal_of(token)
+    assert "use HS256" in message
 
 
 async def test_missing_scope_is_403_naming_the_scope() -> None:

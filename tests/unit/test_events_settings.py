@@ -26,17 +26,18 @@ def test_events_are_off_by_default_with_every_type_and_the_documented_bounds() -
     assert settings.events_max_per_session == 1000
 
 
+RECEIVER = {
+    "AIM_EVENTS_URL": "https://backend.example/aim/events",
+    "AIM_EVENTS_SECRET": SECRET,
+    "AIM_EVENTS_TYPES": "session.ended, session.failed",
+    "AIM_EVENTS_RETRY_S": "3600",
+    "AIM_EVENTS_TIMEOUT_S": "2.5",
+    "AIM_EVENTS_MAX_PER_SESSION": "50",
+}
+
+
 def test_a_configured_receiver_is_read() -> None:
-    settings = Settings.from_env(
-        {
-            "AIM_EVENTS_URL": "https://backend.example/aim/events",
-            "AIM_EVENTS_SECRET": SECRET,
-            "AIM_EVENTS_TYPES": "session.ended, session.failed",
-            "AIM_EVENTS_RETRY_S": "3600",
-            "AIM_EVENTS_TIMEOUT_S": "2.5",
-            "AIM_EVENTS_MAX_PER_SESSION": "50",
-        }
-    )
+    settings = Settings.from_env(RECEIVER)
     assert settings.events_enabled
     assert settings.events_types == {"session.ended", "session.failed"}
     assert (settings.events_retry_s, settings.events_timeout_s) == (3600, 2.5)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from state_machines import Accepted, Rejected, RejectReason, decide
+from state_machines import session as machine
 from state_machines.effects import (
     CreateRoom,
     DeleteDispatch,
@@ -26,44 +27,11 @@ from state_machines.effects import (
     DispatchAgent,
     RemoveParticipant,
 )
-from state_machines.endpoint import Capabilities
-from state_machines.session import (
-    MAX_AGENT_DISPATCHES,
-    MAX_AGENT_MISSES,
-    MAX_REBINDS,
-    TERMINAL_STATES,
-    AgentDispatched,
-    AgentJobEnded,
-    AgentJobStarted,
-    AgentStartTimeout,
-    Cancel,
-    End,
-    GraceExpired,
-    IdleTimeout,
-    Join,
-    MaxDuration,
-    ParticipantJoined,
-    ParticipantLeft,
-    Provisioned,
-    ProvisioningFailed,
-    ProvisioningTimeout,
-    RegisterEndpoint,
-    Requested,
-    RoomDeleted,
-    RoomLost,
-    Session,
-    SessionEvent,
-    derive_task_state,
-    new_session,
-    room_name,
-)
 from state_machines.session_model import AWAITING_AGENT, agent_started
+from tests.unit.session_operation_helpers import AUDIO_TEXT, created
 
-SID = "0b5e8c1e-6a1f-4a57-9a55-6f2d0f4a9c11"
+SID = "s1"  # the session `created` makes
 T0 = "2025-01-01T00:00:00Z"
-CAPS = Capabilities(
-    audio_input=True, audio_output=True, camera=False, screen=False, interactions=("text",)
-)
 AGENT = "agent-AJ_1"
 OVER = ("ending", "ended", "failed")
 # the state of the active endpoint each session state implies (None: there is no active one)
@@ -109,7 +77,7 @@ STEPS = st.one_of(
 )
 
 
-def epoch_of(session: Session, which: str) -> int:
+def epoch_of(session: machine.Session, which: str) -> int:
     return {
         "current": session.epoch,
         "room": session.room_epoch,
@@ -118,11 +86,11 @@ def epoch_of(session: Session, which: str) -> int:
     }[which]
 
 
-def attempt_of(session: Session, which: str) -> int:
+def attempt_of(session: machine.Session, which: str) -> int:
     return {"current": 0, "older": -1, "newer": 1}[which] + session.agent_attempt
 
 
-def identity_of(session: Session, who: str) -> str:
+def identity_of(session: machine.Session, who: str) -> str:
     """An endpoint id (or the agent's identity) playing the role `who` in `session`."""
 
     def first(*states: str) -> str | None:
@@ -141,7 +109,7 @@ def identity_of(session: Session, who: str) -> str:
     return "ep-stranger"
 
 
-def event_of(session: Session, step: tuple[Any, ...]) -> SessionEvent:
+def event_of(session: machine.Session, step: tuple[Any, ...]) -> machine.SessionEvent:
     """The concrete event `step` means for `session` as it is now."""
     kind, *args = step
     if kind in ("participant_joined", "participant_left"):
@@ -149,101 +117,101 @@ def event_of(session: Session, step: tuple[Any, ...]) -> SessionEvent:
         agent = who == "agent"
         # the agent belongs to a room's epoch, an endpoint to its token's
         epoch = epoch_of(session, "room" if agent and which == "current" else which)
-        cls = ParticipantJoined if kind == "participant_joined" else ParticipantLeft
+        cls = machine.ParticipantJoined if kind == "participant_joined" else machine.ParticipantLeft
         return cls(epoch, identity_of(session, who), agent)
     if kind == "room_finished":
         which = args[0]
         if which == "current":
-            return RoomLost(session.room)
+            return machine.RoomLost(session.room)
         if which == "old":
-            return RoomLost(room_name(SID, max(1, session.room_epoch - 1)))
-        return RoomLost("somebody-elses-room")
+            return machine.RoomLost(machine.room_name(SID, max(1, session.room_epoch - 1)))
+        return machine.RoomLost("somebody-elses-room")
     if kind == "grace_expired":
         who, which, drop = args
         disconnect = {"this": session.disconnects, "earlier": session.disconnects - 1}.get(drop, -1)
-        return GraceExpired(epoch_of(session, which), identity_of(session, who), disconnect)
+        return machine.GraceExpired(epoch_of(session, which), identity_of(session, who), disconnect)
     if kind == "idle_timeout":
-        return IdleTimeout()
+        return machine.IdleTimeout()
     if kind == "max_duration":
-        return MaxDuration()
+        return machine.MaxDuration()
     if kind in ("provisioning_timeout", "provisioned", "room_deleted"):
         which = "room" if args[0] == "current" else args[0]
         cls = {
-            "provisioning_timeout": ProvisioningTimeout,
-            "provisioned": Provisioned,
-            "room_deleted": RoomDeleted,
+            "provisioning_timeout": machine.ProvisioningTimeout,
+            "provisioned": machine.Provisioned,
+            "room_deleted": machine.RoomDeleted,
         }[kind]
         return cls(epoch_of(session, which))
     if kind == "provisioning_failed":
         which = "room" if args[0] == "current" else args[0]
-        return ProvisioningFailed(epoch_of(session, which), "create_room failed")
+        return machine.ProvisioningFailed(epoch_of(session, which), "create_room failed")
     if kind == "register":
         key, which, limit = args
-        return RegisterEndpoint(epoch_of(session, which), f"ep-{key}", key, CAPS, limit)
+        return machine.RegisterEndpoint(
+            epoch_of(session, which), f"ep-{key}", key, AUDIO_TEXT, limit
+        )
     if kind == "join":
         who, which = args
-        return Join(epoch_of(session, which), identity_of(session, who))
+        return machine.Join(epoch_of(session, which), identity_of(session, who))
     if kind in ("agent_job_started", "agent_job_ended"):
         which, agent = args
         attempt = attempt_of(session, which)
         job = f"AJ_{attempt}_{agent}"  # one job per dispatch and agent
         if kind == "agent_job_started":
-            return AgentJobStarted(session.room_epoch, attempt, job, f"agent-{agent}", "AD")
-        return AgentJobEnded(session.room_epoch, attempt, job, f"agent-{agent}")
+            return machine.AgentJobStarted(session.room_epoch, attempt, job, f"agent-{agent}", "AD")
+        return machine.AgentJobEnded(session.room_epoch, attempt, job, f"agent-{agent}")
     if kind == "agent_start_timeout":
-        return AgentStartTimeout(session.room_epoch, attempt_of(session, args[0]))
+        return machine.AgentStartTimeout(session.room_epoch, attempt_of(session, args[0]))
     if kind == "agent_dispatched":
-        return AgentDispatched(session.room_epoch, attempt_of(session, args[0]), "AD_x")
+        return machine.AgentDispatched(session.room_epoch, attempt_of(session, args[0]), "AD_x")
     if kind == "agent_participant":
         joined, agent, which = args
         epoch = epoch_of(session, "room" if which == "current" else which)
-        cls = ParticipantJoined if joined else ParticipantLeft
+        cls = machine.ParticipantJoined if joined else machine.ParticipantLeft
         return cls(epoch, f"agent-{agent}", True)
     if kind == "end":
-        return End("bye")
-    return Cancel()
+        return machine.End("bye")
+    return machine.Cancel()
 
 
 # --- starting points -----------------------------------------------------------------------------
 
 
-def fresh() -> Session:
-    created = new_session(
-        session_id=SID,
-        task_id="task-1",
-        context_id="ctx-1",
-        client_session_id="client-1",
-        requested=Requested((), (), ("text",)),
-        required_capabilities=("audio_input", "audio_output"),
-        transcript="off",
-        now=T0,
-    )
-    return created.state
+def fresh() -> machine.Session:
+    return created(required=("audio_input", "audio_output"), now=T0)
 
 
-ACTIVE_PREFIX: tuple[SessionEvent, ...] = (
-    Provisioned(1),
-    RegisterEndpoint(1, "ep-a", "a", CAPS, 8),
-    Join(1, "ep-a"),
-    ParticipantJoined(1, "ep-a", False),
+ACTIVE_PREFIX: tuple[machine.SessionEvent, ...] = (
+    machine.Provisioned(1),
+    machine.RegisterEndpoint(1, "ep-a", "a", AUDIO_TEXT, 8),
+    machine.Join(1, "ep-a"),
+    machine.ParticipantJoined(1, "ep-a", False),
 )
-PREFIXES: dict[str, tuple[SessionEvent, ...]] = {
+PREFIXES: dict[str, tuple[machine.SessionEvent, ...]] = {
     "provisioning": (),
-    "ready": (Provisioned(1),),
+    "ready": (machine.Provisioned(1),),
     "active": ACTIVE_PREFIX,
-    "handed off": (*ACTIVE_PREFIX, RegisterEndpoint(1, "ep-b", "b", CAPS, 8), Join(1, "ep-b")),
-    "rebound": (*ACTIVE_PREFIX, RoomLost(room_name(SID, 1))),
+    "handed off": (
+        *ACTIVE_PREFIX,
+        machine.RegisterEndpoint(1, "ep-b", "b", AUDIO_TEXT, 8),
+        machine.Join(1, "ep-b"),
+    ),
+    "rebound": (*ACTIVE_PREFIX, machine.RoomLost(machine.room_name(SID, 1))),
     "agent present": (
         *ACTIVE_PREFIX,
-        AgentJobStarted(1, 1, "AJ_1_1", "agent-1", "AD"),
-        ParticipantJoined(1, "agent-1", True),
+        machine.AgentJobStarted(1, 1, "AJ_1_1", "agent-1", "AD"),
+        machine.ParticipantJoined(1, "agent-1", True),
     ),
     # two dispatches started nothing: one more miss and no agent can be had
-    "agent missing": (*ACTIVE_PREFIX, AgentStartTimeout(1, 1), AgentStartTimeout(1, 2)),
+    "agent missing": (
+        *ACTIVE_PREFIX,
+        machine.AgentStartTimeout(1, 1),
+        machine.AgentStartTimeout(1, 2),
+    ),
 }
 
 
-def start(name: str) -> Session:
+def start(name: str) -> machine.Session:
     session = fresh()
     for event in PREFIXES[name]:
         outcome = decide(session, event, now=T0)
@@ -255,17 +223,17 @@ def start(name: str) -> Session:
 # --- invariants ----------------------------------------------------------------------------------
 
 
-def check_session(session: Session) -> None:
+def check_session(session: machine.Session) -> None:
     """What must hold of every session the machine produces."""
     present = [e.endpoint_id for e in session.endpoints if e.state in ("joining", "connected")]
     assert len(present) <= 1, present
     assert all(endpoint_id == session.active_endpoint_id for endpoint_id in present)
-    assert session.task_state == derive_task_state(session)
-    assert session.room == room_name(SID, session.room_epoch)
+    assert session.task_state == machine.derive_task_state(session)
+    assert session.room == machine.room_name(SID, session.room_epoch)
     assert 1 <= session.room_epoch <= session.epoch
     assert [bump.epoch for bump in session.bumps] == list(range(2, session.epoch + 1))
     assert session.rebinds == sum(bump.reason == "rebound" for bump in session.bumps)
-    assert session.rebinds <= MAX_REBINDS
+    assert session.rebinds <= machine.MAX_REBINDS
     assert session.disconnects >= 0
     ids = [e.endpoint_id for e in session.endpoints]
     assert len(ids) == len(set(ids))
@@ -279,7 +247,7 @@ def check_session(session: Session) -> None:
         else:
             assert active is not None, session.active_endpoint_id
             assert active.state == expected, (session.state, active.state)
-    if session.state in TERMINAL_STATES:
+    if session.state in machine.TERMINAL_STATES:
         assert session.active_endpoint_id is None
         assert all(e.state == "removed" for e in session.endpoints)
         assert session.ended_at is not None
@@ -289,38 +257,55 @@ def check_session(session: Session) -> None:
     if session.agent_job is not None or session.agent_identity is not None:
         assert agent_started(session)
         assert session.agent_state not in AWAITING_AGENT
-    assert 1 <= session.agent_attempt <= MAX_AGENT_DISPATCHES
-    assert 0 <= session.agent_misses < MAX_AGENT_MISSES
+    assert 1 <= session.agent_attempt <= machine.MAX_AGENT_DISPATCHES
+    assert 0 <= session.agent_misses < machine.MAX_AGENT_MISSES
     assert session.agent_identity not in session.agents_replaced
     assert len(set(session.agents_replaced)) == len(session.agents_replaced)
     if session.end_reason == "agent_unavailable":
         assert session.state == "failed"
 
 
-def must_be_fenced(before: Session, event: SessionEvent) -> bool:
+def must_be_fenced(before: machine.Session, event: machine.SessionEvent) -> bool:
     """Events that belong to another epoch or room: the machine must refuse them."""
     match event:
-        case RegisterEndpoint() | Join():
+        case machine.RegisterEndpoint() | machine.Join():
             return event.epoch != before.epoch
-        case Provisioned() | ProvisioningFailed() | ProvisioningTimeout() | RoomDeleted():
+        case (
+            machine.Provisioned()
+            | machine.ProvisioningFailed()
+            | machine.ProvisioningTimeout()
+            | machine.RoomDeleted()
+        ):
             return event.epoch != before.room_epoch
-        case ParticipantJoined() | ParticipantLeft() if event.is_agent:
+        case machine.ParticipantJoined() | machine.ParticipantLeft() if event.is_agent:
             return event.epoch != before.room_epoch or event.identity in before.agents_replaced
-        case ParticipantJoined() | ParticipantLeft():
+        case machine.ParticipantJoined() | machine.ParticipantLeft():
             return not before.room_epoch <= event.epoch <= before.epoch
-        case GraceExpired():
+        case machine.GraceExpired():
             return event.epoch != before.epoch or event.disconnect not in (-1, before.disconnects)
-        case RoomLost():
+        case machine.RoomLost():
             return event.room != before.room
-        case AgentDispatched() | AgentJobStarted() | AgentJobEnded() | AgentStartTimeout():
+        case (
+            machine.AgentDispatched()
+            | machine.AgentJobStarted()
+            | machine.AgentJobEnded()
+            | machine.AgentStartTimeout()
+        ):
             return (event.epoch, event.attempt) != (before.room_epoch, before.agent_attempt)
     return False
 
 
-def check_step(before: Session, event: SessionEvent, outcome: Accepted[Session] | Rejected) -> None:
+def check_step(
+    before: machine.Session,
+    event: machine.SessionEvent,
+    outcome: Accepted[machine.Session] | Rejected,
+) -> None:
     if isinstance(outcome, Rejected):
         assert outcome.current_epoch == before.epoch
-        if isinstance(event, RegisterEndpoint | Join) and event.epoch != before.epoch:
+        if (
+            isinstance(event, machine.RegisterEndpoint | machine.Join)
+            and event.epoch != before.epoch
+        ):
             assert outcome.reason is RejectReason.STALE_EPOCH
             if event.epoch > before.epoch:
                 assert outcome.epoch_reason == "ahead"
@@ -329,7 +314,7 @@ def check_step(before: Session, event: SessionEvent, outcome: Accepted[Session] 
         return
     after = outcome.state
     assert not must_be_fenced(before, event), f"{event} was not fenced in {before.state}"
-    if before.state in TERMINAL_STATES:
+    if before.state in machine.TERMINAL_STATES:
         assert after == before, "a terminal session changed"
         assert not outcome.has_effects
     if before.state in OVER:
@@ -382,7 +367,7 @@ def observe(what: str) -> None:
         hypothesis_event(what)
 
 
-def run(session: Session, steps: list[tuple[Any, ...]]) -> Session:
+def run(session: machine.Session, steps: list[tuple[Any, ...]]) -> machine.Session:
     check_session(session)
     for index, step in enumerate(steps):
         event = event_of(session, step)
@@ -433,31 +418,31 @@ def test_a_grace_timer_of_an_earlier_drop_is_refused() -> None:
     endpoint = session.active_endpoint_id or ""
     # back in the room: the first drop's timer finds nothing to expire
     assert isinstance(
-        decide(session, GraceExpired(session.epoch, endpoint, first), now=T0), Rejected
+        decide(session, machine.GraceExpired(session.epoch, endpoint, first), now=T0), Rejected
     )
     session = run(session, [drop])
     assert (session.state, session.disconnects) == ("reconnecting", first + 1)
     # dropped again: the first drop's timer must not cut the second grace short
     assert isinstance(
-        decide(session, GraceExpired(session.epoch, endpoint, first), now=T0), Rejected
+        decide(session, machine.GraceExpired(session.epoch, endpoint, first), now=T0), Rejected
     )
-    expired = decide(session, GraceExpired(session.epoch, endpoint, first + 1), now=T0)
+    expired = decide(session, machine.GraceExpired(session.epoch, endpoint, first + 1), now=T0)
     assert isinstance(expired, Accepted)
     assert expired.state.state == "ready"
 
 
 def test_repeated_room_loss_ends_in_failed_and_stays_there() -> None:
-    steps = [("room_finished", "current"), ("provisioned", "current")] * (MAX_REBINDS + 1)
+    steps = [("room_finished", "current"), ("provisioned", "current")] * (machine.MAX_REBINDS + 1)
     final = run(start("active"), [*steps, ("participant_joined", "agent", "current"), ("end",)])
     assert final.state == "failed"
-    assert final.epoch == 1 + MAX_REBINDS
+    assert final.epoch == 1 + machine.MAX_REBINDS
     assert final.task_state == "TASK_STATE_FAILED"
 
 
 def test_a_superseded_endpoint_that_reconnects_is_removed_and_changes_nothing() -> None:
     session = run(start("handed off"), [("participant_joined", "active", "current")])
     assert session.state == "active"
-    old = decide(session, ParticipantJoined(1, "ep-a", False), now=T0)
+    old = decide(session, machine.ParticipantJoined(1, "ep-a", False), now=T0)
     assert isinstance(old, Accepted)
     assert old.state == session
     assert old.outbox == (RemoveParticipant(session.room, "ep-a", revoke_before=T0),)

@@ -24,6 +24,20 @@ class Clock:
         return self.now
 
 
+class Reads:
+    """A store read that counts its calls and answers READING, or raises `error`."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.count = 0
+        self.error = error
+
+    async def __call__(self) -> StoreReading:
+        self.count += 1
+        if self.error is not None:
+            raise self.error
+        return READING
+
+
 def gauges(clock: Clock) -> tuple[StoreGauges, InMemoryMetricReader]:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
@@ -54,18 +68,12 @@ async def test_before_any_read_the_gauges_show_nothing() -> None:
 async def test_a_read_fills_the_gauges_and_is_reused_until_it_is_old() -> None:
     clock = Clock()
     store, reader = gauges(clock)
-    reads = 0
-
-    async def read() -> StoreReading:
-        nonlocal reads
-        reads += 1
-        return READING
-
+    read = Reads()
     store.attach(read, max_age_s=15)
     await asyncio.gather(store.refresh(), store.refresh())  # concurrent callers share one read
     clock.now += 14
     await store.refresh()
-    assert reads == 1
+    assert read.count == 1
     values = observed(reader)
     assert sorted(values["aim.sessions.live"], key=lambda p: p[1]) == [
         ({"state": "active"}, 1),
@@ -77,7 +85,7 @@ async def test_a_read_fills_the_gauges_and_is_reused_until_it_is_old() -> None:
     assert values["aim.gauges.age"] == [({}, 14)]
     clock.now += 1
     await store.refresh()
-    assert reads == 2
+    assert read.count == 2
 
 
 async def test_a_hanging_read_is_given_up_and_the_last_values_stay() -> None:
@@ -104,19 +112,12 @@ async def test_a_hanging_read_is_given_up_and_the_last_values_stay() -> None:
 
 
 async def test_a_failing_read_is_counted_and_tried_again_once_per_interval() -> None:
-    clock = Clock()
-    store, reader = gauges(clock)
-    tries = 0
-
-    async def read() -> StoreReading:
-        nonlocal tries
-        tries += 1
-        raise ConnectionError("refused")
-
+    store, reader = gauges(Clock())
+    read = Reads(ConnectionError("refused"))
     store.attach(read, max_age_s=10)
     await store.refresh()
     await store.refresh()
-    assert tries == 1
+    assert read.count == 1
     values = observed(reader)
     assert "aim.outbox.pending" not in values  # never read: no value rather than a made-up 0
     assert values["aim.redis.up"] == [({}, 0)]

@@ -34,9 +34,8 @@ from state_machines.operation import (
     is_terminal,
     new_operation,
 )
+from tests.unit.machine_table_helpers import by_state, refused_in, table_pairs
 
-STATES: tuple[OperationState, ...] = get_args(OperationState)
-NAMES: tuple[OperationEventName, ...] = get_args(OperationEventName)
 TERMINALS: tuple[OperationState, ...] = ("succeeded", "failed", "canceled", "expired")
 LIVE: tuple[OperationState, ...] = ("pending", "awaiting_confirmation", "running")
 T0 = "2025-01-01T00:00:00Z"
@@ -47,20 +46,28 @@ REQ = Requirement(
 OTHER_REQ = Requirement(requirement_id="req-2", action_digest="sha256:bb", expires_at=T1)
 
 # the lifecycle written out by hand, so a change to the table shows up as a failing test
-EXPECTED: dict[tuple[OperationState, OperationEventName], OperationState] = {
-    ("pending", "start"): "running",
-    ("pending", "ask_confirmation"): "awaiting_confirmation",
-    ("pending", "update"): "running",
-    ("pending", "cancel"): "canceled",
-    ("awaiting_confirmation", "confirm"): "running",
-    ("awaiting_confirmation", "deny"): "canceled",
-    ("awaiting_confirmation", "expire"): "expired",
-    ("awaiting_confirmation", "cancel"): "canceled",
-    ("running", "update"): "running",
-    ("running", "succeed"): "succeeded",
-    ("running", "fail"): "failed",
-    ("running", "cancel"): "canceled",
-}
+EXPECTED: dict[tuple[OperationState, OperationEventName], OperationState] = by_state(
+    {
+        "pending": {
+            "start": "running",
+            "ask_confirmation": "awaiting_confirmation",
+            "update": "running",
+            "cancel": "canceled",
+        },
+        "awaiting_confirmation": {
+            "confirm": "running",
+            "deny": "canceled",
+            "expire": "expired",
+            "cancel": "canceled",
+        },
+        "running": {
+            "update": "running",
+            "succeed": "succeeded",
+            "fail": "failed",
+            "cancel": "canceled",
+        },
+    }
+)
 
 # one well-formed event per name, matching REQ where it has to
 GOOD: dict[OperationEventName, OperationEvent] = {
@@ -74,9 +81,9 @@ GOOD: dict[OperationEventName, OperationEvent] = {
     "fail": Fail(error_json='{"code":"boom"}'),
     "update": Update(),
 }
-ALL_PAIRS = [(state, name) for state in STATES for name in NAMES]
-ACCEPTED_PAIRS = [pair for pair in ALL_PAIRS if pair in EXPECTED]
-REJECTED_PAIRS = [pair for pair in ALL_PAIRS if pair not in EXPECTED]
+STATES: tuple[OperationState, ...] = get_args(OperationState)
+NAMES: tuple[OperationEventName, ...] = get_args(OperationEventName)
+ACCEPTED_PAIRS, REJECTED_PAIRS = table_pairs(STATES, NAMES, EXPECTED)
 
 
 def op(state: OperationState = "pending", requirement: Requirement | None = REQ) -> Operation:
@@ -151,9 +158,7 @@ def test_an_event_outside_the_table_is_rejected_with_the_allowed_events(
 ) -> None:
     outcome = decide(op(state), GOOD[name], now=T1)
 
-    assert isinstance(outcome, Rejected)
-    assert outcome.reason is RejectReason.INVALID_STATE
-    assert outcome.state == state
+    outcome = refused_in(outcome, state)
     assert set(outcome.allowed) == {n for (s, n) in EXPECTED if s == state}
     assert "op-1" in outcome.detail
     assert f"`{name}`" in outcome.detail

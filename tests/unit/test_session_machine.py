@@ -61,13 +61,10 @@ from state_machines.session import (
     parse_room_name,
     room_name,
 )
-from tests.unit.session_operation_helpers import created
+from tests.unit.session_operation_helpers import AUDIO_TEXT, created
 
 T0 = "2025-01-01T00:00:00Z"
 T1 = "2025-01-01T00:00:05Z"
-CAPS = Capabilities(
-    audio_input=True, audio_output=True, camera=False, screen=False, interactions=("text",)
-)
 LISTENER = Capabilities(
     audio_input=False, audio_output=True, camera=True, screen=False, interactions=()
 )
@@ -141,7 +138,7 @@ def rejected(session: Session, event: SessionEvent, reason: RejectReason) -> Rej
 
 
 def register(
-    key: str, epoch: int = 1, caps: Capabilities = CAPS, limit: int = 8
+    key: str, epoch: int = 1, caps: Capabilities = AUDIO_TEXT, limit: int = 8
 ) -> RegisterEndpoint:
     return RegisterEndpoint(epoch, f"ep-{key}", key, caps, limit)
 
@@ -399,7 +396,9 @@ def test_registering_adds_an_endpoint_without_effects_or_an_epoch_bump() -> None
     outcome = outcome_of(ready(), register("a"))
 
     assert outcome.state.endpoints == (
-        Endpoint(endpoint_id="ep-a", client_endpoint_key="a", capabilities=CAPS, registered_at=T1),
+        Endpoint(
+            endpoint_id="ep-a", client_endpoint_key="a", capabilities=AUDIO_TEXT, registered_at=T1
+        ),
     )
     assert (outcome.state.epoch, outcome.has_effects) == (1, False)
 
@@ -863,7 +862,7 @@ class SessionLifecycle(RuleBasedStateMachine):
 
     @rule(key=st.sampled_from(KEYS), limit=st.sampled_from((2, 8)))
     def register(self, key: str, limit: int) -> None:
-        self.step(RegisterEndpoint(self.session.epoch, f"ep-{key}", key, CAPS, limit))
+        self.step(RegisterEndpoint(self.session.epoch, f"ep-{key}", key, AUDIO_TEXT, limit))
 
     @rule(key=st.sampled_from(KEYS))
     def join(self, key: str) -> None:
@@ -935,7 +934,7 @@ class SessionLifecycle(RuleBasedStateMachine):
             "provisioned": Provisioned(room_epoch),
             "provisioning_failed": ProvisioningFailed(room_epoch, "boom"),
             "provisioning_timeout": ProvisioningTimeout(room_epoch),
-            "register_endpoint": RegisterEndpoint(epoch, identity, key, CAPS, limit),
+            "register_endpoint": RegisterEndpoint(epoch, identity, key, AUDIO_TEXT, limit),
             "join": Join(epoch, identity),
             "participant_joined": ParticipantJoined(epoch, identity, False),
             "participant_left": ParticipantLeft(epoch, identity, False),
