@@ -1,5 +1,6 @@
 """Principals are unambiguous (profile §2): a `sub` or tenant claim holding a control character
-is refused, and `Principal.key` (the owner key of stored sessions and tasks) is the same as ever
+is refused (each character a principal may not hold, in `test_auth_limits.py`), and
+`Principal.key` (the owner key of stored sessions and tasks) is the same as ever
 for every principal that can exist, while no two of them can share it."""
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from realtime.auth import Authenticator, Principal
-from realtime.errors import AuthError
 from realtime.settings import Settings
 from tests.jwks_server import (
     NOW,
@@ -24,9 +24,9 @@ from tests.jwks_server import (
     jwks_authenticator,
     signed,
 )
+from tests.unit.auth_helpers import refused
 
 SECRET = "s" * 40
-CONTROLS = ["\x00", "\x01", "\t", "\n", "\r", "\x1b", "\x1f", "\x7f"]
 
 
 def dev_token(**claims: Any) -> str:
@@ -36,28 +36,6 @@ def dev_token(**claims: Any) -> str:
 
 def dev_auth(**settings: Any) -> Authenticator:
     return Authenticator(Settings(auth_hs256_secret=SECRET, **settings), now=Clock())
-
-
-async def refused(auth: Authenticator, header: str) -> AuthError:
-    with pytest.raises(AuthError) as info:
-        await auth.authenticate(header)
-    assert (info.value.status, info.value.reason) == (401, "invalid_token")
-    return info.value
-
-
-@pytest.mark.parametrize("control", CONTROLS)
-async def test_a_sub_with_a_control_character_is_invalid_token(control: str) -> None:
-    err = await refused(dev_auth(), dev_token(sub=f"b{control}c"))
-    assert "'sub'" in err.message
-    assert "control characters" in err.message
-
-
-@pytest.mark.parametrize("control", CONTROLS)
-async def test_a_tenant_with_a_control_character_is_invalid_token(control: str) -> None:
-    auth = dev_auth(auth_tenant_claim="org")
-    err = await refused(auth, dev_token(sub="c", org=f"A{control}b"))
-    assert "'org'" in err.message
-    assert "control characters" in err.message
 
 
 async def test_the_pair_that_used_to_collide_cannot_authenticate() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from realtime.environment import MIN_HS256_SECRET_BYTES
@@ -159,26 +161,29 @@ def test_valid_values_are_read() -> None:
     assert (settings.sse_heartbeat_s, settings.sse_buffer_events) == (0.5, 32)
 
 
-def test_http_connection_settings_default_to_the_profile_and_are_read() -> None:
-    defaults = Settings.from_env({})
-    assert (
-        defaults.http_idle_timeout_s,
-        defaults.http_request_timeout_s,
-        defaults.http_max_connections,
-    ) == (75, 30, 2048)
+def read(names: tuple[str, ...], environ: dict[str, str] | None = None) -> tuple[Any, ...]:
+    """The settings `names` as read from `environ` (none: the defaults)."""
+    settings = Settings.from_env(environ or {})
+    return tuple(getattr(settings, name) for name in names)
 
-    settings = Settings.from_env(
-        {
-            "AIM_HTTP_IDLE_TIMEOUT_S": "5",
-            "AIM_HTTP_REQUEST_TIMEOUT_S": "2",
-            "AIM_HTTP_MAX_CONNECTIONS": "10",
-        }
-    )
-    assert (
-        settings.http_idle_timeout_s,
-        settings.http_request_timeout_s,
-        settings.http_max_connections,
-    ) == (5, 2, 10)
+
+HTTP_CONNECTIONS = ("http_idle_timeout_s", "http_request_timeout_s", "http_max_connections")
+STREAM_BOUNDS = (
+    "sse_max_streams_per_principal",
+    "sse_max_streams_per_task",
+    "sse_max_lifetime_s",
+    "http_write_timeout_s",
+)
+
+
+def test_http_connection_settings_default_to_the_profile_and_are_read() -> None:
+    assert read(HTTP_CONNECTIONS) == (75, 30, 2048)
+    environ = {
+        "AIM_HTTP_IDLE_TIMEOUT_S": "5",
+        "AIM_HTTP_REQUEST_TIMEOUT_S": "2",
+        "AIM_HTTP_MAX_CONNECTIONS": "10",
+    }
+    assert read(HTTP_CONNECTIONS, environ) == (5, 2, 10)
 
 
 def test_sse_settings_default_and_refuse_out_of_range_values() -> None:
@@ -189,27 +194,14 @@ def test_sse_settings_default_and_refuse_out_of_range_values() -> None:
 
 
 def test_stream_bounds_default_are_read_and_refuse_out_of_range_values() -> None:
-    defaults = Settings.from_env({})
-    assert (
-        defaults.sse_max_streams_per_principal,
-        defaults.sse_max_streams_per_task,
-        defaults.sse_max_lifetime_s,
-        defaults.http_write_timeout_s,
-    ) == (16, 8, 3600.0, 30.0)
-    settings = Settings.from_env(
-        {
-            "AIM_SSE_MAX_STREAMS_PER_PRINCIPAL": "4",
-            "AIM_SSE_MAX_STREAMS_PER_TASK": "2",
-            "AIM_SSE_MAX_LIFETIME_S": "600",
-            "AIM_HTTP_WRITE_TIMEOUT_S": "5.5",
-        }
-    )
-    assert (
-        settings.sse_max_streams_per_principal,
-        settings.sse_max_streams_per_task,
-        settings.sse_max_lifetime_s,
-        settings.http_write_timeout_s,
-    ) == (4, 2, 600.0, 5.5)
+    assert read(STREAM_BOUNDS) == (16, 8, 3600.0, 30.0)
+    environ = {
+        "AIM_SSE_MAX_STREAMS_PER_PRINCIPAL": "4",
+        "AIM_SSE_MAX_STREAMS_PER_TASK": "2",
+        "AIM_SSE_MAX_LIFETIME_S": "600",
+        "AIM_HTTP_WRITE_TIMEOUT_S": "5.5",
+    }
+    assert read(STREAM_BOUNDS, environ) == (4, 2, 600.0, 5.5)
     for name, value in (
         ("AIM_SSE_MAX_STREAMS_PER_PRINCIPAL", "0"),
         ("AIM_SSE_MAX_STREAMS_PER_TASK", "0"),
@@ -279,24 +271,24 @@ def test_without_livekit_credentials_no_webhook_signer_is_accepted() -> None:
     assert Settings.from_env({}).livekit_webhook_keys == ()
 
 
-def test_livekit_public_url_defaults_to_the_api_url() -> None:
-    settings = Settings.from_env({"AIM_LIVEKIT_URL": "wss://livekit.example", **LIVEKIT_KEYS})
+def livekit_urls(**environ: str) -> tuple[str | None, str | None]:
+    """The API URL and the public URL read from `environ` with LiveKit's keys."""
+    settings = Settings.from_env({**environ, **LIVEKIT_KEYS})
+    return settings.livekit_url, settings.livekit_public_url
 
-    assert settings.livekit_url == "wss://livekit.example"
-    assert settings.livekit_public_url == "wss://livekit.example"
+
+def test_livekit_public_url_defaults_to_the_api_url() -> None:
+    urls = livekit_urls(AIM_LIVEKIT_URL="wss://livekit.example")
+
+    assert urls == ("wss://livekit.example", "wss://livekit.example")
 
 
 def test_an_explicit_livekit_public_url_wins() -> None:
-    settings = Settings.from_env(
-        {
-            "AIM_LIVEKIT_URL": "http://livekit.internal:7880",
-            "AIM_LIVEKIT_PUBLIC_URL": "wss://rtc.example",
-            **LIVEKIT_KEYS,
-        }
+    urls = livekit_urls(
+        AIM_LIVEKIT_URL="http://livekit.internal:7880", AIM_LIVEKIT_PUBLIC_URL="wss://rtc.example"
     )
 
-    assert settings.livekit_url == "http://livekit.internal:7880"
-    assert settings.livekit_public_url == "wss://rtc.example"
+    assert urls == ("http://livekit.internal:7880", "wss://rtc.example")
 
 
 # --- validation: one message naming each bad variable ------------------------------------------

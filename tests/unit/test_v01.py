@@ -27,23 +27,14 @@ from realtime.rpc.dispatch import events
 from realtime.rpc.envelope import decode_envelope
 from realtime.rpc.v01 import V01Codec, agent_card_v01
 from realtime.settings import Settings
+from tests.unit.a2a_task_states import V01_STATES
 
 SERVER_ID = "4f1c0a52-7c1e-4c4e-9d0a-2b1f3c4d5e6f"
 
 
 @pytest.mark.parametrize(
     ("state", "expected"),
-    [
-        ("TASK_STATE_SUBMITTED", "submitted"),
-        ("TASK_STATE_WORKING", "working"),
-        ("TASK_STATE_INPUT_REQUIRED", "input-required"),
-        ("TASK_STATE_AUTH_REQUIRED", "input-required"),
-        ("TASK_STATE_COMPLETED", "completed"),
-        ("TASK_STATE_CANCELED", "canceled"),
-        ("TASK_STATE_FAILED", "failed"),
-        ("TASK_STATE_REJECTED", "failed"),
-        ("TASK_STATE_UNSPECIFIED", "unknown"),
-    ],
+    V01_STATES,
 )
 def test_the_seven_0_1_states(state: str, expected: str) -> None:
     assert v01.state(state) == expected

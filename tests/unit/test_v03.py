@@ -8,21 +8,12 @@ import pytest
 from realtime.a2a import v03
 from realtime.errors import InternalError, invalid_params
 from realtime.rpc.errors import error_object
+from tests.unit.a2a_task_states import V03_STATES
 
 
 @pytest.mark.parametrize(
     ("state", "expected"),
-    [
-        ("TASK_STATE_SUBMITTED", "submitted"),
-        ("TASK_STATE_WORKING", "working"),
-        ("TASK_STATE_INPUT_REQUIRED", "input-required"),
-        ("TASK_STATE_AUTH_REQUIRED", "auth-required"),
-        ("TASK_STATE_COMPLETED", "completed"),
-        ("TASK_STATE_CANCELED", "canceled"),
-        ("TASK_STATE_FAILED", "failed"),
-        ("TASK_STATE_REJECTED", "rejected"),
-        ("TASK_STATE_UNSPECIFIED", "unknown"),
-    ],
+    V03_STATES,
 )
 def test_task_states_are_kebab_case(state: str, expected: str) -> None:
     assert v03.state(state) == expected
