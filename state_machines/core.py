@@ -22,13 +22,17 @@ from state_machines.interactions import (
     UserMedia,
 )
 from state_machines.provider import (
+    AckInteractions,
     AppendTranscript,
     ProviderEvent,
     ReportAgentState,
+    ReportDeadline,
     RequestOperation,
+    SaveContext,
     UpdateOperation,
 )
 from state_machines.session_events import (
+    AgentDeadline,
     AgentDispatched,
     AgentJobEnded,
     AgentJobStarted,
@@ -38,6 +42,7 @@ from state_machines.session_events import (
     GraceExpired,
     IdleTimeout,
     Join,
+    LeaveGrace,
     MaxDuration,
     ParticipantJoined,
     ParticipantLeft,
@@ -47,6 +52,7 @@ from state_machines.session_events import (
     RegisterEndpoint,
     RoomDeleted,
     RoomLost,
+    RotationDue,
     SessionEvent,
 )
 from state_machines.session_model import Session, is_idle, replace, settle_task
@@ -78,11 +84,22 @@ def decide(session: Session, event: AnyEvent, *, now: str) -> Accepted[Session] 
             | AgentJobStarted()
             | AgentJobEnded()
             | AgentStartTimeout()
+            | RotationDue()
+            | AgentDeadline()
+            | LeaveGrace()
         ):
             outcome = session_rules.apply(session, event, now=now)
         case Deliver() | UserMedia() | AgentMedia() | Resolve() | TrackChanged():
             outcome = interactions.apply(session, event, now=now)
-        case RequestOperation() | UpdateOperation() | ReportAgentState() | AppendTranscript():
+        case (
+            RequestOperation()
+            | UpdateOperation()
+            | ReportAgentState()
+            | AppendTranscript()
+            | ReportDeadline()
+            | SaveContext()
+            | AckInteractions()
+        ):
             outcome = provider.apply(session, event, now=now)
         case _:
             assert_never(event)

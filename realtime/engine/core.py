@@ -19,6 +19,7 @@ live index, is the engine's (`engine/ledger.py` writes what concerns no session)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -210,11 +211,13 @@ class Engine:
         result: bytes = b"",
         token_claims: dict[str, Any] | None = None,
         note: Note | None = None,
+        context: bytes | None = None,
     ) -> Applied | Replayed | Reused | None:
         """Commit a decision with its command's rendered `result` and the claims of the join
         token it issued, kept to be signed into every reply (a no-op command stores its outcome
         alone, so a retry replays these bytes: profile §6); None when another writer committed
-        since the load (decide again)."""
+        since the load (decide again). `context`: the agent's saved context, stored beside the
+        snapshot in the same commit when the decision changes the session."""
         command = decided.command
         outcome = (
             outcome_of(
@@ -228,6 +231,8 @@ class Engine:
             else None
         )
         commit, applied = self._commit_of(decided, outcome, note)
+        if context is not None and commit.changes:
+            commit = dataclasses.replace(commit, context=context)
         committed = await self.sessions.commit(commit)
         if committed.status == "conflict":
             return None
@@ -249,8 +254,10 @@ class Engine:
         result: bytes = b"",
         only_at_version: int | None = None,
         note: Note | None = None,
+        context: bytes | None = None,
     ) -> Outcome:
-        """Decide and commit `event`, again after a conflict; a command's `result` is fixed."""
+        """Decide and commit `event`, again after a conflict; a command's `result` is fixed;
+        `context` is written with the commit (aim.provider.SaveContext)."""
         linked = note is not None and note.cause in LINKED
 
         async def attempt() -> Outcome | None:
@@ -264,7 +271,7 @@ class Engine:
             )
             if not isinstance(decided, Decided):
                 return decided
-            return await self.commit(decided, result=result, note=note)
+            return await self.commit(decided, result=result, note=note, context=context)
 
         return await until_committed(session_id, attempt)
 

@@ -141,10 +141,21 @@ def _agent_moved(old: Session | None, new: Session) -> AgentMoved | None:
     if old is None:
         return None
     found = presence_changes(old, new)
-    if not found and (old.agent_state, old.agent_attempt) == (new.agent_state, new.agent_attempt):
+    if not found and (old.agent_state, old.agent_attempt, old.rotation) == (
+        new.agent_state,
+        new.agent_attempt,
+        new.rotation,
+    ):
         return None
+    rotation = new.rotation
     return AgentMoved(
-        from_=old.agent_state, to=new.agent_state, dispatch_attempt=new.agent_attempt, changes=found
+        from_=old.agent_state,
+        to=new.agent_state,
+        dispatch_attempt=new.agent_attempt,
+        changes=found,
+        generation=new.agent_generation,
+        successor=rotation.generation if rotation is not None else 0,
+        successor_attempt=rotation.attempt if rotation is not None else 0,
     )
 
 
