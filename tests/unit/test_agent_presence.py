@@ -315,7 +315,8 @@ def test_a_state_report_counts_only_from_an_agent_that_started() -> None:
     replaced = decide(session, ReportAgentState(1, 1, "speaking", generation=1), now=T1)
     report = step(session, ReportAgentState(1, 1, "speaking", generation=2))
 
-    assert isinstance(replaced, Rejected) and replaced.reason is RejectReason.AGENT_REPLACED
+    assert isinstance(replaced, Rejected)
+    assert replaced.reason is RejectReason.AGENT_REPLACED
     assert report.state is session  # the replacement's token, before its job started
     speaking = run(started(session, 2, "AJ_2"), ReportAgentState(1, 1, "speaking", generation=2))
     assert speaking.agent_state == "speaking"
