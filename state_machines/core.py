@@ -55,7 +55,7 @@ from state_machines.session_events import (
     RotationDue,
     SessionEvent,
 )
-from state_machines.session_model import Session, is_idle, replace, settle_task
+from state_machines.session_model import LIVE_STATES, Session, is_idle, replace, settle_task
 
 AnyEvent = SessionEvent | InteractionEvent | ProviderEvent
 
@@ -117,10 +117,13 @@ def settle(
       `task_version` grows by one exactly when the task changes (its state, or the open
       requirement its status shows); a session that is over cancels its open operations;
     - becoming idle (ready, no active endpoint) is counted in `idles`, which names idle timers;
+    - a session that is no longer live keeps no unacknowledged interaction (profile §23);
     - `updated_at = now` exactly when the session changed, or when the event is `activity` (a
       message delivered to the agent, which changes nothing else).
     """
     after = settle_task(decision.state, now)
+    if after.unacked and after.state not in LIVE_STATES:
+        after = replace(after, unacked=())  # no successor will need them: the words go
     if is_idle(after) and not is_idle(before):
         after = replace(after, idles=before.idles + 1)
     if after != before or activity:

@@ -20,7 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from state_machines._base import Accepted, Rejected, RejectReason
@@ -84,6 +84,21 @@ def _before(moment: str, other: str) -> bool:
     return datetime.fromisoformat(moment) < datetime.fromisoformat(other)
 
 
+def planned(session: Session, now: str) -> Session:
+    """A serving agent that just joined gets the configured interval as its deadline (when the
+    session has one and the agent reported none)."""
+    if not session.rotate_after_s or session.agent_deadline is not None:
+        return session
+    at = datetime.fromisoformat(now) + timedelta(seconds=session.rotate_after_s)
+    return replace(session, agent_deadline=Deadline(_rfc3339(at), "planned"))
+
+
+def _rfc3339(moment: datetime) -> str:
+    """`moment` as the service writes times: UTC, milliseconds, `Z`."""
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
 # --- the deadline ------------------------------------------------------------------------------
 
 
@@ -115,17 +130,13 @@ def begin(session: Session, event: RotationDue, now: str) -> Accepted[Session] |
     if not agent_started(session):
         return invalid(session, "the serving agent has not started")
     known = session.agent_deadline
-    if known is not None and known.at != event.deadline:
-        return invalid(session, f"the deadline moved to {known.at}")
-    if known is None and event.reason != "planned":
+    if known is None:
         return invalid(session, "no deadline is set")
+    if known.at != event.deadline:
+        return invalid(session, f"the deadline moved to {known.at}")
     attempt, generation = next_attempt(session), next_generation(session)
-    rotation = Rotation(generation=generation, attempt=attempt, reason=event.reason, began_at=now)
-    rotating = replace(
-        session,
-        rotation=rotation,
-        agent_deadline=known or Deadline(event.deadline, event.reason),
-    )
+    rotation = Rotation(generation=generation, attempt=attempt, reason=known.reason, began_at=now)
+    rotating = replace(session, rotation=rotation)
     dispatch = DispatchAgent(
         session.room,
         session.room_epoch,
@@ -248,7 +259,7 @@ def hand_over(
         outbox.append(leave_message(session, leaving, rotation.generation))
     if joined is not None:
         outbox.extend(updates_on_join(successor, joined))
-    return Accepted(successor, tuple(outbox))
+    return Accepted(planned(successor, now), tuple(outbox))
 
 
 def leave_message(session: Session, identity: str, successor: int) -> SendData:
@@ -316,7 +327,11 @@ def leave_grace(session: Session, event: LeaveGrace, now: str) -> Accepted[Sessi
 
 
 def sent(session: Session, command_id: str, body: str) -> Session:
-    """`session` remembering an interaction sent to the agent, until one acknowledges it."""
+    """`session` remembering an interaction sent to the agent, until one acknowledges it, while
+    a successor is planned (the serving agent has a deadline, or one is under way). A session
+    whose agents do not rotate keeps no words beyond their delivery."""
+    if session.agent_deadline is None and session.rotation is None:
+        return session
     kept = (*session.unacked, Unacked(command_id, body))[-MAX_UNACKED:]
     return replace(session, unacked=kept)
 

@@ -255,8 +255,10 @@ def new_session(
     required_capabilities: tuple[str, ...],
     transcript: Literal["off", "on"],
     now: str,
+    rotate_after_s: int = 0,
 ) -> Accepted[Session]:
-    """A session in provisioning at epoch 1, its task WORKING, and the provisioning effects."""
+    """A session in provisioning at epoch 1, its task WORKING, and the provisioning effects;
+    with `rotate_after_s`, each of its agents gets a deadline that long after it joins."""
     started = advance_task(TaskCore(state=task.SUBMITTED), "start")
     room = room_name(session_id, 1)
     session = Session(
@@ -272,6 +274,7 @@ def new_session(
         task_state=started.state,
         task_version=started.version,
         room=room,
+        rotate_after_s=rotate_after_s,
     )
     return Accepted(session, (CreateRoom(room, 1, with_agent=True),))
 

@@ -190,6 +190,9 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     rotations: int = 0
     unacked: tuple[Unacked, ...] = ()
     agent_context: SavedContext | None = None
+    # AIM_AGENT_ROTATE_AFTER_S when the session was created (0: off): each agent's planned
+    # deadline, counted from its join
+    rotate_after_s: int = 0
 
 
 replace = msgspec.structs.replace

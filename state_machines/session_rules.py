@@ -306,7 +306,7 @@ def _participant_joined(
         agent = "joined" if session.agent_state in _NOT_IN_ROOM else session.agent_state
         # whatever happened to its operations while it was away (or before it first joined)
         joined = replace(session, agent_state=agent, agent_identity=event.identity)
-        return Accepted(joined, updates_on_join(joined, event.identity))
+        return Accepted(rotations.planned(joined, now), updates_on_join(joined, event.identity))
     if awaits_active(session) and is_active(session, event.identity, event.epoch):
         connected = moved(session.endpoints, "connected", (event.identity,))
         # the token it joined with may predate a grant or a revoke made while it was away:

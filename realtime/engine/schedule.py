@@ -90,7 +90,7 @@ def _rotation_timers(
     settings: Settings, old: Session | None, new: Session, version: int, now_ms: int
 ) -> dict[str, int]:
     """The timers of agent rotation (profile §23): the successor's dispatch ahead of the serving
-    agent's deadline (reported, or planned by AIM_AGENT_ROTATE_AFTER_S when a generation joins),
+    agent's deadline (reported, or planned by AIM_AGENT_ROTATE_AFTER_S when an agent joins),
     the deadline itself, the successor's start timer, and the end of a predecessor's grace."""
     timers: dict[str, int] = {}
     if new.state not in LIVE_STATES or new.state == "provisioning":
@@ -103,17 +103,11 @@ def _rotation_timers(
         timers[Timer(sid, "deadline", version, room_epoch, member).member] = due
         if new.rotation is None:
             rotate = f"{member}#{deadline.reason}"
-            at = max(now_ms, due - settings.agent_rotate_margin_s * 1000)
+            margin_ms = settings.agent_rotate_margin_s * 1000
+            if deadline.reason == "planned":  # the configured interval: half of it at most
+                margin_ms = min(margin_ms, new.rotate_after_s * 500)
+            at = max(now_ms, due - margin_ms)
             timers[Timer(sid, "rotate", version, room_epoch, rotate).member] = at
-    interval_ms = settings.agent_rotate_after_s * 1000
-    joined_now = new.agent_identity is not None and (
-        old is None or old.agent_identity is None or old.agent_generation != generation
-    )
-    if interval_ms and joined_now and deadline is None and new.rotation is None:
-        due = now_ms + interval_ms
-        margin = min(settings.agent_rotate_margin_s * 1000, interval_ms // 2)
-        member = f"{generation}#{due}#planned"
-        timers[Timer(sid, "rotate", version, room_epoch, member).member] = due - margin
     rotation = new.rotation
     if (
         rotation is not None

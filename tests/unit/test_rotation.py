@@ -141,11 +141,18 @@ def test_the_rotation_dispatches_the_next_generation_into_the_same_room_and_epoc
     assert began.outbox == (DispatchAgent(before.room, 1, 2, generation=2, successor_of=1),)
 
 
-def test_a_planned_rotation_sets_its_own_deadline() -> None:
-    session = step(serving(), RotationDue(1, 1, DEADLINE, "planned")).state
-    assert session.agent_deadline == Deadline(DEADLINE, "planned")
-    assert session.rotation is not None
-    assert session.rotation.reason == "planned"
+def test_a_configured_interval_gives_each_agent_a_deadline_when_it_joins() -> None:
+    session = replace(live(agent_joined=False), rotate_after_s=120)
+    joined = step(session, ParticipantJoined(1, "agent-1", True)).state
+    assert joined.agent_deadline == Deadline("2025-01-01T00:02:10.000Z", "planned")
+    reported = step(joined, ReportDeadline(1, 1, 1, DEADLINE, "provider_cap")).state
+    assert reported.agent_deadline == Deadline(DEADLINE, "provider_cap")  # the agent knows best
+    began = step(joined, RotationDue(1, 1, "2025-01-01T00:02:10.000Z", "planned")).state
+    assert began.rotation is not None
+    assert began.rotation.reason == "planned"
+    successor = step(successor_started(began), ParticipantJoined(1, "agent-2", True), now=SOON)
+    # the successor's own interval runs from its join
+    assert successor.state.agent_deadline == Deadline("2025-01-01T00:02:40.000Z", "planned")
 
 
 @pytest.mark.parametrize(
@@ -408,25 +415,30 @@ def deliver(session: Session, command_id: str) -> Session:
     return step(session, Deliver(1, command_id, "input.text", '{"text":"hi"}')).state
 
 
+def test_without_a_planned_successor_no_words_are_kept() -> None:
+    assert deliver(serving(), "c-1").unacked == ()
+
+
 def test_interactions_stay_until_acknowledged_and_a_successor_keeps_them() -> None:
-    session = deliver(deliver(serving(), "c-1"), "c-2")
+    session = deliver(deliver(deadline(serving()), "c-1"), "c-2")
     assert [u.command_id for u in session.unacked] == ["c-1", "c-2"]
     acked = step(session, AckInteractions(1, 1, 1, ("c-1", "unknown"))).state
     assert [u.command_id for u in acked.unacked] == ["c-2"]
     assert step(acked, AckInteractions(1, 1, 1, ("c-1",))).state is acked
 
-    after = handed_over(deadline(acked)).state
+    after = handed_over(acked).state
     assert [u.command_id for u in after.unacked] == ["c-2"]  # for the successor
     refused(after, AckInteractions(1, 1, 1, ("c-2",)), RejectReason.AGENT_REPLACED)
     assert step(after, AckInteractions(1, 1, 2, ("c-2",))).state.unacked == ()
 
 
-def test_unacknowledged_interactions_are_bounded() -> None:
-    session = serving()
+def test_unacknowledged_interactions_are_bounded_and_go_when_the_session_ends() -> None:
+    session = deadline(serving())
     for n in range(MAX_UNACKED + 5):
         session = deliver(session, f"c-{n}")
     assert len(session.unacked) == MAX_UNACKED
     assert session.unacked[0].command_id == "c-5"
+    assert step(session, End("bye")).state.unacked == ()
 
 
 def test_the_seam_starts_at_the_serving_agents_last_word_during_the_rotation() -> None:
