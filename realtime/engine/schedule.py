@@ -114,8 +114,9 @@ def _rotation_timers(
         and rotation.attempt
         and (old is None or old.rotation is None or old.rotation.attempt != rotation.attempt)
     ):
+        # not doubled: the serving agent is still there, and the deadline bounds the tries
         timer = Timer(sid, "agent", version, room_epoch, str(rotation.attempt))
-        timers[timer.member] = now_ms + settings.agent_start_timeout_s * 1000 * 2**rotation.misses
+        timers[timer.member] = now_ms + settings.agent_start_timeout_s * 1000
     leaving = new.agent_leaving
     if leaving is not None and "|" not in leaving and (old is None or old.agent_leaving != leaving):
         timer = Timer(sid, "leave", version, room_epoch, leaving)

@@ -219,11 +219,12 @@ async def test_three_rotations_in_a_row_carry_context_operations_and_interaction
         assert {r["reason"] for r in rotated} == {"provider_cap"}
 
 
-async def test_a_successor_that_never_starts_is_retried_and_the_deadline_hands_over(
+async def test_a_successor_that_never_starts_is_retried_while_the_predecessor_serves(
     store, tracer_provider
 ):
     async with presence_world(store, tracer_provider, auto_jobs=False) as world:
         session_id, _, first = await live_session(world)
+        await save(world, session_id, first, "ctx-1")
         _, never = await rotate(world, session_id, first, 2)
 
         world.clock.advance(START_TIMEOUT_S)
@@ -231,40 +232,77 @@ async def test_a_successor_that_never_starts_is_retried_and_the_deadline_hands_o
         retry = await until_dispatches(
             world, session_id, lambda found: [agent_of(d).generation for d in found] == [1, 3]
         )
-        session = await session_now(world, session_id)
-        assert (session["agent"]["state"], session["agent"].get("generation", 1)) == ("rotating", 1)
-        assert "result" in await save(world, session_id, first, "still here")
         assert never.dispatch.id not in {d.id for d in retry}
-
-        # the deadline passes with the retry dispatched, not started (its own start timer has
-        # 20 s to run): it takes over at once and the predecessor is removed
-        world.clock.advance(MARGIN_S - START_TIMEOUT_S - 0.5)
-        session = await until(world, session_id, lambda s: s["agent"].get("generation", 1) == 3)
-        assert (session["state"], session["agent"]["state"]) == ("active", "dispatched")
-        removed = [c.request.identity for c in world.livekit.calls_to("RemoveParticipant")]
-        assert first.identity in removed
-        refused = await save(world, session_id, first, "gone")
-        assert "taken over by generation 3" in refused["error"]["message"]
-        # the successor, starting late, serves with the context saved before
+        session = await session_now(world, session_id)
+        assert (session["agent"]["state"], session["agent"].get("generation", 1)) == (
+            "rotating",
+            1,
+        )
+        assert "result" in await save(world, session_id, first, "ctx-2")
+        # the retry starts: the handover as usual, with the newest context
         third = await start(world, session_id, retry[-1])
-        assert (await handover(world, session_id, third))["context"]["data"] == "still here"
+        assert (await handover(world, session_id, third))["context"]["data"] == "ctx-2"
+        assert [m["payload"] for m in told_to_leave(world, session_id)] == [
+            {"generation": 1, "successorGeneration": 3}
+        ]
+
+
+async def test_at_the_deadline_a_successor_not_started_yet_takes_over(store, tracer_provider):
+    async with presence_world(
+        store, tracer_provider, auto_jobs=False, agent_start_timeout_s=120
+    ) as world:
+        session_id, _, first = await live_session(world)
+        _, second = await rotate(world, session_id, first, 2)
+
+        world.clock.advance(MARGIN_S)  # past the deadline; the successor has not started
+        session = await until(world, session_id, lambda s: s["agent"].get("generation", 1) == 2)
+        assert (session["state"], session["agent"]["state"]) == ("active", "dispatched")
+        # the predecessor's connection is over: removed rather than told, and fenced
+        await until_dispatches(
+            world, session_id, lambda found: [d.id for d in found] == [second.dispatch.id]
+        )
+        refused = await save(world, session_id, first, "gone")
+        assert "taken over by generation 2" in refused["error"]["message"]
+        assert told_to_leave(world, session_id) == []
+        second = await start(world, session_id, second.dispatch)
+        assert (await session_now(world, session_id))["agent"]["state"] == "joined"
 
 
 async def test_with_no_successor_at_the_deadline_the_agent_is_lost_and_replaced(
     store, tracer_provider
 ):
-    async with presence_world(store, tracer_provider, auto_jobs=False) as world:
+    # a margin of 45 s leaves room for three tries of 10 s before the deadline
+    async with presence_world(
+        store, tracer_provider, auto_jobs=False, agent_rotate_margin_s=45
+    ) as world:
         session_id, _, first = await live_session(world)
-        # a GoAway with 5 s left: the rotation begins at once, and its start timer (10 s)
-        # comes after the deadline
-        await report_deadline(world, session_id, first, 5, "provider_goaway")
+        await save(world, session_id, first, "ctx-1")
+        await report_deadline(world, session_id, first, 60)
+        world.clock.advance(60 - 45 + 1)
         await successor_dispatched(world, session_id, 2)
-        world.clock.advance(START_TIMEOUT_S)
-        session = await until(world, session_id, lambda s: s["agent"]["state"] != "rotating")
-        assert session["state"] == "active"
-        assert session["agent"].get("generation", 1) >= 2
-        removed = [c.request.identity for c in world.livekit.calls_to("RemoveParticipant")]
-        assert first.identity in removed
+        for generation in (3, 4):  # two retries, none starts
+            world.clock.advance(START_TIMEOUT_S)
+            await successor_dispatched(world, session_id, generation)
+        world.clock.advance(START_TIMEOUT_S)  # the third miss: no try left, the agent kept
+        await until_dispatches(
+            world, session_id, lambda found: [agent_of(d).generation for d in found] == [1]
+        )
+        session = await session_now(world, session_id)
+        assert (session["agent"]["state"], session["agent"].get("generation", 1)) == (
+            "rotating",
+            1,
+        )
+
+        world.clock.advance(60)  # the deadline passes with no successor: the agent is lost
+        replacement = await successor_dispatched(world, session_id, 5)
+        session = await session_now(world, session_id)
+        assert (session["state"], session["agent"]["state"]) == ("active", "dispatched")
+        assert session["agent"].get("generation", 1) == 5
+        await until_dispatches(
+            world, session_id, lambda found: [d.id for d in found] == [replacement.id]
+        )
+        fifth = await start(world, session_id, replacement)
+        assert (await handover(world, session_id, fifth))["context"]["data"] == "ctx-1"
 
 
 async def test_a_predecessor_that_dies_before_the_handover_is_replaced_by_its_successor(
