@@ -4,6 +4,7 @@ own token, against the LiveKit stand-in's simulated worker and the service's own
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +99,11 @@ async def start(world: World, session_id: str, dispatch: api.AgentDispatch) -> A
 def ahead(world: World, seconds: float) -> str:
     """The service's time `seconds` from now, as RFC 3339."""
     return timestamp(int((world.clock() + seconds) * 1000))
+
+
+def ahead_of_now(seconds: float) -> str:
+    """Real time `seconds` from now, as RFC 3339 (a service on the real clock)."""
+    return timestamp(int((time.time() + seconds) * 1000))
 
 
 async def report_deadline(
