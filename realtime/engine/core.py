@@ -52,6 +52,7 @@ from realtime.engine.outcomes import (
     Reused,
 )
 from realtime.engine.presence import changes as presence_changes
+from realtime.engine.presence import rotation_outcomes, rotation_seam_s
 from realtime.engine.schedule import armed_by, window_s
 from realtime.engine.session_events import notices
 from realtime.metrics import Metrics
@@ -450,6 +451,8 @@ class Engine:
             await self._forget_live(record.owner, [decided.session_id])
         for change in presence_changes(old, new):
             self.metrics.agent_presence(change)
+        for outcome in rotation_outcomes(old, new):
+            self.metrics.agent_rotation(outcome, rotation_seam_s(old, new))
         command_id = decided.command.command_id if decided.command else None
         note_transition(decided.session_id, new.epoch, command_id, old.state, new.state)
 

@@ -174,3 +174,18 @@ def told_to_leave(world: World, session_id: str) -> list[dict]:
 
 async def session_now(world: World, session_id: str) -> dict:
     return await get(world.http, session_id)
+
+
+def rotation_counts(world: World) -> dict[str, float]:
+    """`aim.agent.rotations` by outcome, and the number of seams recorded (`seams`)."""
+    data = world.metrics.get_metrics_data()
+    found: dict[str, float] = {}
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == "aim.agent.rotations":
+                    for point in metric.data.data_points:
+                        found[str(point.attributes["outcome"])] = point.value
+                if metric.name == "aim.agent.rotation.seam":
+                    found["seams"] = sum(p.count for p in metric.data.data_points)
+    return found

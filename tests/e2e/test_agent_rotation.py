@@ -7,6 +7,7 @@ against the LiveKit stand-in's simulated worker on the service's own clock."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -30,6 +31,7 @@ from tests.e2e.rotation_helpers import (
     interact,
     live_session,
     report_deadline,
+    rotation_counts,
     session_now,
     start,
     successor_dispatched,
@@ -152,6 +154,16 @@ async def test_three_rotations_in_a_row_carry_context_operations_and_interaction
         third = await start(world, session_id, third.dispatch)
         given = await handover(world, session_id, third)
         assert given["context"]["data"] == "ctx-2"
+        # the confirmation reached the serving agent when it was given, and the successor once,
+        # when it came in
+        updates = [
+            (m.destination_identities, json.loads(m.data)["commandId"])
+            for m in world.livekit.data_messages
+            if json.loads(m.data)["type"] == "operation.update"
+            and json.loads(m.data)["payload"]["operationId"] == operation["operationId"]
+        ]
+        assert [who for who, _ in updates].count([third.identity]) == 1
+        assert [who for who, _ in updates].count([second.identity]) == 1
         assert [(op["operationId"], op["state"]) for op in given["operations"]] == [
             (operation["operationId"], "running")
         ]
@@ -217,6 +229,7 @@ async def test_three_rotations_in_a_row_carry_context_operations_and_interaction
             (3, 4),
         ]
         assert {r["reason"] for r in rotated} == {"provider_cap"}
+        assert rotation_counts(world) == {"begun": 3, "handed_over": 3, "seams": 3}
 
 
 async def test_a_successor_that_never_starts_is_retried_while_the_predecessor_serves(
@@ -245,6 +258,7 @@ async def test_a_successor_that_never_starts_is_retried_while_the_predecessor_se
         assert [m["payload"] for m in told_to_leave(world, session_id)] == [
             {"generation": 1, "successorGeneration": 3}
         ]
+        assert rotation_counts(world) == {"begun": 1, "retried": 1, "handed_over": 1, "seams": 1}
 
 
 async def test_at_the_deadline_a_successor_not_started_yet_takes_over(store, tracer_provider):
@@ -303,9 +317,10 @@ async def test_with_no_successor_at_the_deadline_the_agent_is_lost_and_replaced(
         )
         fifth = await start(world, session_id, replacement)
         assert (await handover(world, session_id, fifth))["context"]["data"] == "ctx-1"
+        assert rotation_counts(world) == {"begun": 1, "retried": 2, "lost": 1}
 
 
-async def test_a_predecessor_that_dies_before_the_handover_is_replaced_by_its_successor(
+async def test_an_agents_worker_dying_before_the_handover_leaves_the_successor_to_take_over(
     store, tracer_provider
 ):
     async with presence_world(store, tracer_provider, auto_jobs=False) as world:
@@ -314,8 +329,10 @@ async def test_a_predecessor_that_dies_before_the_handover_is_replaced_by_its_su
         _, second = await rotate(world, session_id, first, 2)
         pending = await interact(world, session_id, "unanswered")
 
-        [job] = world.livekit.jobs_in(room(session_id), running=True)
-        world.livekit.end_job(job.id, status=3, error="worker died")  # JS_FAILED
+        # the agents' worker process dies: the serving agent's connection drops and its job
+        # ends failed; the successor's job, not taken yet, goes to another worker
+        [gone] = world.livekit.kill_worker()
+        assert gone.state.participant_identity == first.identity
         session = await until(world, session_id, lambda s: s["agent"].get("generation", 1) == 2)
         assert session["agent"]["state"] in ("dispatching", "dispatched")
         # no new dispatch: the successor is the replacement, the dead agent's dispatch deleted
@@ -328,6 +345,7 @@ async def test_a_predecessor_that_dies_before_the_handover_is_replaced_by_its_su
         assert given["context"]["data"] == "ctx-1"
         assert [m["commandId"] for m in given["interactions"]] == [pending]
         assert told_to_leave(world, session_id) == []  # nobody to tell
+        assert rotation_counts(world) == {"begun": 1, "replaced": 1, "seams": 1}
 
 
 async def test_a_configured_interval_rotates_agents_on_its_own(store, tracer_provider):
