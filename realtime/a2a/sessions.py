@@ -7,6 +7,7 @@ from typing import Any, Final, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from realtime.a2a.projection import shown_agent_state
 from realtime.a2a.types import Wire
 from state_machines import Endpoint as EndpointSnapshot
 from state_machines import Operation as OperationSnapshot
@@ -202,7 +203,7 @@ def agent_view(session: SessionSnapshot) -> Agent:
     rotation = session.rotation
     deadline = session.agent_deadline
     return Agent(
-        state="rotating" if rotation is not None else session.agent_state,
+        state=shown_agent_state(session.agent_state, rotating=rotation is not None),
         dispatch_attempt=session.agent_attempt,
         generation=session.agent_generation,
         identity=session.agent_identity,
