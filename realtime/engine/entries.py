@@ -68,6 +68,7 @@ class Note:
     event_id: str | None = None
     timer: str | None = None
     effect: str | None = None
+    generation: int = 0  # the agent generation of a provider call (0: not a provider call)
 
 
 def cause_of(command: Command | None, note: Note | None) -> Cause | None:
@@ -128,6 +129,7 @@ def event_entry(
             webhook=WebhookRef(note.event, note.event_id) if note and note.event else None,
             timer=note.timer if note is not None else None,
             effect=note.effect if note is not None else None,
+            generation=note.generation if note is not None else 0,
             correction=dict(note.correction) if note and note.correction is not None else None,
             operations=_operations_moved(old, session),
             trace_id=trace_id_of(span) if span is not None else None,  # the committing span

@@ -39,7 +39,6 @@ _TITLES: Final = {
 }
 
 
-_PROVIDER: Final = Note(Cause.PROVIDER)
 # a reported deadline further ahead than this is a mistake (no model connection lasts so long)
 MAX_DEADLINE_AHEAD_S: Final = 24 * 3600
 # the operations a successor must know of: not over yet
@@ -72,6 +71,7 @@ async def _exactly_once(
     params: p.RequestOperationParams | p.UpdateOperationParams,
     event: AnyEvent,
     operation_id: str,
+    generation: int,
 ) -> Any:
     def render(decided: Decided) -> dict[str, Any]:
         return {"operation": operation_result(params.session_id, decided.session, operation_id)}
@@ -84,7 +84,7 @@ async def _exactly_once(
             owner=None,
             command=_command(method, params),
             render=render,
-            note=_PROVIDER,
+            note=Note(Cause.PROVIDER, generation=generation),
         )
     except CommandConflict:
         raise CommandConflict(
@@ -104,7 +104,9 @@ async def report_agent_state(
         deps.commands,
         params.session_id,
         event,
-        note=Note(Cause.PROVIDER, method="aim.provider.ReportAgentState"),
+        note=Note(
+            Cause.PROVIDER, method="aim.provider.ReportAgentState", generation=grant.generation
+        ),
     )
     session = applied(outcome).session
     return {
@@ -151,7 +153,9 @@ async def request_operation(
         media_source=media.source if isinstance(media, p.MediaTarget) else None,
         generation=grant.generation,
     )
-    return await _exactly_once(deps, "aim.provider.RequestOperation", params, event, operation_id)
+    return await _exactly_once(
+        deps, "aim.provider.RequestOperation", params, event, operation_id, grant.generation
+    )
 
 
 async def update_operation(
@@ -170,7 +174,7 @@ async def update_operation(
         generation=grant.generation,
     )
     return await _exactly_once(
-        deps, "aim.provider.UpdateOperation", params, event, params.operation_id
+        deps, "aim.provider.UpdateOperation", params, event, params.operation_id, grant.generation
     )
 
 
@@ -185,7 +189,7 @@ async def append_transcript(
         params.text,
         generation=grant.generation,
     )
-    note = Note(Cause.PROVIDER, method="aim.provider.AppendTranscript")
+    note = Note(Cause.PROVIDER, method="aim.provider.AppendTranscript", generation=grant.generation)
     applied(await execute(deps.commands, params.session_id, event, note=note))
     return {"itemId": params.item_id}
 
@@ -207,7 +211,7 @@ async def report_deadline(
         wire.timestamp(deadline_ms),
         params.reason,
     )
-    note = Note(Cause.PROVIDER, method="aim.provider.ReportDeadline")
+    note = Note(Cause.PROVIDER, method="aim.provider.ReportDeadline", generation=grant.generation)
     session = applied(await execute(deps.commands, params.session_id, event, note=note)).session
     deadline = session.agent_deadline
     return {
@@ -224,7 +228,7 @@ async def save_context(
 ) -> Any:
     data = params.context.encode()
     event = provider.SaveContext(params.session_epoch, grant.epoch, grant.generation, len(data))
-    note = Note(Cause.PROVIDER, method="aim.provider.SaveContext")
+    note = Note(Cause.PROVIDER, method="aim.provider.SaveContext", generation=grant.generation)
     outcome = await execute(deps.commands, params.session_id, event, note=note, context=data)
     session = applied(outcome).session
     return {"sessionId": session.session_id, "generation": grant.generation, "bytes": len(data)}
@@ -236,7 +240,7 @@ async def ack_interactions(
     event = provider.AckInteractions(
         params.session_epoch, grant.epoch, grant.generation, tuple(params.command_ids)
     )
-    note = Note(Cause.PROVIDER, method="aim.provider.AckInteractions")
+    note = Note(Cause.PROVIDER, method="aim.provider.AckInteractions", generation=grant.generation)
     session = applied(await execute(deps.commands, params.session_id, event, note=note)).session
     return {"sessionId": session.session_id, "unacknowledged": len(session.unacked)}
 

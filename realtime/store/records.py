@@ -265,6 +265,7 @@ class EventEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     operations: tuple[OperationMoved, ...] = ()
     trace_id: str | None = None
     agent: AgentMoved | None = None  # written since the agent's presence is tracked
+    generation: int = 0  # the agent generation that made a provider call (0: none)
 
 
 EVENT_ENCODER: Final = msgspec.json.Encoder()
