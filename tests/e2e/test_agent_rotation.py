@@ -20,6 +20,7 @@ from tests.e2e.agent_presence_helpers import (
     room,
     until,
 )
+from tests.e2e.operator_api_helpers import timeline_of
 from tests.e2e.realtime_helpers import call, new_id
 from tests.e2e.rotation_helpers import (
     GRACE_S,
@@ -230,6 +231,24 @@ async def test_three_rotations_in_a_row_carry_context_operations_and_interaction
         ]
         assert {r["reason"] for r in rotated} == {"provider_cap"}
         assert rotation_counts(world) == {"begun": 3, "handed_over": 3, "seams": 3}
+        # the operator's timeline: each rotation's start with its successor, each handover
+        # with the generation that serves from then on, and each agent's calls by generation
+        entries = await timeline_of(world.http, session_id)
+        moves = [
+            e
+            for e in entries
+            if e["kind"] == "agent" and {"rotating", "rotated"} & set(e["changes"])
+        ]
+        assert [(e["changes"], e.get("successor"), e["generation"]) for e in moves] == [
+            (["rotating"], 2, 1),
+            (["rotated", "joined"], None, 2),
+            (["rotating"], 3, 2),
+            (["rotated", "joined"], None, 3),
+            (["rotating"], 4, 3),
+            (["rotated", "joined"], None, 4),
+        ]
+        deadlines = [e for e in entries if e.get("method") == "aim.provider.ReportDeadline"]
+        assert [e["generation"] for e in deadlines] == [1, 2, 3]
 
 
 async def test_a_successor_that_never_starts_is_retried_while_the_predecessor_serves(
