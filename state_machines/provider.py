@@ -280,14 +280,6 @@ def generation_fence(session: Session, generation: int, *, successor_may: bool) 
     serving = session.agent_generation
     if generation == serving or (successor_may and _is_successor(session, generation)):
         return None
-    if generation < serving:
-        return Rejected(
-            reason=RejectReason.AGENT_REPLACED,
-            state=session.state,
-            current_epoch=session.epoch,
-            current_version=serving,
-            detail=f"agent generation {generation} was taken over by generation {serving}",
-        )
     if _is_successor(session, generation):
         return Rejected(
             reason=RejectReason.INVALID_STATE,
@@ -301,7 +293,11 @@ def generation_fence(session: Session, generation: int, *, successor_may: bool) 
         state=session.state,
         current_epoch=session.epoch,
         current_version=serving,
-        detail=f"agent generation {generation} is not an agent of this session",
+        detail=(
+            f"agent generation {generation} was taken over by generation {serving}"
+            if generation < serving
+            else f"agent generation {generation} is not an agent of this session"
+        ),
     )
 
 

@@ -19,7 +19,6 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -32,6 +31,7 @@ from state_machines.effects import (
     SendData,
 )
 from state_machines.interaction_answers import updates_on_join
+from state_machines.interaction_model import to_agent
 from state_machines.session import MAX_AGENT_DISPATCHES, dispatches_spent
 from state_machines.session_events import AgentDeadline, LeaveGrace, RotationDue
 from state_machines.session_model import (
@@ -237,44 +237,19 @@ def hand_over(
         # the previous rotation's predecessor is still within its grace: it goes now
         outbox.append(RemoveParticipant(session.room, session.agent_leaving, revoke_before=now))
     successor = replace(
-        session,
-        agent_generation=rotation.generation,
-        agent_attempt=rotation.attempt,
-        agent_misses=0,
-        agent_job=rotation.job,
-        agent_dispatch=rotation.dispatch_id,
-        agent_identity=joined,
-        agent_state=state,
-        agents_replaced=(
-            *session.agents_replaced,
-            *(i for i in predecessors if i not in session.agents_replaced and i != joined),
-        ),
-        agent_deadline=None,
-        rotation=None,
+        _takes_over(session, rotation, identity=joined, state=state, misses=0),
         agent_leaving=leaving,
-        agent_handovers=session.agent_handovers + 1,
-        rotations=session.rotations + 1,
     )
     if leaving is not None:
-        outbox.append(leave_message(session, leaving, rotation.generation))
+        payload: dict[str, object] = {
+            "generation": session.agent_generation,
+            "successorGeneration": rotation.generation,
+        }
+        body = to_agent(session, LEAVE, f"leave:{session.agent_generation}", payload)
+        outbox.append(SendData(session.room, (leaving,), body))
     if joined is not None:
         outbox.extend(updates_on_join(successor, joined))
     return Accepted(planned(successor, now), tuple(outbox))
-
-
-def leave_message(session: Session, identity: str, successor: int) -> SendData:
-    """`agent.leave` for the predecessor `identity`: its successor (generation `successor`)
-    serves from now on; its writes are refused, and it is removed when the grace ends."""
-    body = json.dumps(
-        {
-            "type": LEAVE,
-            "commandId": f"leave:{session.agent_generation}",
-            "sessionEpoch": session.epoch,
-            "payload": {"generation": session.agent_generation, "successorGeneration": successor},
-        },
-        separators=(",", ":"),
-    )
-    return SendData(session.room, (identity,), body)
 
 
 def promote(session: Session, now: str) -> Accepted[Session]:
@@ -282,7 +257,6 @@ def promote(session: Session, now: str) -> Accepted[Session]:
     successor dispatched is its replacement, not yet in the room."""
     rotation = session.rotation
     assert rotation is not None  # noqa: S101 - a successor is under way
-    predecessors = agent_identities(session)
     state: AgentState = (
         "started"
         if rotation.job is not None
@@ -290,27 +264,33 @@ def promote(session: Session, now: str) -> Accepted[Session]:
         if rotation.dispatch_id
         else "dispatching"
     )
-    promoted = replace(
+    promoted = _takes_over(session, rotation, identity=None, state=state, misses=rotation.misses)
+    # the predecessor's dispatch (and any older) goes: its job ends if it has not already
+    stale = DeleteDispatch(session.room, session.room_epoch, rotation.attempt)
+    return Accepted(promoted, (stale,))
+
+
+def _takes_over(
+    session: Session, rotation: Rotation, *, identity: str | None, state: AgentState, misses: int
+) -> Session:
+    """The successor of `rotation` serves: its generation, dispatch and job; the predecessor's
+    identities are fenced from now on; the rotation is over, and counted."""
+    retired = (i for i in agent_identities(session) if i not in session.agents_replaced)
+    return replace(
         session,
         agent_generation=rotation.generation,
         agent_attempt=rotation.attempt,
-        agent_misses=rotation.misses,
+        agent_misses=misses,
         agent_job=rotation.job,
         agent_dispatch=rotation.dispatch_id,
-        agent_identity=None,
+        agent_identity=identity,
         agent_state=state,
-        agents_replaced=(
-            *session.agents_replaced,
-            *(i for i in predecessors if i not in session.agents_replaced),
-        ),
+        agents_replaced=(*session.agents_replaced, *(i for i in retired if i != identity)),
         agent_deadline=None,
         rotation=None,
         agent_handovers=session.agent_handovers + 1,
         rotations=session.rotations + 1,
     )
-    # the predecessor's dispatch (and any older) goes: its job ends if it has not already
-    stale = DeleteDispatch(session.room, session.room_epoch, rotation.attempt)
-    return Accepted(promoted, (stale,))
 
 
 def leave_grace(session: Session, event: LeaveGrace, now: str) -> Accepted[Session] | Rejected:

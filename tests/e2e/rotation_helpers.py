@@ -109,16 +109,24 @@ def ahead_of_now(seconds: float) -> str:
 async def report_deadline(
     world: World, session_id: str, agent: Agent, seconds: float, reason: str = "provider_cap"
 ) -> dict:
-    body = await agent.call(
-        world,
-        session_id,
-        "ReportDeadline",
-        sessionEpoch=1,
-        deadline=ahead(world, seconds),
-        reason=reason,
-    )
+    body = await deadline_call(world, session_id, agent, ahead(world, seconds), reason=reason)
     assert "result" in body, body
     return body
+
+
+async def deadline_call(
+    world: World,
+    session_id: str,
+    agent: Agent,
+    deadline: str,
+    *,
+    reason: str = "planned",
+    epoch: int = 1,
+) -> dict:
+    """The agent's ReportDeadline as sent, its answer as it came (a result or an error)."""
+    return await agent.call(
+        world, session_id, "ReportDeadline", sessionEpoch=epoch, deadline=deadline, reason=reason
+    )
 
 
 async def successor_dispatched(world: World, session_id: str, generation: int) -> api.AgentDispatch:

@@ -28,6 +28,7 @@ from tests.e2e.rotation_helpers import (
     Agent,
     agent_of,
     ahead,
+    deadline_call,
     delivered_to,
     interact,
     live_session,
@@ -388,35 +389,20 @@ async def test_a_configured_interval_rotates_agents_on_its_own(store, tracer_pro
 async def test_bad_rotation_requests_are_refused_and_store_nothing(store, tracer_provider):
     async with presence_world(store, tracer_provider, auto_jobs=False) as world:
         session_id, _, first = await live_session(world)
-        past = await first.call(
-            world,
-            session_id,
-            "ReportDeadline",
-            sessionEpoch=1,
-            deadline="2001-01-01T00:00:00Z",
-            reason="provider_cap",
+        past = await deadline_call(
+            world, session_id, first, "2001-01-01T00:00:00Z", reason="provider_cap"
         )
         assert past["error"]["code"] == -32602
         assert "deadline" in past["error"]["message"]
         huge = await save(world, session_id, first, "x" * (64 * 1024 + 1))
         assert huge["error"]["code"] == -32602
         assert "65536" in huge["error"]["message"]
-        far = await first.call(
-            world,
-            session_id,
-            "ReportDeadline",
-            sessionEpoch=1,
-            deadline="2099-01-01T00:00:00Z",
-            reason="planned",
+        far = await deadline_call(
+            world, session_id, first, "2099-01-01T00:00:00Z", reason="planned"
         )
         assert far["error"]["code"] == -32602
-        wrong_epoch = await first.call(
-            world,
-            session_id,
-            "ReportDeadline",
-            sessionEpoch=2,
-            deadline=ahead(world, 60),
-            reason="planned",
+        wrong_epoch = await deadline_call(
+            world, session_id, first, ahead(world, 60), reason="planned", epoch=2
         )
         assert wrong_epoch["error"]["code"] == -31002
         assert (await handover(world, session_id, first))["context"] is None
@@ -439,12 +425,5 @@ async def test_bad_rotation_requests_are_refused_and_store_nothing(store, tracer
             world.http, "EndSession", sessionId=session_id, commandId=new_id(), reason="done"
         )
         assert "result" in ended, ended
-        late = await first.call(
-            world,
-            session_id,
-            "ReportDeadline",
-            sessionEpoch=1,
-            deadline=ahead(world, 60),
-            reason="planned",
-        )
+        late = await deadline_call(world, session_id, first, ahead(world, 60), reason="planned")
         assert late["error"]["code"] == -31003

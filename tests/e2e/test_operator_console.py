@@ -64,9 +64,9 @@ async def join(http: httpx.AsyncClient, sid: str, endpoint_id: str, epoch: int) 
     return session
 
 
-async def handed_over_session(http: httpx.AsyncClient, livekit: Any) -> str:
-    """A session joined on a phone, then handed over to a laptop (epoch 2), as a user does; the
-    agent reports what it does meanwhile."""
+async def phone_and_agent_in(http: httpx.AsyncClient, livekit: Any) -> tuple[str, str]:
+    """alice's session joined on a phone, with the phone and the agent in the room (LiveKit's
+    webhooks say so): the session id and the agent's provider token."""
     sid = await start_session(http, subject="alice")
     provider_token = json.loads(livekit.dispatches_in(room(sid))[-1].metadata)["providerToken"]
     phone = await endpoint(http, sid, "phone", 1)
@@ -76,6 +76,13 @@ async def handed_over_session(http: httpx.AsyncClient, livekit: Any) -> str:
     )
     agent = webhook_event("participant_joined", room(sid), identity=AGENT, agent=True)
     assert await deliver(http, agent) == "applied"
+    return sid, provider_token
+
+
+async def handed_over_session(http: httpx.AsyncClient, livekit: Any) -> str:
+    """A session joined on a phone, then handed over to a laptop (epoch 2), as a user does; the
+    agent reports what it does meanwhile."""
+    sid, provider_token = await phone_and_agent_in(http, livekit)
     status, body, _ = await provider_call(
         http, provider_token, "ReportAgentState", sessionId=sid, sessionEpoch=1, state="listening"
     )
@@ -226,15 +233,7 @@ async def test_an_operator_sees_the_events_sent_to_the_apps_backend(livekit, sto
 async def rotated_session(http: httpx.AsyncClient, livekit: Any) -> str:
     """A session whose first agent reports its model's deadline 20 s ahead (inside the 30 s
     margin: the successor is dispatched at once) and whose successor takes over."""
-    sid = await start_session(http, subject="alice")
-    first = json.loads(livekit.dispatches_in(room(sid))[-1].metadata)["providerToken"]
-    phone = await endpoint(http, sid, "phone", 1)
-    await join(http, sid, phone, 1)
-    assert await deliver(http, webhook_event("participant_joined", room(sid), identity=phone)) == (
-        "applied"
-    )
-    agent = webhook_event("participant_joined", room(sid), identity=AGENT, agent=True)
-    assert await deliver(http, agent) == "applied"
+    sid, first = await phone_and_agent_in(http, livekit)
     status, body, _ = await provider_call(
         http, first, "ReportDeadline", sessionId=sid, sessionEpoch=1,
         deadline=ahead_of_now(20), reason="provider_cap",
