@@ -34,7 +34,7 @@ from tests.e2e.rotation_helpers import (
     start,
     told_to_leave,
 )
-from tests.worker_processes import StartWorker, outputs, settings_for, wait_until
+from tests.worker_processes import LEASE_S, StartWorker, outputs, settings_for, wait_until
 
 GRACE_S = 1  # AIM_AGENT_LEAVE_GRACE_S in these journeys
 
@@ -139,6 +139,8 @@ async def the_service_killed_mid_rotation_carries_it_on_after_a_restart(
     env = serve_environ(
         redis_url,
         livekit,
+        # a session's outbox claimed by the killed process is taken over after this lease
+        AIM_WORKER_LEASE_S=str(LEASE_S),
         AIM_AGENT_LEAVE_GRACE_S=str(GRACE_S),
         AIM_RATE_LIMIT_RPS="0",
         AIM_REDIS_CLUSTER="1" if store.cluster else "0",
