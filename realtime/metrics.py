@@ -86,6 +86,9 @@ RPC_DURATION_BUCKETS: Final = (
     5.0,
     10.0,
 )
+# a rotation's seam: a successor that joins at once (a fraction of a second) to one that took the
+# whole margin (30 s by default) or longer
+SEAM_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 # one read of the Redis gauges may take this long; a scrape waits for it at most this long
 READ_TIMEOUT_S: Final = 2.0
 # the text format every Prometheus reads (the names are all legacy-valid, so the 1.0.0 format
@@ -258,6 +261,21 @@ class Metrics:
             "joined, it was replaced (lost, or its dispatch started nothing in time), no agent "
             "could be had (unavailable)",
         )
+        # Prometheus: aim_agent_rotations_total{outcome="begun|retried|handed_over|replaced|lost"}
+        self._rotations = meter.create_counter(
+            "aim.agent.rotations",
+            description="agent rotations across provider caps: begun, a successor retried, "
+            "handed over (the successor joined beside its predecessor), replaced (the "
+            "predecessor was gone first), lost (no successor took over)",
+        )
+        # Prometheus: aim_agent_rotation_seam_seconds
+        self._seam = meter.create_histogram(
+            "aim.agent.rotation.seam",
+            unit="s",
+            description="a rotation's seam: from the serving agent's last accepted call during "
+            "the rotation (else its start) to the handover",
+            explicit_bucket_boundaries_advisory=SEAM_BUCKETS,
+        )
         self._webhooks = meter.create_counter(
             "aim.webhooks", description="LiveKit webhooks by outcome"
         )
@@ -350,6 +368,11 @@ class Metrics:
 
     def agent_presence(self, change: str) -> None:
         self._agents.add(1, {"change": change})
+
+    def agent_rotation(self, outcome: str, seam_s: float | None = None) -> None:
+        self._rotations.add(1, {"outcome": outcome})
+        if seam_s is not None:
+            self._seam.record(seam_s)
 
     def webhook(self, outcome: str) -> None:
         self._webhooks.add(1, {"aim.webhook.outcome": outcome})

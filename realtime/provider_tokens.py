@@ -4,9 +4,10 @@ The service mints one per room it dispatches an agent to and hands it over in th
 dispatch metadata; `/provider` verifies it. An HS256 JWT of its own issuer, audience and scope,
 signed with the provider key (`Settings.provider_token_secret`), never with the client token
 key, so a provider token is useless on `/a2a` and a client token on `/provider`. It grants
-calls for one session (`sid`) from the agent of one room (`epoch`). The `Authorization` header
-is read, and a token refused (401 with a cause, 403 without the scope), as client tokens are
-(realtime/auth.py).
+calls for one session (`sid`) from the agent of one room (`epoch`), the session's `gen`-th
+agent (profile §23: a token without `gen`, minted before rotation, is the first's). The
+`Authorization` header is read, and a token refused (401 with a cause, 403 without the
+scope), as client tokens are (realtime/auth.py).
 """
 
 from __future__ import annotations
@@ -37,16 +38,21 @@ class ProviderGrant(msgspec.Struct, frozen=True):
 
     session_id: str
     epoch: int
+    generation: int = 1
 
 
-def mint_provider_token(secret: str, *, session_id: str, epoch: int, ttl_s: int, now: int) -> str:
-    """The provider token of `session_id`'s room of `epoch` (handed over in dispatch metadata)."""
+def mint_provider_token(
+    secret: str, *, session_id: str, epoch: int, ttl_s: int, now: int, generation: int = 1
+) -> str:
+    """The provider token of the `generation`-th agent of `session_id`, sent to its room of
+    `epoch` (handed over in dispatch metadata)."""
     claims = {
         "iss": PROVIDER_ISSUER,
         "aud": PROVIDER_AUDIENCE,
         "sub": f"provider:{session_id}",
         "sid": session_id,
         "epoch": epoch,
+        "gen": generation,
         "scope": PROVIDER_SCOPE,
         "iat": now,
         "exp": now + ttl_s,
@@ -97,6 +103,9 @@ def verify_provider_token(
         raise invalid_token(
             "invalid_claims", "the provider token's sid and epoch claims are malformed"
         )
+    generation = claims.get("gen", 1)
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 1:
+        raise invalid_token("invalid_claims", "the provider token's gen claim is malformed")
     if PROVIDER_SCOPE not in granted_scopes(claims):
         raise AuthError(
             403,
@@ -104,4 +113,4 @@ def verify_provider_token(
             f"the token lacks the scope {PROVIDER_SCOPE}",
             required_scope=PROVIDER_SCOPE,
         )
-    return ProviderGrant(session_id=session_id, epoch=epoch)
+    return ProviderGrant(session_id=session_id, epoch=epoch, generation=generation)

@@ -55,6 +55,7 @@ SESSION_EVENT_TYPES = (
     "operation.expired",
     "agent.joined",
     "agent.replaced",
+    "agent.rotated",
 )
 # signs provider tokens when neither AIM_PROVIDER_TOKEN_SECRET nor a LiveKit secret is set
 # (one process, development only: other processes could not verify them)
@@ -359,6 +360,36 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "same room: the stale dispatch deleted, a new one made; the wait doubles for each "
             "dispatch in a row that started nothing, and after the third the session fails "
             "with `agent_unavailable`",
+        ),
+    ] = 10
+    # agent rotation across provider caps (profile §23)
+    agent_rotate_after_s: Annotated[
+        int,
+        Setting(
+            "AIM_AGENT_ROTATE_AFTER_S",
+            Whole(0, DAY),
+            "the agent's connection to its model lasts at most this long (a provider's cap "
+            "known in advance): each agent gets this deadline when it joins, and a successor "
+            "is dispatched into the same room before it; 0: off (agents report their own "
+            "deadlines with aim.provider.ReportDeadline)",
+        ),
+    ] = 0
+    agent_rotate_margin_s: Annotated[
+        int,
+        Setting(
+            "AIM_AGENT_ROTATE_MARGIN_S",
+            Whole(1, 3600),
+            "a rotation starts this long before the serving agent's deadline (at once when "
+            "the deadline is nearer; half the interval at most with AIM_AGENT_ROTATE_AFTER_S)",
+        ),
+    ] = 30
+    agent_leave_grace_s: Annotated[
+        int,
+        Setting(
+            "AIM_AGENT_LEAVE_GRACE_S",
+            Whole(1, 600),
+            "after a rotation's handover, the predecessor told to leave is removed from the "
+            "room if it is still there this many seconds later",
         ),
     ] = 10
 

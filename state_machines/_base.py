@@ -28,6 +28,8 @@ class RejectReason(StrEnum):
     ENDPOINT_NOT_FOUND = "endpoint_not_found"
     OPERATION_NOT_FOUND = "operation_not_found"
     LIMIT_EXCEEDED = "limit_exceeded"
+    INVALID_PARAMS = "invalid_params"  # `missing` names the parameter, `detail` what is wrong
+    AGENT_REPLACED = "agent_replaced"  # a write of an agent a later generation took over from
 
 
 class Accepted(msgspec.Struct, Generic[S], frozen=True):
@@ -59,7 +61,8 @@ class Rejected(msgspec.Struct, frozen=True):
     (superseded | rebound | ended | ahead) for STALE_EPOCH, `missing` for REQUIREMENT_MISMATCH /
     CAPABILITY_UNAVAILABLE, `limit` (the name of the limit) and `retry_after` (seconds until
     it allows the event again; 0: waiting does not help) for LIMIT_EXCEEDED, `current_version`
-    (the task's) for VERSION_MISMATCH.
+    (the task's) for VERSION_MISMATCH, `current_version` the serving agent's generation for
+    AGENT_REPLACED.
     """
 
     reason: RejectReason

@@ -22,13 +22,17 @@ from state_machines.interactions import (
     UserMedia,
 )
 from state_machines.provider import (
+    AckInteractions,
     AppendTranscript,
     ProviderEvent,
     ReportAgentState,
+    ReportDeadline,
     RequestOperation,
+    SaveContext,
     UpdateOperation,
 )
 from state_machines.session_events import (
+    AgentDeadline,
     AgentDispatched,
     AgentJobEnded,
     AgentJobStarted,
@@ -38,6 +42,7 @@ from state_machines.session_events import (
     GraceExpired,
     IdleTimeout,
     Join,
+    LeaveGrace,
     MaxDuration,
     ParticipantJoined,
     ParticipantLeft,
@@ -47,9 +52,10 @@ from state_machines.session_events import (
     RegisterEndpoint,
     RoomDeleted,
     RoomLost,
+    RotationDue,
     SessionEvent,
 )
-from state_machines.session_model import Session, is_idle, replace, settle_task
+from state_machines.session_model import LIVE_STATES, Session, is_idle, replace, settle_task
 
 AnyEvent = SessionEvent | InteractionEvent | ProviderEvent
 
@@ -78,11 +84,22 @@ def decide(session: Session, event: AnyEvent, *, now: str) -> Accepted[Session] 
             | AgentJobStarted()
             | AgentJobEnded()
             | AgentStartTimeout()
+            | RotationDue()
+            | AgentDeadline()
+            | LeaveGrace()
         ):
             outcome = session_rules.apply(session, event, now=now)
         case Deliver() | UserMedia() | AgentMedia() | Resolve() | TrackChanged():
             outcome = interactions.apply(session, event, now=now)
-        case RequestOperation() | UpdateOperation() | ReportAgentState() | AppendTranscript():
+        case (
+            RequestOperation()
+            | UpdateOperation()
+            | ReportAgentState()
+            | AppendTranscript()
+            | ReportDeadline()
+            | SaveContext()
+            | AckInteractions()
+        ):
             outcome = provider.apply(session, event, now=now)
         case _:
             assert_never(event)
@@ -100,10 +117,13 @@ def settle(
       `task_version` grows by one exactly when the task changes (its state, or the open
       requirement its status shows); a session that is over cancels its open operations;
     - becoming idle (ready, no active endpoint) is counted in `idles`, which names idle timers;
+    - a session that is no longer live keeps no unacknowledged interaction (profile §23);
     - `updated_at = now` exactly when the session changed, or when the event is `activity` (a
       message delivered to the agent, which changes nothing else).
     """
     after = settle_task(decision.state, now)
+    if after.unacked and after.state not in LIVE_STATES:
+        after = replace(after, unacked=())  # no successor will need them: the words go
     if is_idle(after) and not is_idle(before):
         after = replace(after, idles=before.idles + 1)
     if after != before or activity:

@@ -23,11 +23,13 @@ class CreateRoom(msgspec.Struct, frozen=True, tag=True):
     """Create room `room` for `epoch` (metadata `{sessionId, sessionEpoch}`). With `with_agent`,
     LiveKit dispatches the agent as it creates the room (one call provisions the session: the
     shell feeds `Provisioned(epoch)` back); without, a `DispatchAgent` follows it (outboxes
-    stored before rooms were created with their agent)."""
+    stored before rooms were created with their agent). The agent it dispatches is the session's
+    `generation`-th (its provider token says so)."""
 
     room: str
     epoch: int
     with_agent: bool = False
+    generation: int = 1
 
 
 class DispatchAgent(msgspec.Struct, frozen=True, tag=True):
@@ -35,20 +37,26 @@ class DispatchAgent(msgspec.Struct, frozen=True, tag=True):
     rooms were created with their agent; the shell feeds `Provisioned(epoch)` back), or a
     replacement of an agent that never started or was lost (the shell feeds
     `AgentDispatched(epoch, attempt, dispatch_id)` back). The attempt is written into the
-    dispatch's metadata, so a retry finds a dispatch it already made."""
+    dispatch's metadata, so a retry finds a dispatch it already made. The agent is the
+    session's `generation`-th; with `successor_of`, it is dispatched as the successor of the
+    serving agent of that generation (a rotation: profile §23)."""
 
     room: str
     epoch: int
     attempt: int = 1
+    generation: int = 1
+    successor_of: int = 0
 
 
 class DeleteDispatch(msgspec.Struct, frozen=True, tag=True):
     """Delete the agent's dispatches in `room` older than `attempt` (their jobs end, their
-    agents leave); one already gone counts as done."""
+    agents leave), or with `only`, the dispatch of `attempt` alone (a rotation's successor that
+    failed, while the serving agent stays); one already gone counts as done."""
 
     room: str
     epoch: int
     attempt: int
+    only: bool = False
 
 
 class RemoveParticipant(msgspec.Struct, frozen=True, tag=True):

@@ -11,6 +11,7 @@ from typing import Final
 
 from state_machines import media
 from state_machines import operation as operations
+from state_machines import rotation as rotations
 from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import SendData, UpdatePermissions
 from state_machines.interaction_model import (
@@ -81,7 +82,9 @@ def agent_media(session: Session, event: AgentMedia, now: str) -> Accepted[Sessi
         changed = replace(changed, operations=(*session.operations, running))
         payload["operationId"] = event.operation_id
     body = to_agent(session, f"media.{event.action}", event.command_id, payload)
-    return Accepted(changed, (SendData(session.room, (agent,), body),))
+    return Accepted(
+        rotations.sent(changed, event.command_id, body), (SendData(session.room, (agent,), body),)
+    )
 
 
 def track(session: Session, event: TrackChanged) -> Accepted[Session] | Rejected:

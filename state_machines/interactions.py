@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from typing import Final, assert_never
 
+from state_machines import rotation as rotations
 from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import AppendHistory, SendData
 from state_machines.interaction_answers import resolve
@@ -205,4 +206,4 @@ def _deliver(session: Session, event: Deliver) -> Accepted[Session] | Rejected:
         parts = json.dumps([{"text": text}], separators=(",", ":"))
         history = (AppendHistory(event.command_id, "user", parts),)
     outbox = (SendData(session.room, (agent,), body),)
-    return Accepted(session, outbox, history=history)
+    return Accepted(rotations.sent(session, event.command_id, body), outbox, history=history)

@@ -23,6 +23,7 @@ import msgspec
 
 from state_machines import media
 from state_machines import operation as operations
+from state_machines import rotation as rotations
 from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import AppendHistory
 from state_machines.interaction_media import settled_media, with_media
@@ -35,11 +36,26 @@ from state_machines.interaction_model import (
     too_many_operations,
 )
 from state_machines.operation import Requirement
-from state_machines.session_model import Session, SessionState, agent_started, by_id, replace
+from state_machines.session_model import (
+    Deadline,
+    DeadlineReason,
+    SavedContext,
+    Session,
+    SessionState,
+    agent_started,
+    by_id,
+    replace,
+)
 
 ReportedState = Literal["joined", "listening", "thinking", "speaking", "left"]
 ProviderEventName = Literal[
-    "request_operation", "update_operation", "report_agent_state", "append_transcript"
+    "request_operation",
+    "update_operation",
+    "report_agent_state",
+    "append_transcript",
+    "report_deadline",
+    "save_context",
+    "ack_interactions",
 ]
 
 
@@ -55,6 +71,7 @@ class RequestOperation(msgspec.Struct, frozen=True, tag=True):
     requirement: Requirement | None = None
     media_side: media.MediaSide | None = None
     media_source: media.MediaSource | None = None
+    generation: int = 1
 
 
 class UpdateOperation(msgspec.Struct, frozen=True, tag=True):
@@ -65,6 +82,7 @@ class UpdateOperation(msgspec.Struct, frozen=True, tag=True):
     state: Literal["running", "succeeded", "failed"]
     result_json: str = "null"
     error_json: str = "null"
+    generation: int = 1
 
 
 class ReportAgentState(msgspec.Struct, frozen=True, tag=True):
@@ -73,6 +91,7 @@ class ReportAgentState(msgspec.Struct, frozen=True, tag=True):
     epoch: int
     room_epoch: int
     state: ReportedState
+    generation: int = 1
 
 
 class AppendTranscript(msgspec.Struct, frozen=True, tag=True):
@@ -83,9 +102,49 @@ class AppendTranscript(msgspec.Struct, frozen=True, tag=True):
     item_id: str
     role: Literal["user", "agent"]
     text: str
+    generation: int = 1
 
 
-ProviderEvent = RequestOperation | UpdateOperation | ReportAgentState | AppendTranscript
+class ReportDeadline(msgspec.Struct, frozen=True, tag=True):
+    """The serving agent's connection ends at `deadline` (RFC 3339) for `reason` (profile §23)."""
+
+    epoch: int
+    room_epoch: int
+    generation: int
+    deadline: str
+    reason: DeadlineReason
+
+
+class SaveContext(msgspec.Struct, frozen=True, tag=True):
+    """The serving agent saved a context of `size` bytes for its successor (the bytes travel
+    beside the event, into the commit, never into an event or a log)."""
+
+    epoch: int
+    room_epoch: int
+    generation: int
+    size: int
+
+
+class AckInteractions(msgspec.Struct, frozen=True, tag=True):
+    """The serving agent has the interactions `command_ids`."""
+
+    epoch: int
+    room_epoch: int
+    generation: int
+    command_ids: tuple[str, ...]
+
+
+ProviderEvent = (
+    RequestOperation
+    | UpdateOperation
+    | ReportAgentState
+    | AppendTranscript
+    | ReportDeadline
+    | SaveContext
+    | AckInteractions
+)
+# the calls the successor of a rotation may make before the handover: its report is the handover
+_SUCCESSOR_CALLS: Final[tuple[type, ...]] = (ReportAgentState,)
 
 # The session states each call applies in (after the room fence); none moves the session's state.
 ALLOWED: Final[dict[ProviderEventName, tuple[SessionState, ...]]] = {
@@ -93,6 +152,9 @@ ALLOWED: Final[dict[ProviderEventName, tuple[SessionState, ...]]] = {
     "update_operation": ANSWERABLE_STATES,
     "report_agent_state": ANSWERABLE_STATES,
     "append_transcript": ANSWERABLE_STATES,
+    "report_deadline": ANSWERABLE_STATES,
+    "save_context": ANSWERABLE_STATES,
+    "ack_interactions": ANSWERABLE_STATES,
 }
 
 NOTES: Final[dict[ProviderEventName, str]] = {
@@ -107,7 +169,17 @@ NOTES: Final[dict[ProviderEventName, str]] = {
     "changes nothing",
     "append_transcript": "only when transcripts are kept (else capability unavailable); the "
     "line joins the history, idempotent by itemId",
+    "report_deadline": "a deadline after now; replaces the last; while a successor is under "
+    "way only an earlier one counts (one rotation at a time)",
+    "save_context": "the serving agent's context for its successor, replacing the last",
+    "ack_interactions": "the interactions named are not given to a successor (unknown ids "
+    "change nothing)",
 }
+GENERATION_NOTE: Final = (
+    "every call is fenced by generation: an agent a later generation took over from may read "
+    "but not write; a rotation's successor may only report its state before the handover "
+    "(that report is the handover)"
+)
 
 
 def event_name(event: ProviderEvent) -> ProviderEventName:
@@ -121,6 +193,12 @@ def event_name(event: ProviderEvent) -> ProviderEventName:
             return "report_agent_state"
         case AppendTranscript():
             return "append_transcript"
+        case ReportDeadline():
+            return "report_deadline"
+        case SaveContext():
+            return "save_context"
+        case AckInteractions():
+            return "ack_interactions"
         case _:
             assert_never(event)
 
@@ -131,12 +209,29 @@ def apply(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Sessi
     refused = _fenced(session, event)
     if refused is not None:
         return refused
+    decided = _rule(session, event, now)
+    if not isinstance(decided, Accepted) or decided.state == session:
+        return decided
+    rotation = decided.state.rotation
+    if rotation is not None and event.generation == decided.state.agent_generation:
+        # the serving agent spoke during the rotation: the seam is measured from its last word
+        spoke = replace(rotation, last_word_at=now)
+        return replace(decided, state=replace(decided.state, rotation=spoke))
+    return decided
+
+
+def _rule(session: Session, event: ProviderEvent, now: str) -> Accepted[Session] | Rejected:
     match event:
         case RequestOperation():
             return _request(session, event, now)
         case UpdateOperation():
             return _update(session, event, now)
         case ReportAgentState():
+            if _is_successor(session, event.generation):
+                if event.state == "left":
+                    return Accepted(session)  # it leaves before serving: its job ending says so
+                # the successor speaks with its own token: it is in the room, it serves now
+                return rotations.hand_over(session, now, identity=None, state=event.state)
             if event.state == session.agent_state or not _reporter_known(session):
                 # nothing new; or an agent was replaced in this room and its successor has not
                 # started yet, so the report may be the replaced one's: no commit
@@ -144,6 +239,13 @@ def apply(session: Session, event: ProviderEvent, *, now: str) -> Accepted[Sessi
             return Accepted(replace(session, agent_state=event.state))
         case AppendTranscript():
             return _transcript(session, event)
+        case ReportDeadline():
+            return rotations.report_deadline(session, Deadline(event.deadline, event.reason), now)
+        case SaveContext():
+            saved = SavedContext(size=event.size, generation=event.generation, saved_at=now)
+            return Accepted(replace(session, agent_context=saved))
+        case AckInteractions():
+            return rotations.acknowledge(session, event.command_ids)
         case _:
             assert_never(event)
 
@@ -156,9 +258,47 @@ def _reporter_known(session: Session) -> bool:
 
 def _fenced(session: Session, event: ProviderEvent) -> Rejected | None:
     """The agent of an older room, an epoch from outside the current room, a session that is
-    not live: refused before anything else."""
+    not live, an agent a later generation took over from, a successor before its handover:
+    refused before anything else."""
     epoch = getattr(event, "epoch", session.epoch)
-    return fence(session, event.room_epoch, epoch, ALLOWED[event_name(event)])
+    refused = fence(session, event.room_epoch, epoch, ALLOWED[event_name(event)])
+    if refused is not None:
+        return refused
+    return generation_fence(
+        session, event.generation, successor_may=isinstance(event, _SUCCESSOR_CALLS)
+    )
+
+
+def _is_successor(session: Session, generation: int) -> bool:
+    rotation = session.rotation
+    return rotation is not None and rotation.attempt != 0 and generation == rotation.generation
+
+
+def generation_fence(session: Session, generation: int, *, successor_may: bool) -> Rejected | None:
+    """A write of the serving agent's generation passes; the successor's only if
+    `successor_may`; any other generation's is refused (replaced, or unknown)."""
+    serving = session.agent_generation
+    if generation == serving or (successor_may and _is_successor(session, generation)):
+        return None
+    if _is_successor(session, generation):
+        return Rejected(
+            reason=RejectReason.INVALID_STATE,
+            state=session.state,
+            current_epoch=session.epoch,
+            detail=f"generation {generation} takes over once it reports its state "
+            "(aim.provider.ReportAgentState); until then the serving agent writes",
+        )
+    return Rejected(
+        reason=RejectReason.AGENT_REPLACED,
+        state=session.state,
+        current_epoch=session.epoch,
+        current_version=serving,
+        detail=(
+            f"agent generation {generation} was taken over by generation {serving}"
+            if generation < serving
+            else f"agent generation {generation} is not an agent of this session"
+        ),
+    )
 
 
 def read_refused(session: Session, room_epoch: int) -> Rejected | None:

@@ -27,6 +27,7 @@ from state_machines import task
 from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import CreateRoom
 from state_machines.session_events import (
+    AgentDeadline,
     AgentDispatched,
     AgentJobEnded,
     AgentJobStarted,
@@ -36,6 +37,7 @@ from state_machines.session_events import (
     GraceExpired,
     IdleTimeout,
     Join,
+    LeaveGrace,
     MaxDuration,
     ParticipantJoined,
     ParticipantLeft,
@@ -45,6 +47,7 @@ from state_machines.session_events import (
     RegisterEndpoint,
     RoomDeleted,
     RoomLost,
+    RotationDue,
     SessionEvent,
     SessionEventName,
     event_name,
@@ -67,6 +70,7 @@ from state_machines.session_model import (
     SessionState,
     advance_task,
     derive_task_state,
+    next_attempt,
     parse_room_name,
     room_name,
 )
@@ -82,6 +86,7 @@ __all__ = [
     "MAX_REBINDS",
     "TERMINAL_STATES",
     "TRANSITIONS",
+    "AgentDeadline",
     "AgentDispatched",
     "AgentJobEnded",
     "AgentJobStarted",
@@ -92,6 +97,7 @@ __all__ = [
     "GraceExpired",
     "IdleTimeout",
     "Join",
+    "LeaveGrace",
     "MaxDuration",
     "ParticipantJoined",
     "ParticipantLeft",
@@ -103,6 +109,7 @@ __all__ = [
     "RoomDeleted",
     "RoomLost",
     "RoomName",
+    "RotationDue",
     "Session",
     "SessionEvent",
     "SessionEventName",
@@ -160,6 +167,9 @@ TRANSITIONS: Final[dict[tuple[SessionState, SessionEventName], SessionState]] = 
     **{(state, "agent_job_started"): state for state in LIVE_STATES},
     **{(state, "agent_job_ended"): state for state in LIVE_STATES},
     **{(state, "agent_start_timeout"): state for state in LIVE_STATES},
+    **{(state, "rotation_due"): state for state in LIVE_STATES},
+    **{(state, "agent_deadline"): state for state in LIVE_STATES},
+    **{(state, "leave_grace"): state for state in LIVE_STATES},
 }
 
 # an agent lost (or never started) when no dispatch is left fails the session
@@ -167,6 +177,7 @@ _AGENT_LOST: Final[tuple[SessionEventName, ...]] = (
     "agent_left",
     "agent_job_ended",
     "agent_start_timeout",
+    "agent_deadline",
 )
 FALLBACK: Final[dict[tuple[SessionState, SessionEventName], SessionState]] = {
     **{(state, "room_lost"): FAILED for state in LIVE_STATES},
@@ -214,7 +225,18 @@ GUARDS: Final[dict[SessionEventName, str]] = {
     "agent_start_timeout": "epoch = the room's epoch, attempt = the current dispatch, its job "
     f"not started; fewer than {MAX_AGENT_MISSES} dispatches in a row started nothing: "
     "DeleteDispatch of the stale dispatch, DispatchAgent of the next (same room and epoch); "
-    "with none left, endReason agent_unavailable, every device removed, DeleteRoom",
+    "with none left, endReason agent_unavailable, every device removed, DeleteRoom; "
+    "the successor's dispatch (a rotation): DeleteDispatch of it alone, DispatchAgent of "
+    "another while the deadline allows, else the serving agent is kept until its deadline",
+    "rotation_due": "epoch = the room's epoch, the serving agent's generation, started, no "
+    "rotation under way, the deadline the session holds (or a planned one): DispatchAgent of "
+    "the successor (the next generation, same room and epoch)",
+    "agent_deadline": "epoch = the room's epoch, the serving agent's generation and deadline: "
+    "a successor dispatched takes over (the predecessor removed, its dispatch deleted); with "
+    "none, lost, as on `agent_left`",
+    "leave_grace": "epoch = the room's epoch, the agent told to leave at the last handover: "
+    "RemoveParticipant of it (tokens revoked), DeleteDispatch of dispatches older than the "
+    "serving agent's",
 }
 
 
@@ -233,8 +255,10 @@ def new_session(
     required_capabilities: tuple[str, ...],
     transcript: Literal["off", "on"],
     now: str,
+    rotate_after_s: int = 0,
 ) -> Accepted[Session]:
-    """A session in provisioning at epoch 1, its task WORKING, and the provisioning effects."""
+    """A session in provisioning at epoch 1, its task WORKING, and the provisioning effects;
+    with `rotate_after_s`, each of its agents gets a deadline that long after it joins."""
     started = advance_task(TaskCore(state=task.SUBMITTED), "start")
     room = room_name(session_id, 1)
     session = Session(
@@ -250,6 +274,7 @@ def new_session(
         task_state=started.state,
         task_version=started.version,
         room=room,
+        rotate_after_s=rotate_after_s,
     )
     return Accepted(session, (CreateRoom(room, 1, with_agent=True),))
 
@@ -270,8 +295,19 @@ def fence(session: Session, event: SessionEvent) -> Rejected | None:
                 event.epoch == session.room_epoch and event.identity not in session.agents_replaced
             )
         case AgentDispatched() | AgentJobStarted() | AgentJobEnded() | AgentStartTimeout():
-            # an older dispatch's job, answer or timer: that dispatch was replaced
-            current = event.epoch == session.room_epoch and event.attempt == session.agent_attempt
+            # an older dispatch's job, answer or timer: that dispatch was replaced (the
+            # successor's of a rotation under way is current too)
+            rotation = session.rotation
+            current = event.epoch == session.room_epoch and (
+                event.attempt == session.agent_attempt
+                or (
+                    rotation is not None
+                    and rotation.attempt != 0
+                    and event.attempt == rotation.attempt
+                )
+            )
+        case RotationDue() | AgentDeadline() | LeaveGrace():
+            current = event.epoch == session.room_epoch
         case ParticipantJoined() | ParticipantLeft():
             # a token of any epoch since the room was provisioned can be in this room
             current = session.room_epoch <= event.epoch <= session.epoch
@@ -331,9 +367,16 @@ def rebinds_exhausted(session: Session) -> bool:
 def agent_dispatches_exhausted(session: Session, *, started: bool) -> bool:
     """No dispatch left to replace the agent with: the room had its last one, or the current
     one, which never `started`, was the last of those in a row that may start nothing."""
-    if session.agent_attempt >= MAX_AGENT_DISPATCHES:
+    if dispatches_spent(session) >= MAX_AGENT_DISPATCHES:
         return True
     return not started and session.agent_misses + 1 >= MAX_AGENT_MISSES
+
+
+def dispatches_spent(session: Session) -> int:
+    """The dispatches into the current room that count against MAX_AGENT_DISPATCHES: every one
+    made so far but those a rotation handed the session to (a session that rotates on schedule
+    is not running out of agents)."""
+    return next_attempt(session) - 1 - session.agent_handovers
 
 
 def is_handoff(session: Session, endpoint_id: str) -> bool:

@@ -45,6 +45,9 @@ SessionEventName = Literal[
     "agent_job_started",
     "agent_job_ended",
     "agent_start_timeout",
+    "rotation_due",
+    "agent_deadline",
+    "leave_grace",
 ]
 
 
@@ -183,6 +186,34 @@ class AgentStartTimeout(msgspec.Struct, frozen=True, tag=True):
     attempt: int
 
 
+class RotationDue(msgspec.Struct, frozen=True, tag=True):
+    """The rotation timer of the serving agent of `generation` in the room of `epoch` fired:
+    its `deadline` (RFC 3339; `reason` why) is near enough to dispatch its successor. Armed
+    ahead of a deadline the agent reported, or by the configured rotation interval."""
+
+    epoch: int
+    generation: int
+    deadline: str
+    reason: Literal["provider_cap", "provider_goaway", "planned"]
+
+
+class AgentDeadline(msgspec.Struct, frozen=True, tag=True):
+    """The deadline `deadline` of the serving agent of `generation` in the room of `epoch`
+    passed: with no successor in by now, the agent is lost."""
+
+    epoch: int
+    generation: int
+    deadline: str
+
+
+class LeaveGrace(msgspec.Struct, frozen=True, tag=True):
+    """The grace after a handover ended: the predecessor `identity`, told to leave the room of
+    `epoch`, is removed if it is still there."""
+
+    epoch: int
+    identity: str
+
+
 AgentEvent = AgentDispatched | AgentJobStarted | AgentJobEnded | AgentStartTimeout
 
 SessionEvent = (
@@ -204,6 +235,9 @@ SessionEvent = (
     | AgentJobStarted
     | AgentJobEnded
     | AgentStartTimeout
+    | RotationDue
+    | AgentDeadline
+    | LeaveGrace
 )
 
 
@@ -246,5 +280,11 @@ def event_name(event: SessionEvent) -> SessionEventName:
             return "agent_job_ended"
         case AgentStartTimeout():
             return "agent_start_timeout"
+        case RotationDue():
+            return "rotation_due"
+        case AgentDeadline():
+            return "agent_deadline"
+        case LeaveGrace():
+            return "leave_grace"
         case _:
             assert_never(event)

@@ -86,6 +86,51 @@ class AgentJob(msgspec.Struct, frozen=True):
     dispatch_id: str = ""
 
 
+DeadlineReason = Literal["provider_cap", "provider_goaway", "planned"]
+
+
+class Deadline(msgspec.Struct, frozen=True):
+    """When the serving agent's connection ends (`at`, RFC 3339) and why: reported by the
+    agent, or `planned` by the configured rotation interval."""
+
+    at: str
+    reason: DeadlineReason
+
+
+class Rotation(msgspec.Struct, frozen=True):
+    """A successor under way (profile §23): generation `generation`, dispatched into the same
+    room as dispatch `attempt` (0: none live, every try so far failed and no time is left to
+    try again before the deadline), `misses` tries in a row that started no job, its job once
+    LiveKit reported it, its dispatch's id once known, when the rotation began, and when the
+    serving agent last wrote during it (the seam runs from there to the handover)."""
+
+    generation: int
+    attempt: int
+    reason: DeadlineReason
+    began_at: str
+    misses: int = 0
+    job: AgentJob | None = None
+    dispatch_id: str | None = None
+    last_word_at: str | None = None
+
+
+class SavedContext(msgspec.Struct, frozen=True):
+    """The context an agent saved for its successor (the bytes are stored beside the session,
+    never in it): how large, by which generation, when."""
+
+    size: int
+    generation: int
+    saved_at: str
+
+
+class Unacked(msgspec.Struct, frozen=True):
+    """An interaction sent to the agent that no agent has acknowledged yet: its commandId and
+    the data message's body, which a successor receives again."""
+
+    command_id: str
+    body: str
+
+
 class Session(msgspec.Struct, frozen=True, kw_only=True):
     """One realtime session and the task that follows it."""
 
@@ -131,6 +176,23 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     agent_job: AgentJob | None = None
     agent_dispatch: str | None = None
     agents_replaced: tuple[str, ...] = ()
+    # rotation across provider caps (profile §23): the serving agent's generation (every new
+    # agent of the session gets the next one, and the provider token it is dispatched with
+    # carries it), its deadline once known, the successor under way, the predecessor told to
+    # leave (removed when the grace ends), the handovers done in this room and in the session,
+    # the interactions no agent acknowledged yet (the newest MAX_UNACKED), and what is known of
+    # the context saved for a successor
+    agent_generation: int = 1
+    agent_deadline: Deadline | None = None
+    rotation: Rotation | None = None
+    agent_leaving: str | None = None
+    agent_handovers: int = 0
+    rotations: int = 0
+    unacked: tuple[Unacked, ...] = ()
+    agent_context: SavedContext | None = None
+    # AIM_AGENT_ROTATE_AFTER_S when the session was created (0: off): each agent's planned
+    # deadline, counted from its join
+    rotate_after_s: int = 0
 
 
 replace = msgspec.structs.replace
@@ -363,9 +425,9 @@ def replace_agent(session: Session, *, started: bool) -> Accepted[Session]:
     same room (same epoch), after the stale one is deleted. The agents known so far are
     replaced: their joins and leaves are fenced from now on. A lost agent had started, so the
     count of dispatches in a row that started nothing begins again."""
-    known = (session.agent_identity, session.agent_job.identity if session.agent_job else None)
-    retired = tuple(dict.fromkeys(i for i in known if i and i not in session.agents_replaced))
-    attempt = session.agent_attempt + 1
+    retired = tuple(i for i in agent_identities(session) if i not in session.agents_replaced)
+    attempt = next_attempt(session)
+    generation = next_generation(session)
     replaced = replace(
         session,
         agent_attempt=attempt,
@@ -375,10 +437,34 @@ def replace_agent(session: Session, *, started: bool) -> Accepted[Session]:
         agent_job=None,
         agent_dispatch=None,
         agents_replaced=(*session.agents_replaced, *retired),
+        agent_generation=generation,
+        agent_deadline=None,
+        rotation=None,
     )
     room, epoch = session.room, session.room_epoch
-    stale, fresh = DeleteDispatch(room, epoch, attempt), DispatchAgent(room, epoch, attempt)
+    stale = DeleteDispatch(room, epoch, attempt)
+    fresh = DispatchAgent(room, epoch, attempt, generation=generation)
     return Accepted(replaced, (stale, fresh))
+
+
+def next_attempt(session: Session) -> int:
+    """The attempt of the next dispatch into the room: after the serving agent's and the
+    successor's."""
+    rotating = session.rotation.attempt if session.rotation is not None else 0
+    return max(session.agent_attempt, rotating) + 1
+
+
+def next_generation(session: Session) -> int:
+    """The generation of the next agent of the session: after the serving agent's and the
+    successor's."""
+    rotating = session.rotation.generation if session.rotation is not None else 0
+    return max(session.agent_generation, rotating) + 1
+
+
+def agent_identities(session: Session) -> tuple[str, ...]:
+    """The identities the serving agent is known by (joined, or named by its job)."""
+    known = (session.agent_identity, session.agent_job.identity if session.agent_job else None)
+    return tuple(dict.fromkeys(i for i in known if i))
 
 
 def give_up(session: Session, target: SessionState, reason: str, now: str) -> Accepted[Session]:
@@ -414,7 +500,13 @@ def rebind(session: Session, target: SessionState, now: str) -> Accepted[Session
         agent_job=None,
         agent_dispatch=None,
         agents_replaced=(),
+        agent_generation=next_generation(session),
+        agent_deadline=None,
+        rotation=None,
+        agent_leaving=None,
+        agent_handovers=0,
         active_endpoint_id=None,
         endpoints=reset,
     )
-    return Accepted(rebound, (CreateRoom(room, epoch, with_agent=True),))
+    create = CreateRoom(room, epoch, with_agent=True, generation=rebound.agent_generation)
+    return Accepted(rebound, (create,))

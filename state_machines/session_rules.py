@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Final, assert_never
 
 from state_machines import endpoint as endpoints
+from state_machines import rotation as rotations
 from state_machines._base import Accepted, Rejected, RejectReason
 from state_machines.effects import OutboxEffect, RemoveParticipant, UpdatePermissions
 from state_machines.endpoint import Endpoint
@@ -28,6 +29,7 @@ from state_machines.session import (
     rebinds_exhausted,
 )
 from state_machines.session_events import (
+    AgentDeadline,
     AgentDispatched,
     AgentJobEnded,
     AgentJobStarted,
@@ -37,6 +39,7 @@ from state_machines.session_events import (
     GraceExpired,
     IdleTimeout,
     Join,
+    LeaveGrace,
     MaxDuration,
     ParticipantJoined,
     ParticipantLeft,
@@ -46,6 +49,7 @@ from state_machines.session_events import (
     RegisterEndpoint,
     RoomDeleted,
     RoomLost,
+    RotationDue,
     SessionEvent,
     SessionEventName,
     event_name,
@@ -56,6 +60,7 @@ from state_machines.session_model import (
     AgentState,
     Session,
     SessionState,
+    agent_identities,
     agent_started,
     by_id,
     by_key,
@@ -138,21 +143,42 @@ def _rule(
         case RoomDeleted():
             return Accepted(finish(session, target, now))
         case AgentDispatched():
+            if rotations.is_successor(session, event.attempt):
+                return rotations.successor_dispatched(session, event.dispatch_id)
             return Accepted(
                 replace(session, agent_dispatch=event.dispatch_id, agent_state=_dispatched(session))
             )
         case AgentJobStarted():
+            if rotations.is_successor(session, event.attempt):
+                taken = AgentJob(event.job_id, event.identity, event.dispatch_id)
+                return rotations.successor_started(session, taken)
             return _job_started(session, event)
         case AgentJobEnded():
+            if rotations.is_successor(session, event.attempt):
+                return _successor_ended(session, event, now)
             job = session.agent_job
             if job is not None and job.job_id != event.job_id:
                 return invalid(session, f"job {event.job_id} is not the agent's job {job.job_id}")
             # a job that ended had started, even if its start was not heard (yet)
             return _agent_lost(session, "agent_job_ended", now, started=True)
         case AgentStartTimeout():
+            if rotations.is_successor(session, event.attempt):
+                if session.rotation is not None and session.rotation.job is not None:
+                    return invalid(session, "the successor's job has started")
+                return rotations.successor_failed(session, now, started=False)
             if agent_started(session):
                 return invalid(session, "the agent of this dispatch has started")
             return _agent_lost(session, "agent_start_timeout", now, started=False)
+        case RotationDue():
+            return rotations.begin(session, event, now)
+        case AgentDeadline():
+            if rotations.deadline_blocked(session, event):
+                return invalid(session, "the deadline is not the serving agent's")
+            if session.rotation is None or session.rotation.attempt == 0:
+                return _agent_lost(session, "agent_deadline", now, started=True)
+            return rotations.deadline_passed(session, event, now)
+        case LeaveGrace():
+            return rotations.leave_grace(session, event, now)
         case _:
             assert_never(event)
 
@@ -177,11 +203,23 @@ def _job_started(session: Session, event: AgentJobStarted) -> Accepted[Session] 
     return Accepted(started)
 
 
+def _successor_ended(
+    session: Session, event: AgentJobEnded, now: str
+) -> Accepted[Session] | Rejected:
+    job = session.rotation.job if session.rotation is not None else None
+    if job is not None and job.job_id != event.job_id:
+        return invalid(session, f"job {event.job_id} is not the successor's job {job.job_id}")
+    return rotations.successor_failed(session, now, started=True)
+
+
 def _agent_lost(
     session: Session, name: SessionEventName, now: str, *, started: bool
 ) -> Accepted[Session]:
-    """The agent left, its job ended, or its job never `started`: a new dispatch into the same
-    room, or, with none left, the session fails with `agent_unavailable`."""
+    """The agent left, its job ended, its job never `started`, or its deadline passed with no
+    successor: a new dispatch into the same room, or, with none left, the session fails with
+    `agent_unavailable`. A successor already dispatched (a rotation) is the replacement."""
+    if session.rotation is not None and session.rotation.attempt != 0:
+        return rotations.promote(session, now)
     if agent_dispatches_exhausted(session, started=started):
         return give_up(session, FALLBACK[session.state, name], "agent_unavailable", now)
     return replace_agent(session, started=started)
@@ -256,13 +294,19 @@ def _participant_joined(
     session: Session, event: ParticipantJoined, target: SessionState, now: str
 ) -> Accepted[Session] | Rejected:
     if event.is_agent:
+        if session.rotation is not None and event.identity == rotations.successor_identity(session):
+            return rotations.hand_over(session, now, identity=event.identity, state="joined")
         job = session.agent_job
         if job is not None and job.identity not in ("", event.identity):
             return invalid(session, f"agent {event.identity} is not the agent of {job.job_id}")
+        if session.rotation is not None and event.identity not in agent_identities(session):
+            # an agent the session cannot tell from the successor yet: the successor's job
+            # report or its own call names it
+            return invalid(session, f"agent {event.identity} is not known yet")
         agent = "joined" if session.agent_state in _NOT_IN_ROOM else session.agent_state
         # whatever happened to its operations while it was away (or before it first joined)
         joined = replace(session, agent_state=agent, agent_identity=event.identity)
-        return Accepted(joined, updates_on_join(joined, event.identity))
+        return Accepted(rotations.planned(joined, now), updates_on_join(joined, event.identity))
     if awaits_active(session) and is_active(session, event.identity, event.epoch):
         connected = moved(session.endpoints, "connected", (event.identity,))
         # the token it joined with may predate a grant or a revoke made while it was away:
@@ -284,6 +328,8 @@ def _participant_left(
     session: Session, event: ParticipantLeft, target: SessionState, now: str
 ) -> Accepted[Session] | Rejected:
     if event.is_agent:
+        if session.rotation is not None and event.identity == rotations.successor_identity(session):
+            return rotations.successor_failed(session, now, started=True)
         job = session.agent_job
         known = session.agent_identity or (job.identity if job is not None else None)
         if event.identity != known:

@@ -20,20 +20,33 @@ from state_machines.session_model import open_requirement
 MAX_HISTORY: Final = 1000  # a task keeps its newest messages
 
 
-def realtime_metadata(session_id: str, epoch: int, state: str, task_version: int) -> dict[str, Any]:
-    """The task's `metadata`: where its realtime session stands."""
-    return {
-        wire.REALTIME_EXTENSION: {
-            "sessionId": session_id,
-            "sessionEpoch": epoch,
-            "sessionState": state,
-            "taskVersion": task_version,
-        }
+def realtime_metadata(
+    session_id: str, epoch: int, state: str, task_version: int, agent_state: str | None = None
+) -> dict[str, Any]:
+    """The task's `metadata`: where its realtime session stands, and the agent's state as
+    clients see it (when known: a status update names it when its commit moved the agent)."""
+    found: dict[str, Any] = {
+        "sessionId": session_id,
+        "sessionEpoch": epoch,
+        "sessionState": state,
+        "taskVersion": task_version,
     }
+    if agent_state is not None:
+        found["agentState"] = agent_state
+    return {wire.REALTIME_EXTENSION: found}
+
+
+def shown_agent_state(state: str, *, rotating: bool) -> str:
+    """The agent's state as clients see it: `rotating` while a successor is under way (the
+    serving agent still answers: nothing for the app to do), else the agent's own."""
+    return "rotating" if rotating else state
 
 
 def task_metadata(session: Session) -> dict[str, Any]:
-    return realtime_metadata(session.session_id, session.epoch, session.state, session.task_version)
+    shown = shown_agent_state(session.agent_state, rotating=session.rotation is not None)
+    return realtime_metadata(
+        session.session_id, session.epoch, session.state, session.task_version, shown
+    )
 
 
 def requirement_message(session: Session) -> wire.Message | msgspec.UnsetType:

@@ -13,13 +13,18 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from realtime.a2a.params import Params, decode_as
-from realtime.a2a.scalars import Epoch, Uuid
+from realtime.a2a.scalars import Epoch, Timestamp, Uuid
 from realtime.errors import invalid_params
 
 MAX_RESULT_BYTES: Final = 16 * 1024
 # an operation's action is kept in the session's snapshot, rewritten by every commit, until the
 # session ends: bounded like a result (decision 172)
 MAX_ACTION_BYTES: Final = 16 * 1024
+# the context an agent saves for its successor: opaque to the service, kept beside the session
+# until it ends (profile §23)
+MAX_CONTEXT_BYTES: Final = 64 * 1024
+# interactions acknowledged in one call
+MAX_ACKS: Final = 100
 Title = Annotated[str, Meta(min_length=1, max_length=200)]
 
 
@@ -87,6 +92,35 @@ class AppendTranscriptParams(ProviderParams, frozen=True):
     text: Annotated[str, Meta(min_length=1, max_length=16000)]
 
 
+class ReportDeadlineParams(ProviderParams, frozen=True):
+    """When the agent's connection to its model ends, and why (profile §23)."""
+
+    session_epoch: Epoch
+    deadline: Timestamp
+    reason: Literal["provider_cap", "provider_goaway", "planned"]
+
+
+class SaveContextParams(ProviderParams, frozen=True):
+    """An opaque context for the agent's successor; replaces the last."""
+
+    session_epoch: Epoch
+    context: Annotated[str, Meta(min_length=1)]
+
+
+class AckInteractionsParams(ProviderParams, frozen=True):
+    """The interactions (by commandId) the agent has taken in."""
+
+    session_epoch: Epoch
+    command_ids: Annotated[
+        list[Annotated[str, Meta(min_length=1, max_length=200)]],
+        Meta(min_length=1, max_length=MAX_ACKS),
+    ]
+
+
+class GetHandoverParams(ProviderParams, frozen=True):
+    """A read: what an agent taking over needs (context, open operations, interactions)."""
+
+
 class ListOperationsParams(ProviderParams, frozen=True):
     """A read: every operation of the session."""
 
@@ -102,6 +136,10 @@ PROVIDER_PARAMS: Final[Mapping[str, type[ProviderParams]]] = {
     "aim.provider.AppendTranscript": AppendTranscriptParams,
     "aim.provider.ListOperations": ListOperationsParams,
     "aim.provider.GetOperation": GetOperationParams,
+    "aim.provider.ReportDeadline": ReportDeadlineParams,
+    "aim.provider.SaveContext": SaveContextParams,
+    "aim.provider.AckInteractions": AckInteractionsParams,
+    "aim.provider.GetHandover": GetHandoverParams,
 }
 
 
@@ -120,6 +158,14 @@ def decode_provider_params(method: str, raw: bytes) -> ProviderParams:
                 f"encodes to {size} bytes; an operation's action holds at most "
                 f"{MAX_ACTION_BYTES} bytes of JSON: keep large arguments elsewhere and pass "
                 "a reference",
+            )
+    if isinstance(params, SaveContextParams):
+        size = len(params.context.encode())
+        if size > MAX_CONTEXT_BYTES:
+            raise invalid_params(
+                "params.context",
+                f"is {size} bytes of UTF-8; a saved context holds at most {MAX_CONTEXT_BYTES} "
+                "bytes: keep the conversation's summary here and the rest elsewhere",
             )
     if isinstance(params, UpdateOperationParams):
         for name in ("result", "error"):

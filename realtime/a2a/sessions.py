@@ -7,6 +7,7 @@ from typing import Any, Final, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from realtime.a2a.projection import shown_agent_state
 from realtime.a2a.types import Wire
 from state_machines import Endpoint as EndpointSnapshot
 from state_machines import Operation as OperationSnapshot
@@ -51,14 +52,26 @@ class Media(Wire, frozen=True):
     sources: Sources
 
 
+class Rotation(Wire, frozen=True):
+    """A successor under way (profile §23): its generation, why, the serving agent's deadline."""
+
+    to_generation: int
+    reason: str
+    deadline: str | None = None
+
+
 class Agent(Wire, frozen=True):
-    """The agent's presence: its state, the identity it joined with, which dispatch into the
-    room is current (1, then 2, … once replaced) and the job LiveKit started for it."""
+    """The agent's presence: its state (`rotating` while a successor is under way: nothing for
+    the app to do), the identity it joined with, which dispatch into the room is current (1,
+    then 2, … once replaced), the job LiveKit started for it, and its generation among the
+    session's agents (profile §23)."""
 
     state: str
     dispatch_attempt: int
+    generation: int = 1
     identity: str | None = None
     job_id: str | UnsetType = UNSET
+    rotation: Rotation | UnsetType = UNSET
 
 
 class Requested(Wire, frozen=True):
@@ -173,12 +186,7 @@ def session_view(session: SessionSnapshot, *, version: int, media_url: str) -> S
                 ),
             ),
         ),
-        agent=Agent(
-            state=session.agent_state,
-            dispatch_attempt=session.agent_attempt,
-            identity=session.agent_identity,
-            job_id=session.agent_job.job_id if session.agent_job is not None else UNSET,
-        ),
+        agent=agent_view(session),
         active_endpoint_id=(
             session.active_endpoint_id if session.active_endpoint_id is not None else UNSET
         ),
@@ -186,6 +194,29 @@ def session_view(session: SessionSnapshot, *, version: int, media_url: str) -> S
         pending_operation_ids=[
             op.operation_id for op in session.operations if not operations.is_terminal(op.state)
         ],
+    )
+
+
+def agent_view(session: SessionSnapshot) -> Agent:
+    """The agent as clients see it: `rotating` while a successor is under way (the serving
+    agent still answers; the session stays as it is)."""
+    rotation = session.rotation
+    deadline = session.agent_deadline
+    return Agent(
+        state=shown_agent_state(session.agent_state, rotating=rotation is not None),
+        dispatch_attempt=session.agent_attempt,
+        generation=session.agent_generation,
+        identity=session.agent_identity,
+        job_id=session.agent_job.job_id if session.agent_job is not None else UNSET,
+        rotation=(
+            Rotation(
+                to_generation=rotation.generation,
+                reason=rotation.reason,
+                deadline=deadline.at if deadline is not None else None,
+            )
+            if rotation is not None
+            else UNSET
+        ),
     )
 
 

@@ -9,10 +9,13 @@ from realtime.client.dispatch import (
     AgentMessageError,
     AgentMetadataError,
     DispatchMetadata,
+    Handover,
     InteractionMessage,
+    LeaveNow,
     OperationUpdate,
 )
 from realtime.client.errors import (
+    AgentReplacedError,
     AimError,
     AuthError,
     AuthMisconfiguredError,
@@ -29,6 +32,7 @@ from realtime.client.errors import (
     Violation,
 )
 from realtime.client.events import (
+    AgentChanged,
     AnyEvent,
     Capabilities,
     Ended,
@@ -47,8 +51,10 @@ from realtime.client.session import Session
 
 __all__ = [
     "TOPIC",
+    "AgentChanged",
     "AgentMessageError",
     "AgentMetadataError",
+    "AgentReplacedError",
     "AgentSession",
     "AimClient",
     "AimError",
@@ -60,11 +66,13 @@ __all__ = [
     "DispatchMetadata",
     "Ended",
     "Event",
+    "Handover",
     "Interaction",
     "InteractionMessage",
     "InvalidParamsError",
     "InvalidStateError",
     "JoinResult",
+    "LeaveNow",
     "LimitExceededError",
     "NotFoundError",
     "OperationUpdate",

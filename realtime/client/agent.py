@@ -1,10 +1,17 @@
 """AgentSession: the agent worker's side of one session (`POST <providerUrl>`, profile §10).
 
     agent = AgentSession.from_metadata(ctx.job.metadata)
-    await agent.report_state("joined")
+    handover = await agent.start()                       # joined; what it takes over
     operation = await agent.request_operation(action={"title": "Book a table"})
     ...
     message = agent.receive(packet.data, packet.topic)   # in the room's data_received
+    await agent.ack(message.command_id)                  # taken in: no successor gets it again
+
+Rotation across provider caps (docs/agents.md): `report_deadline` when the model's connection
+will end, `save_context` whenever there is something a successor should know; a successor
+(`successor_of` set) gets the context, the open operations and the unacknowledged
+interactions from `start()`, and a predecessor gets `LeaveNow` from `receive` (its writes then
+raise AgentReplacedError).
 
 Calls go through the same caller as the device's (`realtime.client.rpc`): retried with the
 same body, so RequestOperation and UpdateOperation, whose requestId is minted once per call,
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 import httpx
@@ -24,7 +32,9 @@ import httpx
 from realtime.client.dispatch import (
     AgentMessage,
     DispatchMetadata,
+    Handover,
     Inbox,
+    InteractionMessage,
     OperationUpdate,
     parse_metadata,
 )
@@ -34,6 +44,7 @@ OPEN_STATES: Final = frozenset({"pending", "awaiting_confirmation"})
 _UNSET: Final[Any] = object()
 
 AgentState = Literal["joined", "listening", "thinking", "speaking", "left"]
+DeadlineReason = Literal["provider_cap", "provider_goaway", "planned"]
 
 
 class AgentSession:
@@ -103,6 +114,16 @@ class AgentSession:
     def provider_token(self) -> str:
         return self.metadata.provider_token
 
+    @property
+    def generation(self) -> int:
+        """This agent's place among the session's agents (1, 2, …)."""
+        return self.metadata.agent_generation
+
+    @property
+    def successor_of(self) -> int | None:
+        """The generation this agent takes over from (a rotation), or None."""
+        return self.metadata.successor_of
+
     async def __aenter__(self) -> AgentSession:
         return self
 
@@ -124,6 +145,66 @@ class AgentSession:
             "ReportAgentState", sessionEpoch=self.epoch, state=state
         )
         return result
+
+    async def start(self, state: AgentState = "joined") -> Handover:
+        """Report `state` (for a rotation's successor this is the handover: it serves from
+        now on), then read what this agent takes over (`handover`)."""
+        await self.report_state(state)
+        return await self.handover()
+
+    async def handover(self) -> Handover:
+        """GetHandover: the context saved for a successor, the operations not over, and the
+        interactions no agent acknowledged and this agent has not received yet (each is
+        acted on once, whether it comes from here or from a data message)."""
+        result = await self.call("GetHandover")
+        context = result.get("context")
+        interactions = []
+        for body in result.get("interactions", []):
+            message = InteractionMessage(
+                str(body.get("type")),
+                str(body.get("commandId")),
+                body.get("sessionEpoch"),
+                dict(body.get("payload") or {}),
+            )
+            if not self.inbox.taken(message):
+                interactions.append(message)
+        return Handover(
+            generation=int(result["generation"]),
+            agent_generation=int(result["agentGeneration"]),
+            successor_of=result.get("successorOf"),
+            reason=result.get("reason"),
+            context=context["data"] if context else None,
+            context_generation=context["generation"] if context else None,
+            operations=list(result.get("operations", [])),
+            interactions=interactions,
+        )
+
+    async def report_deadline(
+        self, deadline: datetime, reason: DeadlineReason = "provider_cap"
+    ) -> dict[str, Any]:
+        """ReportDeadline: this agent's connection to its model ends at `deadline` (an aware
+        datetime); the service brings a successor in before it."""
+        if deadline.tzinfo is None:
+            raise ValueError("deadline must be an aware datetime (with its time zone)")
+        at = deadline.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        result: dict[str, Any] = await self.call(
+            "ReportDeadline", sessionEpoch=self.epoch, deadline=at, reason=reason
+        )
+        return result
+
+    async def save_context(self, context: str) -> int:
+        """SaveContext: what a successor should know (at most 64 KiB of UTF-8; opaque to the
+        service, replaced on each save); its size in bytes."""
+        result = await self.call("SaveContext", sessionEpoch=self.epoch, context=context)
+        return int(result["bytes"])
+
+    async def ack(self, *command_ids: str) -> int:
+        """AckInteractions: this agent has taken these interactions in, so no successor is
+        given them again; how many still wait for an agent."""
+        result = await self.call(
+            "AckInteractions", sessionEpoch=self.epoch, commandIds=list(command_ids)
+        )
+        return int(result["unacknowledged"])
 
     async def request_operation(
         self,
@@ -207,9 +288,10 @@ class AgentSession:
         return operations
 
     def receive(self, payload: bytes | str, topic: str | None) -> AgentMessage | None:
-        """The service's message in a LiveKit data packet: InteractionMessage or
-        OperationUpdate; None for another topic and for repeats (an interaction's commandId,
-        an operation's state, seen before). AgentMessageError if it is not one."""
+        """The service's message in a LiveKit data packet: InteractionMessage, OperationUpdate
+        or LeaveNow (a successor took over: leave); None for another topic and for repeats (an
+        interaction's commandId, an operation's state, seen before). AgentMessageError if it
+        is not one."""
         return self.inbox.receive(payload, topic)
 
     async def sync(self) -> list[OperationUpdate]:

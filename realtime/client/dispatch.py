@@ -1,11 +1,13 @@
 """What the agent worker is handed: the dispatch metadata, and the service's data messages.
 
 The service dispatches one agent per room with the job metadata `{sessionId, sessionEpoch,
-taskId, retention, requested, providerUrl, providerToken}` (docs/protocol.md, Provider API).
-It then sends the agent LiveKit data messages on topic `aim.realtime.v1`, each
-`{type, commandId, sessionEpoch, payload}`: the user's interactions (input.text,
-visual.select, response.interrupt, media.*) and `operation.update` `{operationId, state}`
-whenever an operation is resolved. They arrive at least once; `Inbox` drops the repeats.
+taskId, retention, requested, providerUrl, providerToken, agentGeneration, successorOf?}`
+(docs/protocol.md, Provider API). It then sends the agent LiveKit data messages on topic
+`aim.realtime.v1`, each `{type, commandId, sessionEpoch, payload}`: the user's interactions
+(input.text, visual.select, response.interrupt, media.*), `operation.update` `{operationId,
+state}` whenever an operation is resolved, and `agent.leave` `{generation,
+successorGeneration}` when a successor took over (a rotation). They arrive at least once;
+`Inbox` drops the repeats.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class DispatchMetadata:
     requested: dict[str, Any]
     provider_url: str
     provider_token: str = field(repr=False)
+    # the agent's place among the session's agents, and (a rotation's successor) the
+    # generation it takes over from
+    agent_generation: int = 1
+    successor_of: int | None = None
 
 
 def _uuid(value: Any) -> bool:
@@ -121,6 +127,12 @@ def parse_metadata(raw: str | bytes | Mapping[str, Any]) -> DispatchMetadata:
     )
     token = data.get("providerToken")
     need("providerToken", isinstance(token, str) and token.count(".") == 2, "a JWT", secret=True)
+    generation = data.get("agentGeneration", 1)
+    successor_of = data.get("successorOf")
+    if not _whole(generation):
+        problems.append(f"agentGeneration: must be an integer of at least 1, got {generation!r}")
+    if successor_of is not None and not _whole(successor_of):
+        problems.append(f"successorOf: must be an integer of at least 1, got {successor_of!r}")
     if problems:
         raise AgentMetadataError(problems)
     return DispatchMetadata(
@@ -131,7 +143,13 @@ def parse_metadata(raw: str | bytes | Mapping[str, Any]) -> DispatchMetadata:
         requested=dict(data["requested"]),
         provider_url=str(url),
         provider_token=str(token),
+        agent_generation=int(generation),
+        successor_of=None if successor_of is None else int(successor_of),
     )
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass(frozen=True)
@@ -158,7 +176,35 @@ class OperationUpdate:
     operation: dict[str, Any] | None = None
 
 
-AgentMessage = InteractionMessage | OperationUpdate
+@dataclass(frozen=True)
+class LeaveNow:
+    """`agent.leave`: generation `successor_generation` took over from this agent
+    (`generation`). Its writes are refused from now on (AgentReplacedError); it should wrap up
+    and leave the room: the service removes it after a short grace."""
+
+    generation: int
+    successor_generation: int
+    command_id: str
+    session_epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What an agent taking over reads (aim.provider.GetHandover): the context its predecessor
+    saved (None if none), the operations not over (the predecessor's stay valid: this agent
+    finishes them), and the interactions no agent acknowledged, oldest first."""
+
+    generation: int
+    agent_generation: int
+    successor_of: int | None
+    reason: str | None
+    context: str | None
+    context_generation: int | None
+    operations: list[dict[str, Any]]
+    interactions: list[InteractionMessage]
+
+
+AgentMessage = InteractionMessage | OperationUpdate | LeaveNow
 
 
 class Inbox:
@@ -218,4 +264,16 @@ class Inbox:
             return OperationUpdate(operation_id, state, command_id, epoch, body)
         if self._seen_command(command_id):
             return None
+        if kind == "agent.leave":
+            generation, successor = body.get("generation"), body.get("successorGeneration")
+            if not isinstance(generation, int) or not isinstance(successor, int):
+                raise AgentMessageError(
+                    "agent.leave needs payload.generation and .successorGeneration"
+                )
+            return LeaveNow(generation, successor, command_id, epoch)
         return InteractionMessage(kind, command_id, epoch, body)
+
+    def taken(self, message: InteractionMessage) -> bool:
+        """Record an interaction handed over (not received in a data packet): True when it was
+        received before, so that it is acted on once either way."""
+        return self._seen_command(message.command_id)

@@ -113,6 +113,17 @@ class SupersededError(StaleEpochError):
     """Another device took the session over; join() again to take it back."""
 
 
+class AgentReplacedError(StaleEpochError):
+    """An agent's write after a later generation took over from it (a rotation's handover,
+    or a replacement): it should leave the room; its reads still answer."""
+
+    @property
+    def agent_generation(self) -> int | None:
+        """The generation serving the session now."""
+        value = self.metadata.get("agentGeneration", "")
+        return int(value) if value.isdigit() else None
+
+
 class InvalidStateError(AimError):
     """-31003: the state machine does not allow it now (`metadata.state`, `allowed`)."""
 
@@ -248,6 +259,8 @@ def error_from_rpc(
         cls = _CLASSES.get(code, AimError) if code is not None else AimError
     if cls is StaleEpochError and metadata.get("reason") == "superseded":
         cls = SupersededError
+    elif cls is StaleEpochError and metadata.get("reason") == "agent_replaced":
+        cls = AgentReplacedError
     elif cls is AuthError and code != PERMISSION_DENIED and http_status != 403:
         cls = _auth_class(metadata.get("reason", ""))
     raw_data = error.get("data")

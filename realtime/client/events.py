@@ -1,8 +1,8 @@
 """What a session tells its app (`async for event in session.events()`) and what calls return.
 
 Every event is a frozen dataclass with `name`, the event's name in both client libraries
-(`state`, `requirement`, `interaction`, `superseded`, `rebound`, `ended`, `error`; `update` only
-for `events(updates=True)`).
+(`state`, `agent`, `requirement`, `interaction`, `superseded`, `rebound`, `ended`, `error`;
+`update` only for `events(updates=True)`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,21 @@ class StateChanged:
     epoch: int
     task_state: str
     task_version: int
+
+
+@dataclass(frozen=True)
+class AgentChanged:
+    """The agent's state changed: `dispatched`, `started`, `joined`, what it reports of itself
+    (`listening`, `thinking`, `speaking`), or `rotating` while a successor is brought in before
+    the serving agent's connection ends (the serving agent still answers and the session keeps
+    its state: nothing for the app to do), then the new agent's state."""
+
+    name: ClassVar[str] = "agent"
+    state: str
+
+    @property
+    def rotating(self) -> bool:
+        return self.state == "rotating"
 
 
 @dataclass(frozen=True)
@@ -94,7 +109,16 @@ class Update:
     result: dict[str, Any]
 
 
-Event = StateChanged | Requirement | Interaction | Superseded | Rebound | Ended | StreamFailed
+Event = (
+    StateChanged
+    | AgentChanged
+    | Requirement
+    | Interaction
+    | Superseded
+    | Rebound
+    | Ended
+    | StreamFailed
+)
 AnyEvent = Event | Update
 
 

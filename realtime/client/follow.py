@@ -2,7 +2,8 @@
 
 Each frame updates the session (state, epoch, task state and version, the open requirement)
 and yields the events it implies, in this order: `update` (raw, opt-in), `superseded` or
-`rebound`, `state`, `requirement`, and `ended` after the terminal frame.
+`rebound`, `state`, `agent` (when the frame names the agent's state and it changed),
+`requirement`, and `ended` after the terminal frame.
 
 A frame whose epoch passed the epoch this device joined at, while the session is not
 provisioning, may mean another device took over: the session shows the new epoch, but its
@@ -20,7 +21,14 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Final
 
 from realtime.client.errors import AimError
-from realtime.client.events import Ended, Rebound, StateChanged, StreamFailed, Update
+from realtime.client.events import (
+    AgentChanged,
+    Ended,
+    Rebound,
+    StateChanged,
+    StreamFailed,
+    Update,
+)
 from realtime.client.events import requirement_in as _requirement_in
 from realtime.client.rpc import REALTIME
 from realtime.client.stream import TERMINAL_TASK_STATES, Frame, TaskStream
@@ -104,6 +112,10 @@ class Follower:
         if now != self._last:
             self._last = now
             session.emit(StateChanged(*now))
+        agent = meta.get("agentState")
+        if isinstance(agent, str) and agent != session.agent_state:
+            session.agent_state = agent
+            session.emit(AgentChanged(agent))
         if session.task_state != INPUT_REQUIRED:
             session.requirement = None
             return

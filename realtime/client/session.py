@@ -63,6 +63,8 @@ class Session:
         self.epoch = 0
         self.task_state = ""
         self.task_version = 0
+        # the agent's state as the stream last named it (`rotating` during a rotation)
+        self.agent_state: str | None = None
         self.endpoint_id: str | None = None
         self.requirement: Requirement | None = None
         self.info: dict[str, Any] = {}  # the newest session object (GetSession, a command)

@@ -19,6 +19,7 @@ live index, is the engine's (`engine/ledger.py` writes what concerns no session)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -51,6 +52,7 @@ from realtime.engine.outcomes import (
     Reused,
 )
 from realtime.engine.presence import changes as presence_changes
+from realtime.engine.presence import rotation_outcomes, rotation_seam_s
 from realtime.engine.schedule import armed_by, window_s
 from realtime.engine.session_events import notices
 from realtime.metrics import Metrics
@@ -210,11 +212,13 @@ class Engine:
         result: bytes = b"",
         token_claims: dict[str, Any] | None = None,
         note: Note | None = None,
+        context: bytes | None = None,
     ) -> Applied | Replayed | Reused | None:
         """Commit a decision with its command's rendered `result` and the claims of the join
         token it issued, kept to be signed into every reply (a no-op command stores its outcome
         alone, so a retry replays these bytes: profile §6); None when another writer committed
-        since the load (decide again)."""
+        since the load (decide again). `context`: the agent's saved context, stored beside the
+        snapshot in the same commit when the decision changes the session."""
         command = decided.command
         outcome = (
             outcome_of(
@@ -228,6 +232,8 @@ class Engine:
             else None
         )
         commit, applied = self._commit_of(decided, outcome, note)
+        if context is not None and commit.changes:
+            commit = dataclasses.replace(commit, context=context)
         committed = await self.sessions.commit(commit)
         if committed.status == "conflict":
             return None
@@ -249,8 +255,10 @@ class Engine:
         result: bytes = b"",
         only_at_version: int | None = None,
         note: Note | None = None,
+        context: bytes | None = None,
     ) -> Outcome:
-        """Decide and commit `event`, again after a conflict; a command's `result` is fixed."""
+        """Decide and commit `event`, again after a conflict; a command's `result` is fixed;
+        `context` is written with the commit (aim.provider.SaveContext)."""
         linked = note is not None and note.cause in LINKED
 
         async def attempt() -> Outcome | None:
@@ -264,7 +272,7 @@ class Engine:
             )
             if not isinstance(decided, Decided):
                 return decided
-            return await self.commit(decided, result=result, note=note)
+            return await self.commit(decided, result=result, note=note, context=context)
 
         return await until_committed(session_id, attempt)
 
@@ -443,6 +451,8 @@ class Engine:
             await self._forget_live(record.owner, [decided.session_id])
         for change in presence_changes(old, new):
             self.metrics.agent_presence(change)
+        for outcome in rotation_outcomes(old, new):
+            self.metrics.agent_rotation(outcome, rotation_seam_s(old, new))
         command_id = decided.command.command_id if decided.command else None
         note_transition(decided.session_id, new.epoch, command_id, old.state, new.state)
 

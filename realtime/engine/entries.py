@@ -68,6 +68,7 @@ class Note:
     event_id: str | None = None
     timer: str | None = None
     effect: str | None = None
+    generation: int = 0  # the agent generation of a provider call (0: not a provider call)
 
 
 def cause_of(command: Command | None, note: Note | None) -> Cause | None:
@@ -128,6 +129,7 @@ def event_entry(
             webhook=WebhookRef(note.event, note.event_id) if note and note.event else None,
             timer=note.timer if note is not None else None,
             effect=note.effect if note is not None else None,
+            generation=note.generation if note is not None else 0,
             correction=dict(note.correction) if note and note.correction is not None else None,
             operations=_operations_moved(old, session),
             trace_id=trace_id_of(span) if span is not None else None,  # the committing span
@@ -141,10 +143,21 @@ def _agent_moved(old: Session | None, new: Session) -> AgentMoved | None:
     if old is None:
         return None
     found = presence_changes(old, new)
-    if not found and (old.agent_state, old.agent_attempt) == (new.agent_state, new.agent_attempt):
+    if not found and (old.agent_state, old.agent_attempt, old.rotation) == (
+        new.agent_state,
+        new.agent_attempt,
+        new.rotation,
+    ):
         return None
+    rotation = new.rotation
     return AgentMoved(
-        from_=old.agent_state, to=new.agent_state, dispatch_attempt=new.agent_attempt, changes=found
+        from_=old.agent_state,
+        to=new.agent_state,
+        dispatch_attempt=new.agent_attempt,
+        changes=found,
+        generation=new.agent_generation,
+        successor=rotation.generation if rotation is not None else 0,
+        successor_attempt=rotation.attempt if rotation is not None else 0,
     )
 
 

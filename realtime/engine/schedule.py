@@ -19,7 +19,8 @@ from state_machines.session_model import AWAITING_AGENT
 
 class Timer(NamedTuple):
     session_id: str
-    kind: str  # provisioning | grace | idle | max | requirement | compact | agent
+    # provisioning | grace | idle | max | requirement | compact | agent | rotate | deadline | leave
+    kind: str
     version: int
     epoch: int
     endpoint_id: str
@@ -62,6 +63,7 @@ def armed_by(
         # started nothing
         timer = Timer(sid, "agent", version, new.room_epoch, str(new.agent_attempt))
         timers[timer.member] = now_ms + settings.agent_start_timeout_s * 1000 * 2**new.agent_misses
+    timers.update(_rotation_timers(settings, old, new, version, now_ms))
     if old is None:
         timer = Timer(sid, "max", version, new.epoch, "")
         timers[timer.member] = now_ms + settings.max_session_s * 1000
@@ -81,6 +83,44 @@ def armed_by(
                 f"{op.operation_id}#{requirement.requirement_id}",
             )
             timers[timer.member] = ms_of(requirement.expires_at)
+    return timers
+
+
+def _rotation_timers(
+    settings: Settings, old: Session | None, new: Session, version: int, now_ms: int
+) -> dict[str, int]:
+    """The timers of agent rotation (profile §23): the successor's dispatch ahead of the serving
+    agent's deadline (reported, or planned by AIM_AGENT_ROTATE_AFTER_S when an agent joins),
+    the deadline itself, the successor's start timer, and the end of a predecessor's grace."""
+    timers: dict[str, int] = {}
+    if new.state not in LIVE_STATES or new.state == "provisioning":
+        return timers
+    sid, room_epoch, generation = new.session_id, new.room_epoch, new.agent_generation
+    deadline = new.agent_deadline
+    if deadline is not None and (old is None or old.agent_deadline != deadline):
+        due = ms_of(deadline.at)
+        member = f"{generation}#{due}"
+        timers[Timer(sid, "deadline", version, room_epoch, member).member] = due
+        if new.rotation is None:
+            rotate = f"{member}#{deadline.reason}"
+            margin_ms = settings.agent_rotate_margin_s * 1000
+            if deadline.reason == "planned":  # the configured interval: half of it at most
+                margin_ms = min(margin_ms, new.rotate_after_s * 500)
+            at = max(now_ms, due - margin_ms)
+            timers[Timer(sid, "rotate", version, room_epoch, rotate).member] = at
+    rotation = new.rotation
+    if (
+        rotation is not None
+        and rotation.attempt
+        and (old is None or old.rotation is None or old.rotation.attempt != rotation.attempt)
+    ):
+        # not doubled: the serving agent is still there, and the deadline bounds the tries
+        timer = Timer(sid, "agent", version, room_epoch, str(rotation.attempt))
+        timers[timer.member] = now_ms + settings.agent_start_timeout_s * 1000
+    leaving = new.agent_leaving
+    if leaving is not None and "|" not in leaving and (old is None or old.agent_leaving != leaving):
+        timer = Timer(sid, "leave", version, room_epoch, leaving)
+        timers[timer.member] = now_ms + settings.agent_leave_grace_s * 1000
     return timers
 
 

@@ -170,6 +170,20 @@ def _moves(old: Session | None, new: Session) -> Iterator[tuple[str, dict[str, A
                     "supersededEndpointIds": superseded,
                 },
             )
+    if "rotated" in presence and old is not None:
+        rotated = {
+            "fromGeneration": old.agent_generation,
+            "toGeneration": new.agent_generation,
+            "reason": old.rotation.reason if old.rotation is not None else None,
+            # joined: the successor came in beside its predecessor, which was told to leave;
+            # replaced: the predecessor was gone first (lost, or its deadline passed)
+            "handover": (
+                "joined"
+                if new.agent_leaving is not None and new.agent_leaving != old.agent_leaving
+                else "replaced"
+            ),
+        }
+        yield "agent.rotated", rotated
     if "joined" in presence:
         joined = {"identity": new.agent_identity, "dispatchAttempt": new.agent_attempt}
         yield "agent.joined", joined

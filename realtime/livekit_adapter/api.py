@@ -255,10 +255,12 @@ class LiveKitGateway:
         )
         return str(created.id)
 
-    async def delete_dispatches(self, room: str, *, before_attempt: int) -> int:
-        """Delete our agent's dispatches in `room` older than `before_attempt` (LiveKit ends
-        their jobs and their agents leave); how many were deleted. One already gone counts as
-        done; so does a room that is gone."""
+    async def delete_dispatches(
+        self, room: str, *, before_attempt: int = 0, only_attempt: int = 0
+    ) -> int:
+        """Delete our agent's dispatches in `room` older than `before_attempt`, or the one of
+        `only_attempt` (LiveKit ends their jobs and their agents leave); how many were deleted.
+        One already gone counts as done; so does a room that is gone."""
         agent = self.settings.agent_name
         try:
             existing = await self._call(
@@ -270,7 +272,9 @@ class LiveKitGateway:
             return 0
         deleted = 0
         for dispatch in existing:
-            if dispatch.agent_name != agent or attempt_of(dispatch.metadata) >= before_attempt:
+            attempt = attempt_of(dispatch.metadata)
+            wanted = attempt == only_attempt if only_attempt else attempt < before_attempt
+            if dispatch.agent_name != agent or not wanted:
                 continue
             deleted += await self._delete_dispatch(room, str(dispatch.id))
         return deleted

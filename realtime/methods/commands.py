@@ -110,11 +110,12 @@ async def execute(
     command: Command | None = None,
     result: bytes = b"",
     note: Note | None = None,
+    context: bytes | None = None,
 ) -> Outcome:
     """Apply an event whose result is fixed (`Engine.execute`), and start the effects its
     commit stored."""
     outcome = await commands.engine.execute(
-        session_id, event, owner=owner, command=command, result=result, note=note
+        session_id, event, owner=owner, command=command, result=result, note=note, context=context
     )
     return commands.runner.follow(outcome)
 

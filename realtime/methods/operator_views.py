@@ -26,6 +26,7 @@ from typing import Any, Final
 import msgspec
 
 from realtime.a2a import sessions as views
+from realtime.a2a.projection import shown_agent_state
 from realtime.auth import Principal
 from realtime.engine.entries import CALLS
 from realtime.engine.schedule import Timer
@@ -130,7 +131,7 @@ def summary(record: SessionRecord) -> dict[str, Any]:
         "createdAt": session.created_at,
         "updatedAt": session.updated_at,
         "room": session.room,
-        "agentState": session.agent_state,
+        "agentState": shown_agent_state(session.agent_state, rotating=session.rotation is not None),
     }
     if session.end_reason is not None:
         item["endReason"] = session.end_reason
@@ -303,6 +304,8 @@ def from_event(event: EventEntry | None) -> list[dict[str, Any]]:
         command = {**base, "kind": "command", "method": event.method, "outcome": "applied"}
         if event.command_id:
             command["commandId"] = event.command_id
+        if event.generation:  # a provider call: which of the session's agents made it
+            command["generation"] = event.generation
         shown.append(command)
     elif cause == Cause.WEBHOOK and event.webhook is not None:
         hook = event.webhook
@@ -328,6 +331,10 @@ def from_event(event: EventEntry | None) -> list[dict[str, Any]]:
     if event.agent is not None:
         moved = event.agent
         agent = {"from": moved.from_, "to": moved.to, "dispatchAttempt": moved.dispatch_attempt}
+        if moved.generation:  # the serving agent's generation, and a successor under way
+            agent["generation"] = moved.generation
+        if moved.successor:
+            agent |= {"successor": moved.successor, "successorAttempt": moved.successor_attempt}
         shown.append({**base, "kind": "agent", **agent, "changes": list(moved.changes)})
     shown.extend(
         {**base, "kind": "operation", **msgspec.to_builtins(moved)} for moved in event.operations

@@ -39,7 +39,10 @@ _TITLES: Final = {
 }
 
 
-_PROVIDER: Final = Note(Cause.PROVIDER)
+# a reported deadline further ahead than this is a mistake (no model connection lasts so long)
+MAX_DEADLINE_AHEAD_S: Final = 24 * 3600
+# the operations a successor must know of: not over yet
+OPEN_OPERATION_STATES: Final = frozenset({"pending", "awaiting_confirmation", "running"})
 
 
 def action_digest(action: Any) -> str:
@@ -68,6 +71,7 @@ async def _exactly_once(
     params: p.RequestOperationParams | p.UpdateOperationParams,
     event: AnyEvent,
     operation_id: str,
+    generation: int,
 ) -> Any:
     def render(decided: Decided) -> dict[str, Any]:
         return {"operation": operation_result(params.session_id, decided.session, operation_id)}
@@ -80,7 +84,7 @@ async def _exactly_once(
             owner=None,
             command=_command(method, params),
             render=render,
-            note=_PROVIDER,
+            note=Note(Cause.PROVIDER, generation=generation),
         )
     except CommandConflict:
         raise CommandConflict(
@@ -93,18 +97,23 @@ async def _exactly_once(
 async def report_agent_state(
     deps: ProviderDeps, grant: ProviderGrant, params: p.ReportAgentStateParams
 ) -> Any:
-    event = provider.ReportAgentState(params.session_epoch, grant.epoch, params.state)
+    event = provider.ReportAgentState(
+        params.session_epoch, grant.epoch, params.state, generation=grant.generation
+    )
     outcome = await execute(
         deps.commands,
         params.session_id,
         event,
-        note=Note(Cause.PROVIDER, method="aim.provider.ReportAgentState"),
+        note=Note(
+            Cause.PROVIDER, method="aim.provider.ReportAgentState", generation=grant.generation
+        ),
     )
     session = applied(outcome).session
     return {
         "sessionId": session.session_id,
         "sessionEpoch": session.epoch,
         "agentState": session.agent_state,
+        "agentGeneration": session.agent_generation,
     }
 
 
@@ -142,8 +151,11 @@ async def request_operation(
         requirement=requirement,
         media_side=media.side if isinstance(media, p.MediaTarget) else None,
         media_source=media.source if isinstance(media, p.MediaTarget) else None,
+        generation=grant.generation,
     )
-    return await _exactly_once(deps, "aim.provider.RequestOperation", params, event, operation_id)
+    return await _exactly_once(
+        deps, "aim.provider.RequestOperation", params, event, operation_id, grant.generation
+    )
 
 
 async def update_operation(
@@ -159,9 +171,10 @@ async def update_operation(
         error_json=msgspec.json.encode(
             params.error if params.error is not UNSET else None
         ).decode(),
+        generation=grant.generation,
     )
     return await _exactly_once(
-        deps, "aim.provider.UpdateOperation", params, event, params.operation_id
+        deps, "aim.provider.UpdateOperation", params, event, params.operation_id, grant.generation
     )
 
 
@@ -169,11 +182,99 @@ async def append_transcript(
     deps: ProviderDeps, grant: ProviderGrant, params: p.AppendTranscriptParams
 ) -> Any:
     event = provider.AppendTranscript(
-        params.session_epoch, grant.epoch, params.item_id, params.role, params.text
+        params.session_epoch,
+        grant.epoch,
+        params.item_id,
+        params.role,
+        params.text,
+        generation=grant.generation,
     )
-    note = Note(Cause.PROVIDER, method="aim.provider.AppendTranscript")
+    note = Note(Cause.PROVIDER, method="aim.provider.AppendTranscript", generation=grant.generation)
     applied(await execute(deps.commands, params.session_id, event, note=note))
     return {"itemId": params.item_id}
+
+
+async def report_deadline(
+    deps: ProviderDeps, grant: ProviderGrant, params: p.ReportDeadlineParams
+) -> Any:
+    deadline_ms = int(params.deadline.timestamp() * 1000)
+    if deadline_ms > deps.now_ms() + MAX_DEADLINE_AHEAD_S * 1000:
+        raise invalid_params(
+            "params.deadline",
+            f"lies more than {MAX_DEADLINE_AHEAD_S // 3600} hours ahead; report the deadline "
+            "of the agent's current connection to its model",
+        )
+    event = provider.ReportDeadline(
+        params.session_epoch,
+        grant.epoch,
+        grant.generation,
+        wire.timestamp(deadline_ms),
+        params.reason,
+    )
+    note = Note(Cause.PROVIDER, method="aim.provider.ReportDeadline", generation=grant.generation)
+    session = applied(await execute(deps.commands, params.session_id, event, note=note)).session
+    deadline = session.agent_deadline
+    return {
+        "sessionId": session.session_id,
+        "agentGeneration": session.agent_generation,
+        "deadline": deadline.at if deadline is not None else None,
+        "reason": deadline.reason if deadline is not None else None,
+        "rotating": session.rotation is not None,
+    }
+
+
+async def save_context(
+    deps: ProviderDeps, grant: ProviderGrant, params: p.SaveContextParams
+) -> Any:
+    data = params.context.encode()
+    event = provider.SaveContext(params.session_epoch, grant.epoch, grant.generation, len(data))
+    note = Note(Cause.PROVIDER, method="aim.provider.SaveContext", generation=grant.generation)
+    outcome = await execute(deps.commands, params.session_id, event, note=note, context=data)
+    session = applied(outcome).session
+    return {"sessionId": session.session_id, "generation": grant.generation, "bytes": len(data)}
+
+
+async def ack_interactions(
+    deps: ProviderDeps, grant: ProviderGrant, params: p.AckInteractionsParams
+) -> Any:
+    event = provider.AckInteractions(
+        params.session_epoch, grant.epoch, grant.generation, tuple(params.command_ids)
+    )
+    note = Note(Cause.PROVIDER, method="aim.provider.AckInteractions", generation=grant.generation)
+    session = applied(await execute(deps.commands, params.session_id, event, note=note)).session
+    return {"sessionId": session.session_id, "unacknowledged": len(session.unacked)}
+
+
+async def get_handover(
+    deps: ProviderDeps, grant: ProviderGrant, params: p.GetHandoverParams
+) -> Any:
+    """What an agent taking over needs: the saved context, the operations not over, and the
+    interactions no agent acknowledged (the data messages' bodies, in the order sent)."""
+    session = await _readable(deps, grant, params.session_id)
+    saved = await deps.sessions.saved_context(params.session_id)
+    meta = session.agent_context
+    rotation = session.rotation
+    successor = rotation is not None and grant.generation == rotation.generation
+    return {
+        "sessionId": session.session_id,
+        "sessionEpoch": session.epoch,
+        "generation": grant.generation,
+        "agentGeneration": session.agent_generation,
+        "serving": grant.generation == session.agent_generation,
+        "successorOf": session.agent_generation if successor else None,
+        "reason": rotation.reason if successor and rotation is not None else None,
+        "context": (
+            {"data": saved.decode(), "generation": meta.generation, "savedAt": meta.saved_at}
+            if saved is not None and meta is not None
+            else None
+        ),
+        "operations": [
+            op
+            for op in operations_result(params.session_id, session)
+            if op["state"] in OPEN_OPERATION_STATES
+        ],
+        "interactions": [msgspec.json.decode(item.body) for item in session.unacked],
+    }
 
 
 async def _readable(deps: ProviderDeps, grant: ProviderGrant, session_id: str) -> Session:
@@ -213,4 +314,8 @@ PROVIDER_METHODS: Final[dict[str, Handler]] = {
     "aim.provider.AppendTranscript": append_transcript,
     "aim.provider.ListOperations": list_operations,
     "aim.provider.GetOperation": get_operation,
+    "aim.provider.ReportDeadline": report_deadline,
+    "aim.provider.SaveContext": save_context,
+    "aim.provider.AckInteractions": ack_interactions,
+    "aim.provider.GetHandover": get_handover,
 }

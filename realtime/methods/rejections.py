@@ -14,6 +14,7 @@ from realtime.errors import (
     ServiceError,
     StaleEpoch,
     VersionMismatch,
+    invalid_params,
 )
 from state_machines import Rejected, RejectReason, Session
 
@@ -31,6 +32,20 @@ def reject(rejection: Rejected, session: Session) -> ServiceError:
                 "reason": rejection.epoch_reason,
             },
         )
+    if reason is RejectReason.AGENT_REPLACED:
+        return StaleEpoch(
+            f"This agent can no longer write: {rejection.detail}. From the handover on, only "
+            "the serving agent writes; the operations this agent created stay valid and its "
+            "successor finishes them. Leave the room.",
+            details={
+                "currentEpoch": rejection.current_epoch,
+                "state": rejection.state,
+                "reason": "agent_replaced",
+                "agentGeneration": rejection.current_version,
+            },
+        )
+    if reason is RejectReason.INVALID_PARAMS:
+        return invalid_params(f"params.{rejection.missing[0]}", rejection.detail)
     if reason is RejectReason.ENDPOINT_NOT_FOUND:
         return EndpointNotFound(
             "No such endpoint in this session; register the device with RegisterEndpoint.",

@@ -189,6 +189,7 @@ async def _commit_new(
         required_capabilities=tuple(create.required_capabilities),
         transcript=create.retention.transcript,
         now=wire.timestamp(now_ms),
+        rotate_after_s=deps.settings.agent_rotate_after_s,
     )
     session = decision.state
     task = TaskRecord(

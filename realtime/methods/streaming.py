@@ -25,7 +25,7 @@ import msgspec
 
 from realtime.a2a import params as p
 from realtime.a2a import types as wire
-from realtime.a2a.projection import realtime_metadata
+from realtime.a2a.projection import realtime_metadata, shown_agent_state
 from realtime.errors import (
     TaskNotFound,
     UnsupportedOperation,
@@ -147,8 +147,13 @@ class TaskStream:
 
 
 def event_metadata(session_id: str, event: EventEntry) -> dict[str, Any]:
-    """The task's metadata as it was when `event` was committed."""
-    return realtime_metadata(session_id, event.epoch, event.to, event.task_version)
+    """The task's metadata as it was when `event` was committed (the agent's state when the
+    commit moved the agent)."""
+    agent = event.agent
+    shown = (
+        shown_agent_state(agent.to, rotating=bool(agent.successor)) if agent is not None else None
+    )
+    return realtime_metadata(session_id, event.epoch, event.to, event.task_version, shown)
 
 
 def status_update(task_id: str, context_id: str, event: EventEntry) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from state_machines import (
     SessionEvent,
 )
 from state_machines.interactions import InteractionEvent, TrackChanged
+from state_machines.rotation import is_successor
 from state_machines.session import parse_room_name
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ def _fenced(event: object, session: Session, notice: Notice) -> bool:
     if session.room != notice.room:
         return True
     if isinstance(event, AgentJobStarted | AgentJobEnded):
-        return event.attempt < session.agent_attempt
+        return event.attempt < session.agent_attempt and not is_successor(session, event.attempt)
     return isinstance(event, ParticipantJoined | ParticipantLeft) and (
         event.identity in session.agents_replaced
     )

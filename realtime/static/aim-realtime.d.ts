@@ -152,6 +152,25 @@ export interface StateEvent {
   taskVersion: number;
 }
 
+/** The agent's state changed; `rotating` while a successor is brought in before the serving
+ * agent's connection ends (the serving agent still answers, the session keeps its state:
+ * nothing for the app to do), then the new agent's state. */
+export interface AgentEvent {
+  state: AgentState;
+  rotating: boolean;
+}
+
+export type AgentState =
+  | "dispatching"
+  | "dispatched"
+  | "started"
+  | "joined"
+  | "listening"
+  | "thinking"
+  | "speaking"
+  | "left"
+  | "rotating";
+
 export interface EndedEvent {
   state: SessionState;
   taskState: TaskState;
@@ -161,6 +180,7 @@ export interface EndedEvent {
 /** Session events by name. */
 export interface SessionEventMap {
   state: StateEvent;
+  agent: AgentEvent;
   requirement: Requirement;
   interaction: Interaction;
   superseded: { epoch: number };
@@ -188,6 +208,8 @@ export class Session {
   readonly endpointId: string | null;
   readonly requirement: Requirement | null;
   readonly superseded: boolean;
+  /** The agent's state as the stream last named it (null before it did). */
+  readonly agentState: AgentState | null;
 
   /** Listen; the first listener starts the stream. Returns the unsubscribe function. */
   on<K extends keyof SessionEventMap>(name: K, fn: (event: SessionEventMap[K]) => void): () => void;

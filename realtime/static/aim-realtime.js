@@ -16,8 +16,8 @@
 const REALTIME = "urn:aim:a2a:realtime:v1";
 const TERMINAL = new Set(["TASK_STATE_COMPLETED", "TASK_STATE_CANCELED", "TASK_STATE_FAILED",
                           "TASK_STATE_REJECTED"]);
-const EVENTS = new Set(["state", "requirement", "interaction", "superseded", "rebound", "ended",
-                        "error"]);
+const EVENTS = new Set(["state", "agent", "requirement", "interaction", "superseded", "rebound",
+                        "ended", "error"]);
 // reconnects: backoff and failures in a row; silence: three missed 15 s heartbeats
 const STREAM = {baseMs: 250, maxMs: 5000, failures: 10, silenceMs: 45000};
 // the service's last line of a stream it cut on purpose (lifetime, a reader that fell behind)
@@ -428,6 +428,7 @@ export class Session {
     this.endpointId = endpointId ?? null;
     this.requirement = requirement ?? null;
     this.superseded = false;
+    this.agentState = null;  // as the stream last named it: "rotating" during a rotation
   }
 
   // ---- events ------------------------------------------------------------------------------
@@ -624,13 +625,19 @@ export class Session {
     return true;
   }
 
-  /** One frame: state, requirement, superseded or rebound, ended. True once terminal. */
+  /** One frame: state, agent, requirement, superseded or rebound, ended. True once terminal. */
   async #onFrame(result) {
     const item = result.task ?? result.statusUpdate;
     const meta = realtimeOf(item);
     const epoch = meta.sessionEpoch;
     this.#observe({state: meta.sessionState, epoch, taskState: item.status.state,
                    taskVersion: meta.taskVersion});
+    // the agent's state, when the frame names it: "rotating" while a successor is brought in
+    // before the serving agent's connection ends (nothing for the app to do)
+    if (typeof meta.agentState === "string" && meta.agentState !== this.agentState) {
+      this.agentState = meta.agentState;
+      this.#emit("agent", {state: meta.agentState, rotating: meta.agentState === "rotating"});
+    }
     const requirement = requirementOf(item.status);
     this.requirement = requirement;
     if (requirement && !this.#seen.has(requirement.requirementId)) {

@@ -230,12 +230,16 @@ class OperationMoved(msgspec.Struct, frozen=True, rename="camel"):
 class AgentMoved(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
     """The agent's presence a commit changed: its state before and after, the current
     dispatch into the room, and what happened (`engine/presence.py`: started, joined, lost,
-    not_started, unavailable)."""
+    not_started, unavailable, rotating, rotated); the serving agent's generation and, while a
+    rotation is under way, the successor's generation and dispatch (profile §23)."""
 
     from_: str = msgspec.field(name="from")
     to: str
     dispatch_attempt: int
     changes: tuple[str, ...] = ()
+    generation: int = 0
+    successor: int = 0
+    successor_attempt: int = 0
 
 
 class EventEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
@@ -261,6 +265,7 @@ class EventEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     operations: tuple[OperationMoved, ...] = ()
     trace_id: str | None = None
     agent: AgentMoved | None = None  # written since the agent's presence is tracked
+    generation: int = 0  # the agent generation that made a provider call (0: none)
 
 
 EVENT_ENCODER: Final = msgspec.json.Encoder()

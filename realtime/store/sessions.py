@@ -86,6 +86,7 @@ class Commit:
     # False: a command that applied without a change; only its outcome is stored (no version
     # bump, no event), so a retry replays it
     changes: bool = True
+    context: bytes | None = None  # the agent's saved context, written beside the snapshot
     deliveries: Deliveries = field(default_factory=Deliveries)
 
 
@@ -152,6 +153,12 @@ class SessionStore:
         )
         self.cache.keep(session_id, loaded.record, loaded.version, loaded.task)
         return loaded
+
+    async def saved_context(self, session_id: str) -> bytes | None:
+        """The context the session's agent saved for its successor (profile §23), if any."""
+        async with translated_errors():
+            raw = await self._client.hget(keys.session_key(session_id), "x")
+        return None if raw is None else bytes(raw)
 
     async def outcome(self, session_id: str, command_id: str) -> CommandOutcome | None:
         async with translated_errors():
@@ -241,6 +248,7 @@ class SessionStore:
             len(c.deliveries.items),
             c.deliveries.kept,
             c.deliveries.ttl_s,
+            c.context if c.context is not None else b"",
             *c.events,
         ]
         for seq, body in c.deliveries.items:

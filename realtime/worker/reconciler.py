@@ -57,6 +57,7 @@ from realtime.worker.runner import Runner
 from state_machines import RoomLost, Session
 from state_machines import endpoint as endpoints
 from state_machines import session as machine
+from state_machines.rotation import successor_identity
 from state_machines.session import RoomName, SessionState, parse_room_name
 
 log = logging.getLogger(__name__)
@@ -143,14 +144,22 @@ def extra_agents(
 ) -> list[LiveParticipant]:
     """The agents of the room but one: the session's current agent when it is there, else the
     one that joined first (ties: by identity) of those not replaced. An agent the session
-    replaced is never the one kept."""
+    replaced is never the one kept. During a rotation (profile §23) two agents belong: the
+    successor is spared once its job named it, or, before that, the newest agent not replaced;
+    and so is the predecessor within its grace after the handover."""
     agents = sorted(
         (p for p in participants if p.is_agent), key=lambda p: (p.joined_ms, p.identity)
     )
     current = [p for p in agents if p.identity == session.agent_identity]
     candidates = current or [p for p in agents if p.identity not in session.agents_replaced]
-    kept = candidates[0].identity if candidates else None
-    return [p for p in agents if p.identity != kept]
+    kept = {candidates[0].identity} if candidates else set()
+    if session.rotation is not None:
+        named = successor_identity(session)
+        newcomers = [p.identity for p in agents if p.identity not in session.agents_replaced]
+        kept |= {named} if named is not None else set(newcomers[-1:])
+    if session.agent_leaving is not None:
+        kept.add(session.agent_leaving)
+    return [p for p in agents if p.identity not in kept]
 
 
 def outlived(session: Session | None, name: RoomName) -> Reason | None:

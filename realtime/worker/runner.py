@@ -49,6 +49,7 @@ from state_machines import (
     SessionEvent,
     UpdatePermissions,
 )
+from state_machines.rotation import is_successor
 from state_machines.session import LIVE_STATES
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,11 @@ def _still_wanted(effect: OutboxEffect, session: Session | None) -> bool:
             session is not None
             and session.state not in ("failed", "ended")
             and effect.room == session.room
-            and (isinstance(effect, CreateRoom) or effect.attempt == session.agent_attempt)
+            and (
+                isinstance(effect, CreateRoom)
+                or effect.attempt == session.agent_attempt
+                or is_successor(session, effect.attempt)
+            )
         )
     if isinstance(effect, DeleteDispatch):
         return session is not None and effect.room == session.room and session.state in LIVE_STATES
@@ -283,12 +288,21 @@ class Runner:
             )
 
     def dispatch_metadata(
-        self, session_id: str, epoch: int, session: Session | None, *, attempt: int = 1
+        self,
+        session_id: str,
+        epoch: int,
+        session: Session | None,
+        *,
+        attempt: int = 1,
+        generation: int = 1,
+        successor_of: int = 0,
     ) -> dict[str, Any]:
-        """What the agent learns when it accepts the job (profile §9, §10), its provider token
-        included; the token lives as long as a session may. `dispatchAttempt` says which
+        """What the agent learns when it accepts the job (profile §9, §10, §23), its provider
+        token included; the token lives as long as a session may. `dispatchAttempt` says which
         dispatch into the room it is (a replacement's is 2 or more); LiveKit copies it into
-        the job, so the job's webhooks say which dispatch they are about."""
+        the job, so the job's webhooks say which dispatch they are about. `agentGeneration`
+        is the agent's place among the session's agents (its token carries it), and
+        `successorOf` the generation it takes over from in a rotation."""
         settings = self.engine.settings
         requested = session.requested if session else None
         return {
@@ -308,7 +322,10 @@ class Runner:
                 epoch=epoch,
                 ttl_s=settings.max_session_s + PROVIDER_TOKEN_MARGIN_S,
                 now=self.engine.now_ms() // 1000,
+                generation=generation,
             ),
+            "agentGeneration": generation,
+            **({"successorOf": successor_of} if successor_of else {}),
             ATTEMPT_KEY: attempt,
         }
 
@@ -322,7 +339,9 @@ class Runner:
                 effect.room,
                 metadata={"sessionId": session_id, "sessionEpoch": effect.epoch},
                 agent=(
-                    self.dispatch_metadata(session_id, effect.epoch, session)
+                    self.dispatch_metadata(
+                        session_id, effect.epoch, session, generation=effect.generation
+                    )
                     if effect.with_agent
                     else None
                 ),
@@ -331,7 +350,12 @@ class Runner:
             return Provisioned(effect.epoch) if effect.with_agent else None
         if isinstance(effect, DispatchAgent):
             metadata = self.dispatch_metadata(
-                session_id, effect.epoch, session, attempt=effect.attempt
+                session_id,
+                effect.epoch,
+                session,
+                attempt=effect.attempt,
+                generation=effect.generation,
+                successor_of=effect.successor_of,
             )
             if effect.attempt == 1:  # stored before rooms were created with their agent
                 await self.gateway.ensure_dispatch(effect.room, metadata=metadata)
@@ -341,7 +365,10 @@ class Runner:
             )
             return AgentDispatched(effect.epoch, effect.attempt, dispatch_id)
         if isinstance(effect, DeleteDispatch):
-            await self.gateway.delete_dispatches(effect.room, before_attempt=effect.attempt)
+            if effect.only:
+                await self.gateway.delete_dispatches(effect.room, only_attempt=effect.attempt)
+            else:
+                await self.gateway.delete_dispatches(effect.room, before_attempt=effect.attempt)
             return None
         if isinstance(effect, RemoveParticipant):
             revoke = effect.revoke_before

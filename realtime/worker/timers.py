@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+from typing import Final, get_args
 
 from realtime.engine.core import Engine
 from realtime.engine.entries import Note
@@ -43,11 +43,13 @@ from state_machines import (
     decide,
 )
 from state_machines.interactions import Resolve
-from state_machines.session import TERMINAL_STATES
+from state_machines.session import TERMINAL_STATES, AgentDeadline, LeaveGrace, RotationDue
+from state_machines.session_model import DeadlineReason
 
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL_S: Final = 0.25
+DEADLINE_REASONS: Final[frozenset[DeadlineReason]] = frozenset(get_args(DeadlineReason))
 BATCH: Final = 50
 
 
@@ -64,6 +66,16 @@ def event_of(timer: Timer) -> SessionEvent | Resolve:
         return MaxDuration()
     if timer.kind == "agent":
         return AgentStartTimeout(timer.epoch, int(timer.endpoint_id))
+    if timer.kind == "rotate":
+        generation, due, reason = timer.endpoint_id.split("#")
+        if reason not in DEADLINE_REASONS:
+            raise ValueError(f"unknown deadline reason {reason!r}")
+        return RotationDue(timer.epoch, int(generation), timestamp(int(due)), reason)
+    if timer.kind == "deadline":
+        generation, due = timer.endpoint_id.split("#")
+        return AgentDeadline(timer.epoch, int(generation), timestamp(int(due)))
+    if timer.kind == "leave":
+        return LeaveGrace(timer.epoch, timer.endpoint_id)
     if timer.kind == "requirement":
         operation_id, _, requirement_id = timer.endpoint_id.partition("#")
         return Resolve(

@@ -7,22 +7,26 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from realtime.client import (
+    AgentChanged,
     AgentMetadataError,
+    AgentReplacedError,
     AgentSession,
     AimClient,
     AuthError,
     InteractionMessage,
+    LeaveNow,
     OperationUpdate,
     Session,
 )
 from realtime.client.dispatch import parse_metadata
 from tests.conftest import token
 from tests.e2e.agent_operation_helpers import AGENT, TOPIC, quiet, wait_for_data
-from tests.e2e.client_helpers import Served, proxied_service
+from tests.e2e.client_helpers import Events, Served, proxied_service
 from tests.e2e.realtime_helpers import call
 from tests.e2e.webhook_helpers import room, send_webhook
 
@@ -234,3 +238,59 @@ async def test_provider_calls_whose_answers_are_lost_apply_once(livekit, store):
         got = await call(served.http, "GetSession", sessionId=sid)
         assert got["result"]["session"]["pendingOperationIds"] == []
         assert [(u.operation_id, u.state) for u in await agent.sync()] == []
+
+
+async def test_an_agent_hands_its_context_and_unanswered_words_to_its_successor(livekit, store):
+    """Rotation as the agent author and the app see it (profile §23): the first agent saves a
+    context and reports its model's deadline; the device hears `agent rotating` and the session
+    stays active; the successor, dispatched with the next generation, starts with the context
+    and the message the first did not acknowledge; the first is told to leave and can no
+    longer write."""
+    async with device_in_room(livekit, store) as (served, _client, session, stack):
+        sid = session.session_id
+        events = Events(session)
+        await agent_joins(served, livekit, sid)
+        make = await stack.enter_async_context(helpers(livekit, sid))
+        first = await make()
+        assert (first.generation, first.successor_of) == (1, None)
+        assert await first.save_context('{"summary": "a table for two"}') == 30
+        # 20 s ahead, inside the 30 s margin: the successor is dispatched at once
+        await first.report_deadline(datetime.now(UTC) + timedelta(seconds=20), "provider_goaway")
+        shown = await events.until(lambda e: isinstance(e, AgentChanged) and e.rotating)
+        assert shown == AgentChanged("rotating")
+        said = await session.send_text("by the window, please")
+
+        second = AgentSession.from_metadata(await successor_metadata(livekit, sid))
+        second = await stack.enter_async_context(second)
+        assert (second.generation, second.successor_of) == (2, 1)
+        handover = await second.start()
+        assert (handover.context, handover.context_generation) == (
+            '{"summary": "a table for two"}',
+            1,
+        )
+        assert [m.command_id for m in handover.interactions] == [said.command_id]
+        assert handover.interactions[0].payload == {"text": "by the window, please"}
+        assert await second.ack(said.command_id) == 0
+        await events.until(lambda e: isinstance(e, AgentChanged) and e.state == "joined")
+        assert session.state == "active"
+
+        await wait_for_data(livekit, room(sid), "agent.leave")
+        [(payload, topic)] = packets(livekit, sid, "agent.leave")
+        assert first.receive(payload, topic) == LeaveNow(1, 2, "leave:1", 1)
+        with pytest.raises(AgentReplacedError) as replaced:
+            await first.save_context("too late")
+        assert replaced.value.agent_generation == 2
+        # what the successor was handed is not taken again if it arrives as a data message
+        [(words, topic)] = packets(livekit, sid, "input.text")
+        assert second.receive(words, topic) is None
+        await events.stop()
+
+
+async def successor_metadata(livekit, session_id: str) -> str:
+    """The dispatch metadata of the session's second agent, once it is dispatched."""
+    for _ in range(200):
+        for dispatch in livekit.dispatches_in(room(session_id)):
+            if json.loads(dispatch.metadata).get("agentGeneration") == 2:
+                return str(dispatch.metadata)
+        await quiet(0.025)
+    raise AssertionError("no successor was dispatched")

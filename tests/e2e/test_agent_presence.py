@@ -124,7 +124,8 @@ async def test_three_dropped_dispatches_in_a_row_end_the_session_agent_unavailab
         # each wait is longer than the one before (10 s, 20 s, 40 s)
         for attempt, wait in ((2, 1), (3, 2)):
             world.clock.advance(START_TIMEOUT_S * wait)
-            made = {"state": "dispatched", "dispatchAttempt": attempt}
+            # each replacement is the session's next agent: generation = attempt here
+            made = {"state": "dispatched", "dispatchAttempt": attempt, "generation": attempt}
             await until(world, session_id, lambda s, made=made: s["agent"] == made)
             assert len(ours(world.livekit, session_id)) == 1  # one dispatch at a time
         world.clock.advance(START_TIMEOUT_S * 2)  # not yet: 40 s for the third

@@ -13,6 +13,7 @@ request over the provider API with the provider token of its dispatch.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,6 +44,7 @@ from tests.e2e.browser_client_helpers import (
 )
 from tests.e2e.browser_helpers import binaries, chromium
 from tests.e2e.realtime_helpers import call, new_id, register
+from tests.e2e.rotation_helpers import ahead_of_now
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.slow]
@@ -382,3 +384,47 @@ async def test_a_401_is_thrown_by_why_and_only_expiry_asks_for_a_new_token(livek
     missing = seen["missing"]["error"]
     assert (missing["name"], missing["authReason"]) == ("AuthError", "missing_token")
     assert seen["missing"]["asked"] == 1
+
+
+async def test_a_page_sees_the_agent_rotate_while_the_session_stays_active(livekit, store, window):
+    """The agent reports a deadline: the page's library says `agent rotating` (nothing for the
+    app to do), then the successor's state once it took over; the session stays active."""
+    async with origins(livekit, store) as (page_origin, service, _, http):
+        one = await run(Device, window, Device.url(page_origin, service, token("alice"), "d-1"),
+                        new_window=False)  # fmt: skip
+        sid, _, _, _ = await joined(one, http, livekit)
+        await run(one.until, "agent", "joined")
+        first = provider_token_of(livekit, sid)
+        status, body, _ = await provider_call(
+            http, first, "ReportDeadline", sessionId=sid, sessionEpoch=1,
+            deadline=ahead_of_now(20), reason="provider_goaway",
+        )  # fmt: skip
+        assert status == 200, body
+        await run(one.until, "agent", "rotating")  # the margin is 30 s: the rotation begins now
+
+        successor = await successor_token(livekit, sid)
+        status, body, _ = await provider_call(
+            http, successor, "ReportAgentState", sessionId=sid, sessionEpoch=1,
+            state="listening",
+        )  # fmt: skip
+        assert status == 200, body
+        await run(one.until, "agent", "listening")
+        agent_events = await run(one.events, "agent")
+        assert agent_events[-2:] == [
+            {"state": "rotating", "rotating": True},
+            {"state": "listening", "rotating": False},
+        ]
+        assert await run(one.text, "state") == "active"
+        assert [e["state"] for e in await run(one.events, "state")][-1] == "active"
+        assert await run(one.events, "error") == []
+
+
+async def successor_token(livekit: Any, sid: str) -> str:
+    """The provider token of the successor's dispatch (generation 2), once it is made."""
+    for _ in range(200):
+        for dispatch in livekit.dispatches_in(room(sid)):
+            meta = json.loads(dispatch.metadata)
+            if meta.get("agentGeneration") == 2:
+                return str(meta["providerToken"])
+        await asyncio.sleep(0.025)
+    raise AssertionError("no successor was dispatched")

@@ -29,6 +29,7 @@ from tests.e2e.agent_operation_helpers import provider_call
 from tests.e2e.browser_helpers import binaries, chromium
 from tests.e2e.operator_api_helpers import bearer, rpc_as, start_session
 from tests.e2e.realtime_helpers import CAPS, new_id
+from tests.e2e.rotation_helpers import ahead_of_now
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
 from tests.event_receivers import events_settings, receiver
 
@@ -63,9 +64,9 @@ async def join(http: httpx.AsyncClient, sid: str, endpoint_id: str, epoch: int) 
     return session
 
 
-async def handed_over_session(http: httpx.AsyncClient, livekit: Any) -> str:
-    """A session joined on a phone, then handed over to a laptop (epoch 2), as a user does; the
-    agent reports what it does meanwhile."""
+async def phone_and_agent_in(http: httpx.AsyncClient, livekit: Any) -> tuple[str, str]:
+    """alice's session joined on a phone, with the phone and the agent in the room (LiveKit's
+    webhooks say so): the session id and the agent's provider token."""
     sid = await start_session(http, subject="alice")
     provider_token = json.loads(livekit.dispatches_in(room(sid))[-1].metadata)["providerToken"]
     phone = await endpoint(http, sid, "phone", 1)
@@ -75,6 +76,13 @@ async def handed_over_session(http: httpx.AsyncClient, livekit: Any) -> str:
     )
     agent = webhook_event("participant_joined", room(sid), identity=AGENT, agent=True)
     assert await deliver(http, agent) == "applied"
+    return sid, provider_token
+
+
+async def handed_over_session(http: httpx.AsyncClient, livekit: Any) -> str:
+    """A session joined on a phone, then handed over to a laptop (epoch 2), as a user does; the
+    agent reports what it does meanwhile."""
+    sid, provider_token = await phone_and_agent_in(http, livekit)
     status, body, _ = await provider_call(
         http, provider_token, "ReportAgentState", sessionId=sid, sessionEpoch=1, state="listening"
     )
@@ -220,3 +228,72 @@ async def test_an_operator_sees_the_events_sent_to_the_apps_backend(livekit, sto
     assert "event 2 session.ready delivered" in text
     assert "event 3 session.ended retrying" in text
     assert "HTTP 503" in text
+
+
+async def rotated_session(http: httpx.AsyncClient, livekit: Any) -> str:
+    """A session whose first agent reports its model's deadline 20 s ahead (inside the 30 s
+    margin: the successor is dispatched at once) and whose successor takes over."""
+    sid, first = await phone_and_agent_in(http, livekit)
+    status, body, _ = await provider_call(
+        http, first, "ReportDeadline", sessionId=sid, sessionEpoch=1,
+        deadline=ahead_of_now(20), reason="provider_cap",
+    )  # fmt: skip
+    assert status == 200, body
+    second = None
+    for _ in range(200):
+        metas = [json.loads(d.metadata) for d in livekit.dispatches_in(room(sid))]
+        second = next((m["providerToken"] for m in metas if m.get("agentGeneration") == 2), None)
+        if second is not None:
+            break
+        await asyncio.sleep(0.025)
+    assert second is not None, "no successor was dispatched"
+    status, body, _ = await provider_call(
+        http, second, "ReportAgentState", sessionId=sid, sessionEpoch=1, state="listening"
+    )
+    assert status == 200, body
+    return sid
+
+
+LANE_OF = """
+const [text] = arguments;
+const titles = [...document.querySelectorAll('#timeline thead th')].map((th) => th.textContent);
+for (const row of document.querySelectorAll('#timeline tbody tr')) {
+  const cells = [...row.cells];
+  const i = cells.findIndex((cell) => cell.textContent.includes(text));
+  if (i >= 0) return titles[i];
+}
+return null;
+"""
+
+
+async def test_an_operator_sees_a_rotation_with_each_agent_in_its_own_lane(livekit, store):
+    browser, driver_path = binaries()
+    async with service(livekit, store) as (base_url, http):
+        sid = await rotated_session(http, livekit)
+        await asyncio.sleep(0.3)  # the recorder's entries are written
+
+        def browse() -> tuple[str, dict[str, str | None]]:
+            with chromium(browser, driver_path) as driver:
+                until = ("agent · generation 2", "live, refreshing")
+                text = look(driver, base_url, bearer("operator"), sid, None, until)
+                lanes = {
+                    what: driver.execute_script(LANE_OF, what)
+                    for what in ("ReportDeadline applied", "ReportAgentState applied", "rotated")
+                }
+                return text, lanes
+
+        text, lanes = await asyncio.to_thread(browse)
+
+    assert "agent · generation 1" in text
+    assert "agent · generation 2" in text
+    assert "successor generation 2 (dispatch 2)" in text
+    assert "CreateDispatch ok" in text
+    assert "generation 2 · dispatch 2" in text
+    # each agent's calls in its own lane: the deadline from the first, the takeover by the second
+    assert lanes == {
+        "ReportDeadline applied": "agent · generation 1",
+        "ReportAgentState applied": "agent · generation 2",
+        "rotated": "agent · generation 2",
+    }
+    # the session's facts: the serving agent and its generation
+    assert "listening · generation 2" in text

@@ -465,7 +465,13 @@ async def test_agent_presence_is_reported_but_does_not_drive_the_session(rt_clie
     other = webhook_event("participant_joined", room(session_id), identity="agent-AJ_2", agent=True)
     assert await deliver(rt_client, other) == "applied"
     session = await get(rt_client, session_id)
-    assert session["agent"] == {"state": "joined", "dispatchAttempt": 2, "identity": "agent-AJ_2"}
+    # the replacement is the session's second agent (its provider token says so)
+    assert session["agent"] == {
+        "state": "joined",
+        "dispatchAttempt": 2,
+        "generation": 2,
+        "identity": "agent-AJ_2",
+    }
     assert session["state"] == "active"
 
 

@@ -155,7 +155,7 @@ def test_a_dispatch_that_started_no_job_is_replaced_in_the_same_room_and_epoch()
     after = outcome.state
     assert (after.state, after.epoch, after.room) == ("active", 1, ROOM)
     assert (after.agent_state, after.agent_attempt, after.agent_misses) == ("dispatching", 2, 1)
-    assert outcome.outbox == (DeleteDispatch(ROOM, 1, 2), DispatchAgent(ROOM, 1, 2))
+    assert outcome.outbox == (DeleteDispatch(ROOM, 1, 2), DispatchAgent(ROOM, 1, 2, generation=2))
     assert after.active_endpoint_id == "ep-a"  # the user stays connected
     assert after.task_state == "TASK_STATE_WORKING"
 
@@ -224,7 +224,7 @@ def test_an_agent_lost_while_live_is_replaced_in_the_same_room(lost: SessionEven
     )
     assert (after.agent_state, after.agent_identity, after.agent_job) == ("dispatching", None, None)
     assert (after.agent_attempt, after.agent_misses, after.agents_replaced) == (2, 0, ("agent-1",))
-    assert outcome.outbox == (DeleteDispatch(ROOM, 1, 2), DispatchAgent(ROOM, 1, 2))
+    assert outcome.outbox == (DeleteDispatch(ROOM, 1, 2), DispatchAgent(ROOM, 1, 2, generation=2))
 
 
 def test_the_replaced_agents_other_reports_are_fenced() -> None:
@@ -312,12 +312,14 @@ def test_a_rebind_starts_the_agents_presence_again() -> None:
 def test_a_state_report_counts_only_from_an_agent_that_started() -> None:
     session = run(active(), AgentStartTimeout(1, 1))  # a replaced agent may still report
 
-    report = step(session, ReportAgentState(1, 1, "speaking"))
+    replaced = decide(session, ReportAgentState(1, 1, "speaking", generation=1), now=T1)
+    report = step(session, ReportAgentState(1, 1, "speaking", generation=2))
 
-    assert report.state is session
-    assert run(started(session, 2, "AJ_2"), ReportAgentState(1, 1, "speaking")).agent_state == (
-        "speaking"
-    )
+    assert isinstance(replaced, Rejected)
+    assert replaced.reason is RejectReason.AGENT_REPLACED
+    assert report.state is session  # the replacement's token, before its job started
+    speaking = run(started(session, 2, "AJ_2"), ReportAgentState(1, 1, "speaking", generation=2))
+    assert speaking.agent_state == "speaking"
 
 
 def test_the_rooms_first_agent_reporting_its_state_has_started() -> None:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from realtime.client import AgentMessageError, AgentMetadataError, AgentSession, OperationUpdate
-from realtime.client.dispatch import TOPIC, Inbox, InteractionMessage, parse_metadata
+from realtime.client.dispatch import TOPIC, Inbox, InteractionMessage, LeaveNow, parse_metadata
 
 GOOD = {
     "sessionId": "6410da40-7d39-5c99-b5c9-8d9050454e4b",
@@ -53,6 +53,8 @@ async def test_the_three_spellings_of_the_metadata_give_the_same_session():
         ({**GOOD, "providerUrl": "ftp://x"}, "providerUrl: must be an http(s) URL"),
         ({**GOOD, "providerToken": ""}, "providerToken: must be a JWT"),
         ({k: v for k, v in GOOD.items() if k != "taskId"}, "taskId: missing"),
+        ({**GOOD, "agentGeneration": 0}, "agentGeneration: must be an integer of at least 1"),
+        ({**GOOD, "successorOf": "1"}, "successorOf: must be an integer of at least 1"),
     ],
 )
 def test_wrong_metadata_is_refused_naming_what_is_wrong(raw, problem):
@@ -101,9 +103,31 @@ def test_any_sequence_with_repeats_gives_each_message_once(sent):
     assert sorted(taken) == sorted(wanted)
 
 
+def test_a_successor_knows_its_generation_and_whom_it_follows():
+    assert (parse_metadata(GOOD).agent_generation, parse_metadata(GOOD).successor_of) == (1, None)
+    successor = parse_metadata({**GOOD, "agentGeneration": 3, "successorOf": 2})
+    assert (successor.agent_generation, successor.successor_of) == (3, 2)
+
+
+def test_leave_now_is_its_own_message_taken_once():
+    inbox = Inbox()
+    leave = message("agent.leave", "leave:1", generation=1, successorGeneration=2)
+    assert inbox.receive(leave, TOPIC) == LeaveNow(1, 2, "leave:1", 1)
+    assert inbox.receive(leave, TOPIC) is None
+
+
+def test_an_interaction_handed_over_and_also_received_is_taken_once():
+    inbox = Inbox()
+    handed = InteractionMessage("input.text", "c-1", 1, {"text": "hi"})
+    assert not inbox.taken(handed)
+    assert inbox.receive(message("input.text", "c-1", text="hi"), TOPIC) is None
+    assert inbox.taken(handed)
+
+
 @pytest.mark.parametrize(
     "payload",
     [b"not json", b"[]", message("operation.update", "c", operationId="op"),
+     message("agent.leave", "leave:1", generation=1),
      json.dumps({"type": "input.text", "payload": {}}).encode()],
 )  # fmt: skip
 def test_a_message_that_is_not_the_services_is_an_error(payload):

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from realtime.client import (
+    AgentReplacedError,
     AimError,
     AuthError,
     AuthMisconfiguredError,
@@ -75,6 +76,16 @@ def test_a_stale_epoch_tells_its_epoch_and_why_and_superseded_is_its_own_class()
     assert type(taken) is SupersededError
     assert isinstance(taken, StaleEpochError)
     assert taken.current_epoch == 2
+
+
+def test_a_write_of_a_replaced_agent_is_its_own_class_naming_the_serving_generation():
+    replaced = error_from_rpc(
+        wire(-31002, meta={"currentEpoch": "1", "reason": "agent_replaced", "agentGeneration": "4"})
+    )
+    assert type(replaced) is AgentReplacedError
+    assert isinstance(replaced, StaleEpochError)
+    assert replaced.agent_generation == 4
+    assert error_from_rpc(wire(-31002, meta={"reason": "agent_replaced"})).agent_generation is None
 
 
 def test_violations_come_from_bad_request():

@@ -346,9 +346,16 @@ def check_step(
                 None,
                 None,
             )
+            # the new agent is the session's next generation: its token passes for no other's
+            assert after.agent_generation == before.agent_generation + 1
             assert effects == (
                 DeleteDispatch(after.room, after.room_epoch, after.agent_attempt),
-                DispatchAgent(after.room, after.room_epoch, after.agent_attempt),
+                DispatchAgent(
+                    after.room,
+                    after.room_epoch,
+                    after.agent_attempt,
+                    generation=after.agent_generation,
+                ),
             )
     if after.room == before.room:
         assert after.agent_attempt >= before.agent_attempt  # never back to an older dispatch
@@ -357,7 +364,10 @@ def check_step(
     if after.room != before.room:  # a rebind: a new room for the new epoch, provisioned once
         assert after.room_epoch == after.epoch == before.epoch + 1
         assert after.bumps[-1].reason == "rebound"
-        assert effects == (CreateRoom(after.room, after.epoch, with_agent=True),)
+        assert after.agent_generation == before.agent_generation + 1
+        assert effects == (
+            CreateRoom(after.room, after.epoch, with_agent=True, generation=after.agent_generation),
+        )
         assert (outcome.token, outcome.history) == (None, ())
 
 

@@ -30,6 +30,7 @@ from state_machines.session import (
     MAX_REBINDS,
     TERMINAL_STATES,
     TRANSITIONS,
+    AgentDeadline,
     AgentDispatched,
     AgentJobEnded,
     AgentJobStarted,
@@ -40,6 +41,7 @@ from state_machines.session import (
     GraceExpired,
     IdleTimeout,
     Join,
+    LeaveGrace,
     MaxDuration,
     ParticipantJoined,
     ParticipantLeft,
@@ -50,6 +52,7 @@ from state_machines.session import (
     Requested,
     RoomDeleted,
     RoomLost,
+    RotationDue,
     Session,
     SessionEvent,
     SessionEventName,
@@ -65,6 +68,7 @@ from tests.unit.session_operation_helpers import AUDIO_TEXT, created
 
 T0 = "2025-01-01T00:00:00Z"
 T1 = "2025-01-01T00:00:05Z"
+T9 = "2025-01-01T01:00:00Z"
 LISTENER = Capabilities(
     audio_input=False, audio_output=True, camera=True, screen=False, interactions=()
 )
@@ -96,6 +100,9 @@ EXPECTED: dict[str, tuple[tuple[str, ...], str]] = {
     "agent_job_started": (LIVE_STATES, "same"),
     "agent_job_ended": (LIVE_STATES, "same"),
     "agent_start_timeout": (LIVE_STATES, "same"),
+    "rotation_due": (LIVE_STATES, "same"),
+    "agent_deadline": (LIVE_STATES, "same"),
+    "leave_grace": (LIVE_STATES, "same"),
 }
 EXPECTED_PAIRS: dict[tuple[str, str], str] = {
     (source, name): source if target == "same" else target
@@ -185,6 +192,9 @@ def sample(name: SessionEventName, session: Session) -> SessionEvent:
         "agent_job_started": AgentJobStarted(room_epoch, session.agent_attempt, "AJ_1", "agent-1"),
         "agent_job_ended": AgentJobEnded(room_epoch, session.agent_attempt, "AJ_1", "agent-1"),
         "agent_start_timeout": AgentStartTimeout(room_epoch, session.agent_attempt),
+        "rotation_due": RotationDue(room_epoch, session.agent_generation, T9, "provider_cap"),
+        "agent_deadline": AgentDeadline(room_epoch, session.agent_generation, T9),
+        "leave_grace": LeaveGrace(room_epoch, "agent-0"),
     }
     return events[name]
 
@@ -614,7 +624,10 @@ def test_the_agent_joining_and_leaving_keeps_the_session_state() -> None:
         "dispatching",
         2,
     )
-    assert left.outbox == (DeleteDispatch(session.room, 1, 2), DispatchAgent(session.room, 1, 2))
+    assert left.outbox == (
+        DeleteDispatch(session.room, 1, 2),
+        DispatchAgent(session.room, 1, 2, generation=2),
+    )
 
 
 def test_agent_events_of_another_room_are_fenced() -> None:
@@ -701,7 +714,8 @@ def test_losing_the_room_rebinds_to_a_new_room_at_a_new_epoch() -> None:
         ("superseded", 1),
         ("registered", None),
     ]
-    assert outcome.outbox == (CreateRoom("aim-s1-e3", 3, with_agent=True),)
+    # the new room's agent is the session's next generation (the first was 1)
+    assert outcome.outbox == (CreateRoom("aim-s1-e3", 3, with_agent=True, generation=2),)
     assert session.task_state == "TASK_STATE_WORKING"
 
 
@@ -951,6 +965,13 @@ class SessionLifecycle(RuleBasedStateMachine):
             "agent_job_started": AgentJobStarted(room_epoch, attempt, "AJ_1", "agent"),
             "agent_job_ended": AgentJobEnded(room_epoch, attempt, "AJ_1", "agent"),
             "agent_start_timeout": AgentStartTimeout(room_epoch, attempt),
+            "rotation_due": RotationDue(
+                room_epoch, session.agent_generation, "2025-01-01T01:00:00Z", "planned"
+            ),
+            "agent_deadline": AgentDeadline(
+                room_epoch, session.agent_generation, "2025-01-01T01:00:00Z"
+            ),
+            "leave_grace": LeaveGrace(room_epoch, "agent"),
         }
         return events[name]
 

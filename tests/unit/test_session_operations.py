@@ -460,7 +460,10 @@ def test_the_agent_leaving_ends_delivery_whatever_it_reports() -> None:
 
     gone = run(live(), ParticipantLeft(1, "agent-1", True))
     assert gone.agent_identity is None
-    reported = run(gone, agent.ReportAgentState(1, 1, "listening"))
+    # the lost agent's report is refused (its generation was replaced); its replacement's
+    # report, before it joined, does not make it reachable either
+    refused(gone, agent.ReportAgentState(1, 1, "listening"), RejectReason.AGENT_REPLACED)
+    reported = run(gone, agent.ReportAgentState(1, 1, "listening", generation=2))
     refused(reported, Deliver(1, "c", "input.text", '{"text":"hi"}'), RejectReason.INVALID_STATE)
 
 

@@ -10,7 +10,7 @@
 -- ARGV: 1 expected version, 2 snapshot, 3 task record, 4 commandId ('' = none),
 --       5 outcome, 6 ttl seconds, 7 events maxlen, 8 replay window seconds, 9 event count,
 --       10 session event count, 11 session events kept at most, 12 their ttl seconds,
---       then the events, then triples (seq, body, '1' for an event always kept) of session
+--       13 the agent's saved context ('' = unchanged; profile §23), then the events, then triples (seq, body, '1' for an event always kept) of session
 --       events, then pairs (effectId, effect) for the outbox
 -- Returns {'replay', outcome} | {'conflict', current version, snapshot | false, task | false}
 --         | {'ok', new version, session events dropped (over the bound)}
@@ -27,6 +27,7 @@ end
 local version = tostring(tonumber(current) + 1)
 local ttl = tonumber(ARGV[6])
 redis.call('HSET', KEYS[1], 'v', version, 's', ARGV[2])
+if ARGV[13] ~= '' then redis.call('HSET', KEYS[1], 'x', ARGV[13]) end
 redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('SET', KEYS[2], ARGV[3], 'EX', ttl)
 if ARGV[4] ~= '' then
@@ -34,7 +35,7 @@ if ARGV[4] ~= '' then
 end
 local events = tonumber(ARGV[9])
 for i = 1, events do
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'e', ARGV[12 + i])
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'e', ARGV[13 + i])
 end
 -- every commit sets the window from now (an EXPIRE of a missing key does nothing): the live
 -- session's, or, from the commit that ended it, the replay window alone
@@ -42,7 +43,7 @@ local window = ARGV[8]
 redis.call('EXPIRE', KEYS[3], window)
 redis.call('EXPIRE', KEYS[4], window)
 redis.call('EXPIRE', KEYS[6], window)
-local first = 13 + events
+local first = 14 + events
 local notices = tonumber(ARGV[10])
 local dropped = 0
 if notices > 0 then

@@ -1,4 +1,5 @@
--- Compact an ended session (profile §20): its snapshot becomes its final summary and its task
+-- Compact an ended session (profile §20): its snapshot becomes its final summary (the context
+-- its agent saved for a successor goes), and its task
 -- is stored compressed (both keep their TTLs), its event stream and timeline become one
 -- archive of compressed entries with the TTL the streams had left, and its armed timers go
 -- (its command outcomes are compressed after it, in batches: `repack.lua`). Only at the
@@ -19,6 +20,7 @@ local function newest(stream)
 end
 if newest(KEYS[6]) ~= ARGV[4] or newest(KEYS[7]) ~= ARGV[5] then return {'moved'} end
 redis.call('HSET', KEYS[1], 's', ARGV[2])
+redis.call('HDEL', KEYS[1], 'x')  -- the agent's saved context served the live session only
 redis.call('SET', KEYS[2], ARGV[3], 'KEEPTTL')
 if ARGV[8] ~= '' then
   -- as long as the longer-lived stream had left (the commits set both alike)
