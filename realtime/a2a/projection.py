@@ -21,10 +21,18 @@ MAX_HISTORY: Final = 1000  # a task keeps its newest messages
 
 
 def realtime_metadata(
-    session_id: str, epoch: int, state: str, task_version: int, agent_state: str | None = None
+    session_id: str,
+    epoch: int,
+    state: str,
+    task_version: int,
+    agent_state: str | None = None,
+    *,
+    generation: int = 0,
+    successor: int = 0,
 ) -> dict[str, Any]:
     """The task's `metadata`: where its realtime session stands, and the agent's state as
-    clients see it (when known: a status update names it when its commit moved the agent)."""
+    clients see it (when known: a status update names it when its commit moved the agent),
+    with the serving agent's generation and, during a rotation, its successor's (0: unknown)."""
     found: dict[str, Any] = {
         "sessionId": session_id,
         "sessionEpoch": epoch,
@@ -33,6 +41,10 @@ def realtime_metadata(
     }
     if agent_state is not None:
         found["agentState"] = agent_state
+        if generation:
+            found["agentGeneration"] = generation
+        if successor:
+            found["successorGeneration"] = successor
     return {wire.REALTIME_EXTENSION: found}
 
 
@@ -43,9 +55,16 @@ def shown_agent_state(state: str, *, rotating: bool) -> str:
 
 
 def task_metadata(session: Session) -> dict[str, Any]:
-    shown = shown_agent_state(session.agent_state, rotating=session.rotation is not None)
+    rotation = session.rotation
+    shown = shown_agent_state(session.agent_state, rotating=rotation is not None)
     return realtime_metadata(
-        session.session_id, session.epoch, session.state, session.task_version, shown
+        session.session_id,
+        session.epoch,
+        session.state,
+        session.task_version,
+        shown,
+        generation=session.agent_generation,
+        successor=rotation.generation if rotation is not None else 0,
     )
 
 

@@ -30,14 +30,27 @@ class AgentChanged:
     """The agent's state changed: `dispatched`, `started`, `joined`, what it reports of itself
     (`listening`, `thinking`, `speaking`), or `rotating` while a successor is brought in before
     the serving agent's connection ends (the serving agent still answers and the session keeps
-    its state: nothing for the app to do), then the new agent's state."""
+    its state: nothing for the app to do), then the new agent's state.
+
+    `generation` is the serving agent's (1, 2, …), `successor_generation` the one being brought
+    in while `rotating`, and `rotated_from` the generation a rotation's successor took over
+    from, on the first event of the new generation after `rotating` (else None). Generations
+    are None from a service that does not name them."""
 
     name: ClassVar[str] = "agent"
     state: str
+    generation: int | None = None
+    successor_generation: int | None = None
+    rotated_from: int | None = None
 
     @property
     def rotating(self) -> bool:
         return self.state == "rotating"
+
+    @property
+    def rotated(self) -> bool:
+        """The rotation is over: a successor serves now."""
+        return self.rotated_from is not None
 
 
 @dataclass(frozen=True)

@@ -112,10 +112,7 @@ class Follower:
         if now != self._last:
             self._last = now
             session.emit(StateChanged(*now))
-        agent = meta.get("agentState")
-        if isinstance(agent, str) and agent != session.agent_state:
-            session.agent_state = agent
-            session.emit(AgentChanged(agent))
+        _agent(session, meta)
         if session.task_state != INPUT_REQUIRED:
             session.requirement = None
             return
@@ -150,3 +147,29 @@ class Follower:
             session.state, session.task_state, str(reason) if reason is not None else None
         )
         session.emit(session.ended)
+
+
+def _agent(session: Session, meta: dict[str, Any]) -> None:
+    """`agent` when the frame names the agent's state and it, or the serving generation,
+    changed; `rotated_from` on the first frame of a new generation after `rotating`."""
+    state = meta.get("agentState")
+    if not isinstance(state, str):
+        return
+    generation = _generation(meta.get("agentGeneration"))
+    before = session.agent_generation
+    if (state, generation) == (session.agent_state, before):
+        return
+    rotated = session.agent_state == "rotating" and None not in (generation, before)
+    session.agent_state, session.agent_generation = state, generation
+    session.emit(
+        AgentChanged(
+            state,
+            generation,
+            _generation(meta.get("successorGeneration")),
+            before if rotated and generation != before else None,
+        )
+    )
+
+
+def _generation(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -65,6 +65,7 @@ class Session:
         self.task_version = 0
         # the agent's state as the stream last named it (`rotating` during a rotation)
         self.agent_state: str | None = None
+        self.agent_generation: int | None = None  # the serving agent's, as the stream named it
         self.endpoint_id: str | None = None
         self.requirement: Requirement | None = None
         self.info: dict[str, Any] = {}  # the newest session object (GetSession, a command)

@@ -150,10 +150,18 @@ def event_metadata(session_id: str, event: EventEntry) -> dict[str, Any]:
     """The task's metadata as it was when `event` was committed (the agent's state when the
     commit moved the agent)."""
     agent = event.agent
-    shown = (
-        shown_agent_state(agent.to, rotating=bool(agent.successor)) if agent is not None else None
+    if agent is None:
+        return realtime_metadata(session_id, event.epoch, event.to, event.task_version)
+    shown = shown_agent_state(agent.to, rotating=bool(agent.successor))
+    return realtime_metadata(
+        session_id,
+        event.epoch,
+        event.to,
+        event.task_version,
+        shown,
+        generation=agent.generation,
+        successor=agent.successor,
     )
-    return realtime_metadata(session_id, event.epoch, event.to, event.task_version, shown)
 
 
 def status_update(task_id: str, context_id: str, event: EventEntry) -> dict[str, Any]:

@@ -158,6 +158,13 @@ export interface StateEvent {
 export interface AgentEvent {
   state: AgentState;
   rotating: boolean;
+  /** The serving agent's generation (1, 2, …); null from a service that does not name it. */
+  generation: number | null;
+  /** While `rotating`: the generation being brought in. */
+  successorGeneration: number | null;
+  /** On the first event of a new generation after `rotating`: the generation it took over
+   * from (the rotation is over); else null. */
+  rotatedFrom: number | null;
 }
 
 export type AgentState =
@@ -210,6 +217,8 @@ export class Session {
   readonly superseded: boolean;
   /** The agent's state as the stream last named it (null before it did). */
   readonly agentState: AgentState | null;
+  /** The serving agent's generation as the stream last named it (null before it did). */
+  readonly agentGeneration: number | null;
 
   /** Listen; the first listener starts the stream. Returns the unsubscribe function. */
   on<K extends keyof SessionEventMap>(name: K, fn: (event: SessionEventMap[K]) => void): () => void;

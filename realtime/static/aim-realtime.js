@@ -429,6 +429,7 @@ export class Session {
     this.requirement = requirement ?? null;
     this.superseded = false;
     this.agentState = null;  // as the stream last named it: "rotating" during a rotation
+    this.agentGeneration = null;  // the serving agent's, as the stream named it
   }
 
   // ---- events ------------------------------------------------------------------------------
@@ -625,6 +626,27 @@ export class Session {
     return true;
   }
 
+  /** `agent` when the frame names the agent's state and it, or the serving generation,
+   * changed; `rotatedFrom` on the first frame of a new generation after `rotating`. */
+  #onAgent(meta) {
+    if (typeof meta.agentState !== "string") return;
+    const generation = Number.isInteger(meta.agentGeneration) ? meta.agentGeneration : null;
+    const before = this.agentGeneration;
+    if (meta.agentState === this.agentState && generation === before) return;
+    const rotated = this.agentState === "rotating" && generation !== null && before !== null
+      && generation !== before;
+    this.agentState = meta.agentState;
+    this.agentGeneration = generation;
+    this.#emit("agent", {
+      state: meta.agentState,
+      rotating: meta.agentState === "rotating",
+      generation,
+      successorGeneration: Number.isInteger(meta.successorGeneration)
+        ? meta.successorGeneration : null,
+      rotatedFrom: rotated ? before : null,
+    });
+  }
+
   /** One frame: state, agent, requirement, superseded or rebound, ended. True once terminal. */
   async #onFrame(result) {
     const item = result.task ?? result.statusUpdate;
@@ -634,10 +656,7 @@ export class Session {
                    taskVersion: meta.taskVersion});
     // the agent's state, when the frame names it: "rotating" while a successor is brought in
     // before the serving agent's connection ends (nothing for the app to do)
-    if (typeof meta.agentState === "string" && meta.agentState !== this.agentState) {
-      this.agentState = meta.agentState;
-      this.#emit("agent", {state: meta.agentState, rotating: meta.agentState === "rotating"});
-    }
+    this.#onAgent(meta);
     const requirement = requirementOf(item.status);
     this.requirement = requirement;
     if (requirement && !this.#seen.has(requirement.requirementId)) {

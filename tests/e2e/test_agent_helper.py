@@ -257,7 +257,8 @@ async def test_an_agent_hands_its_context_and_unanswered_words_to_its_successor(
         # 20 s ahead, inside the 30 s margin: the successor is dispatched at once
         await first.report_deadline(datetime.now(UTC) + timedelta(seconds=20), "provider_goaway")
         shown = await events.until(lambda e: isinstance(e, AgentChanged) and e.rotating)
-        assert shown == AgentChanged("rotating")
+        assert shown == AgentChanged("rotating", generation=1, successor_generation=2)
+        assert not shown.rotated
         said = await session.send_text("by the window, please")
 
         second = AgentSession.from_metadata(await successor_metadata(livekit, sid))
@@ -271,7 +272,9 @@ async def test_an_agent_hands_its_context_and_unanswered_words_to_its_successor(
         assert [m.command_id for m in handover.interactions] == [said.command_id]
         assert handover.interactions[0].payload == {"text": "by the window, please"}
         assert await second.ack(said.command_id) == 0
-        await events.until(lambda e: isinstance(e, AgentChanged) and e.state == "joined")
+        rotated = await events.until(lambda e: isinstance(e, AgentChanged) and e.rotated)
+        assert rotated == AgentChanged("joined", generation=2, rotated_from=1)
+        assert (session.agent_state, session.agent_generation) == ("joined", 2)
         assert session.state == "active"
 
         await wait_for_data(livekit, room(sid), "agent.leave")

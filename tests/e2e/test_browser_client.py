@@ -411,9 +411,11 @@ async def test_a_page_sees_the_agent_rotate_while_the_session_stays_active(livek
         await run(one.until, "agent", "listening")
         agent_events = await run(one.events, "agent")
         assert agent_events[-2:] == [
-            {"state": "rotating", "rotating": True},
-            {"state": "listening", "rotating": False},
-        ]
+            {"state": "rotating", "rotating": True, "generation": 1, "successorGeneration": 2,
+             "rotatedFrom": None},
+            {"state": "listening", "rotating": False, "generation": 2,
+             "successorGeneration": None, "rotatedFrom": 1},
+        ]  # fmt: skip
         assert await run(one.text, "state") == "active"
         assert [e["state"] for e in await run(one.events, "state")][-1] == "active"
         assert await run(one.events, "error") == []

@@ -1,7 +1,8 @@
-"""The examples of docs/client-guide.md, run the way an app developer runs them, against a real
-service (a private Redis, the LiveKit stand-in): `docs/examples/journey.py` as a subprocess
-(what it prints, its exit status), and `docs/examples/browser/index.html` in headless Chromium
-(what a person sees on the page).
+"""The examples of docs/client-guide.md and docs/agents.md, run the way their readers run them,
+against a real service (a private Redis, the LiveKit stand-in): `docs/examples/journey.py` as a
+subprocess (what it prints, its exit status), `docs/examples/browser/index.html` in headless
+Chromium (what a person sees on the page), and `docs/examples/agent_worker.py`'s entrypoint
+with stand-ins for the parts of livekit-agents it uses (what it hands a successor).
 
 What only LiveKit and an agent worker can do is done here as they would do it: the device's
 and the agent's participant_joined webhooks, signed as LiveKit signs them, and the agent's
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import sys
@@ -39,9 +41,19 @@ from tests.e2e.agent_operation_helpers import (
     provider_token_of,
     wait_for_data,
 )
+from tests.e2e.agent_presence_helpers import presence_world, until
+from tests.e2e.agent_worker_helpers import jobs, worker_module
 from tests.e2e.browser_helpers import binaries, chromium
 from tests.e2e.browser_wire_helpers import Receive, Scope, Send, read_body
 from tests.e2e.realtime_helpers import call
+from tests.e2e.rotation_helpers import (
+    MARGIN_S,
+    Agent,
+    interact,
+    live_session,
+    start,
+    successor_dispatched,
+)
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
@@ -462,3 +474,81 @@ async def test_the_page_on_another_origin_is_refused_by_a_service_that_allows_no
         assert "Failed to fetch" in await asyncio.to_thread(refused)
         listed = await rpc(http, "ListTasks", {}, subject="alice")
         assert listed["result"]["tasks"] == []  # the browser never sent the call
+
+
+# --- docs/examples/agent_worker.py ---------------------------------------------------------------
+
+CAP_S = 120  # the worker's MODEL_SESSION_CAP_S: its model's connection lasts two minutes
+
+
+async def handed(world: Any, session_id: str, agent: Agent, check: Callable[[dict], bool]) -> dict:
+    """GetHandover as `agent` until `check` holds of it (bounded): what a successor would get."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        body = await agent.call(world, session_id, "GetHandover")
+        assert "result" in body, body
+        if check(body["result"]):
+            return dict(body["result"])
+        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {body['result']}"
+        await asyncio.sleep(0.05)
+
+
+def chat_in(handover: dict) -> list[tuple[str, str]]:
+    """The chat the worker saved, as (role, text)."""
+    context = handover["context"]
+    if context is None:
+        return []
+    return [(i["role"], i["content"][0]) for i in json.loads(context["data"])["items"]]
+
+
+async def test_the_agent_worker_hands_its_chat_to_its_successor_and_leaves(store, tracer_provider):
+    """The LiveKit Agents worker, its livekit-agents parts played by stand-ins
+    (agent_worker_helpers): its first job reports its model's deadline and saves the chat after
+    each turn; before the deadline the service dispatches a second job, which starts from that
+    chat and from the words the first never took in; the first leaves when told to."""
+    async with presence_world(store, tracer_provider, auto_jobs=False) as world:
+        with worker_module(world.clock, CAP_S) as worker:
+            async with jobs(worker, world) as run:
+                session_id, _, first = await live_session(world)
+                one = run(first.dispatch, first.identity)
+                # joined, its deadline reported, listening: it asks the user to book a table
+                await until(world, session_id, lambda s: len(s["pendingOperationIds"]) == 1)
+                heard = await interact(world, session_id, "a table for two")
+                await wait_for_data(world.livekit, room(session_id), "input.text")
+                one.deliver(world, session_id)
+                saved = await handed(world, session_id, first, lambda h: bool(chat_in(h)))
+                assert chat_in(saved) == [
+                    ("user", "a table for two"),
+                    ("assistant", "You said: a table for two"),
+                ]
+                assert saved["interactions"] == []  # acknowledged: no successor gets it again
+                # said while the first job is busy: it never takes these words in
+                lost = await interact(world, session_id, "by the window")
+                await wait_for_data(world.livekit, room(session_id), "input.text", 2)
+                one.deliver(world, session_id, skip=lambda body: body["commandId"] == lost)
+                assert heard != lost
+
+                world.clock.advance(CAP_S - MARGIN_S + 1)  # the rotation starts
+                dispatch = await successor_dispatched(world, session_id, 2)
+                second = await start(world, session_id, dispatch)
+                run(second.dispatch, second.identity)
+                given = await handed(world, session_id, second, lambda h: len(chat_in(h)) == 4)
+                assert chat_in(given) == [
+                    ("user", "a table for two"),
+                    ("assistant", "You said: a table for two"),
+                    ("user", "by the window"),
+                    ("assistant", "You said: by the window"),
+                ]
+                assert (given["context"]["generation"], given["interactions"]) == (2, [])
+
+                await wait_for_data(world.livekit, room(session_id), "agent.leave")
+                one.deliver(world, session_id)
+                assert await one.stopped() == "rotated"
+                # the second serves, on its own deadline; the first's "left" was refused; the
+                # booking was asked for once, by the first
+                session = await until(
+                    world, session_id, lambda s: s["agent"]["state"] == "listening"
+                )
+                assert (session["state"], session["agent"]["generation"]) == ("active", 2)
+                listed = await second.call(world, session_id, "ListOperations")
+                assert len(listed["result"]["operations"]) == 1
