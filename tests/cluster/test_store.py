@@ -90,9 +90,15 @@ async def test_every_key_of_a_session_lives_on_its_slot_on_one_master(
         } <= held, held
         for key in held:  # the server's own hash of each key
             assert await slot_on(store, master, "CLUSTER", "KEYSLOT", key) == slot, key
-        assert await slot_on(store, master, "CLUSTER", "COUNTKEYSINSLOT", slot) == len(held)
+        # the slot holds these keys and no others, but for those of another session of this
+        # test whose id hashes to the same slot (12 sessions: about 1 run in 250)
+        sharing = held.copy()
+        for other, _ in created:
+            if other != session_id and slot_of(other) == slot:
+                sharing |= (await keys_per_master(store, f"aim:{{{other}}}:*"))[master]
         in_slot = await slot_on(store, master, "CLUSTER", "GETKEYSINSLOT", slot, 100)
-        assert {text(key) for key in in_slot} == held
+        assert {text(key) for key in in_slot} == sharing
+        assert await slot_on(store, master, "CLUSTER", "COUNTKEYSINSLOT", slot) == len(sharing)
         # and the client routes the session there: GetSession reads it back
         got = await call(rt_client, "GetSession", sessionId=session_id)
         assert got["result"]["session"]["state"] == "joining"
