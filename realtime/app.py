@@ -183,7 +183,7 @@ async def running(
                 Timers(
                     engine,
                     runner,
-                    Compactor(redis, sessions),
+                    Compactor(redis, sessions, usage_ttl_s=settings.usage_ttl_s),
                     timers,
                     metrics=metrics,
                     recorder=recorder,

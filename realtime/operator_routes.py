@@ -38,6 +38,7 @@ from realtime.rpc.headers import combined
 log = logging.getLogger(__name__)
 
 JSON: Final = "application/json"
+CSV: Final = "text/csv; charset=utf-8"
 
 
 @get("/metrics")
@@ -110,8 +111,10 @@ async def operator_call(
         authenticator.require_scope(operator, OPERATOR_SCOPE)
         dispatcher.limiter.charge(operator.key, "operator API calls")
         body = await read(request.app.state.operator, operator)
+        # a read answers JSON, or bytes already laid out as CSV (the usage listing)
+        encoded, media = (body, CSV) if isinstance(body, bytes) else (_ENCODER.encode(body), JSON)
         response = ASGIResponse(
-            body=_ENCODER.encode(body), status_code=200, media_type=JSON, headers=OPERATOR_HEADERS
+            body=encoded, status_code=200, media_type=media, headers=OPERATOR_HEADERS
         )
     except ServiceError as exc:
         response = operator_error(exc)
@@ -155,6 +158,14 @@ async def operator_sessions(request: Request[Any, Any, Any]) -> ASGIResponse:
     query = _query(request)
     return await operator_call(
         request, lambda deps, operator: operator_views.list_sessions(deps, operator, query)
+    )
+
+
+@get("/ops/api/usage")
+async def operator_usage(request: Request[Any, Any, Any]) -> ASGIResponse:
+    query = _query(request)
+    return await operator_call(
+        request, lambda deps, operator: operator_views.usage(deps, operator, query)
     )
 
 
@@ -240,6 +251,7 @@ async def operator_page(state: State) -> Response[bytes]:
 
 OPERATOR_ROUTES: Final = [
     operator_sessions,
+    operator_usage,
     operator_session,
     operator_timeline,
     operator_session_deliveries,

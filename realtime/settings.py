@@ -493,6 +493,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "retry within it replays; GetCommand after it answers -31005)",
         ),
     ] = DAY
+    # profile §24: each session's usage, kept per tenant and UTC day for billing
+    usage_retention_days: Annotated[
+        int,
+        Setting(
+            "AIM_USAGE_RETENTION_DAYS",
+            Whole(1, 3660),
+            "each ended session's usage (seconds, connected and agent seconds, handoffs, "
+            "rotations) is kept per tenant and UTC day this many days, for the operator API's "
+            "usage listing",
+        ),
+    ] = 400
     compact_after_s: Annotated[
         int,
         Setting(
@@ -775,6 +786,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # what from_env found acceptable but worth saying (a short LiveKit secret): one line each,
     # naming the variable and never its value; the CLI logs them at start-up
     warnings: tuple[str, ...] = ()
+
+    @property
+    def usage_ttl_s(self) -> int:
+        """How long a day's usage of a tenant is kept after its last write."""
+        return (self.usage_retention_days + 1) * DAY
 
     @property
     def live_window_s(self) -> int:

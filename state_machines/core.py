@@ -56,6 +56,7 @@ from state_machines.session_events import (
     SessionEvent,
 )
 from state_machines.session_model import LIVE_STATES, Session, is_idle, replace, settle_task
+from state_machines.usage import account
 
 AnyEvent = SessionEvent | InteractionEvent | ProviderEvent
 
@@ -118,10 +119,11 @@ def settle(
       requirement its status shows); a session that is over cancels its open operations;
     - becoming idle (ready, no active endpoint) is counted in `idles`, which names idle timers;
     - a session that is no longer live keeps no unacknowledged interaction (profile §23);
+    - the usage clocks start and stop with the move (`state_machines.usage`, profile §24);
     - `updated_at = now` exactly when the session changed, or when the event is `activity` (a
       message delivered to the agent, which changes nothing else).
     """
-    after = settle_task(decision.state, now)
+    after = account(before, settle_task(decision.state, now), now)
     if after.unacked and after.state not in LIVE_STATES:
         after = replace(after, unacked=())  # no successor will need them: the words go
     if is_idle(after) and not is_idle(before):

@@ -193,6 +193,12 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     # AIM_AGENT_ROTATE_AFTER_S when the session was created (0: off): each agent's planned
     # deadline, counted from its join
     rotate_after_s: int = 0
+    # usage (profile §24, `state_machines.usage`): the milliseconds a device was connected and
+    # the agent was in the room so far, and since when each clock runs (None: stopped)
+    active_ms: int = 0
+    active_since: str | None = None
+    agent_ms: int = 0
+    agent_since: str | None = None
 
 
 replace = msgspec.structs.replace

@@ -437,6 +437,7 @@ class Engine:
             due_ms=decided.now_ms + RETRY_GRACE_MS,
             timers=armed_by(self.settings, old, new, version, decided.now_ms),
             traceparent=traceparent,
+            usage_ttl_s=self.settings.usage_ttl_s,
         )
         applied = Applied(new, version, decided.task, True, outcome, bool(pending))
         return commit, applied

@@ -21,6 +21,7 @@ from realtime.store.records import SessionRecord
 from realtime.store.sessions import Deliveries
 from realtime.timestamps import timestamp
 from state_machines import Session
+from state_machines.usage import usage_of
 
 _ENCODER: Final = msgspec.json.Encoder()
 NO_DELIVERIES: Final = Deliveries()
@@ -150,7 +151,7 @@ def _moves(old: Session | None, new: Session) -> Iterator[tuple[str, dict[str, A
         elif new.state == "ended":
             yield "session.ended", _ended(new)
         elif new.state == "failed":
-            yield "session.failed", {"reason": new.end_reason}
+            yield "session.failed", {"reason": new.end_reason, "usage": usage_data(new)}
     if old is not None and new.epoch != old.epoch:
         if new.rebinds != old.rebinds:
             yield "session.rebound", {"fromEpoch": old.epoch, "room": new.room}
@@ -219,6 +220,18 @@ def _requested(session: Session) -> dict[str, Any]:
     }
 
 
+def usage_data(session: Session) -> dict[str, Any]:
+    """What the session used (profile §24), in seconds (to the millisecond) and counts."""
+    used = usage_of(session)
+    return {
+        "sessionSeconds": used.session_ms / 1000,
+        "connectedSeconds": used.connected_ms / 1000,
+        "agentSeconds": used.agent_ms / 1000,
+        "handoffs": used.handoffs,
+        "rotations": used.rotations,
+    }
+
+
 def _ended(session: Session) -> dict[str, Any]:
     """How the session ended: why, when it started and ended, how long a device was in it
     (from the first JoinSession to the end) and which devices joined."""
@@ -229,6 +242,7 @@ def _ended(session: Session) -> dict[str, Any]:
         elapsed = datetime.fromisoformat(session.ended_at) - datetime.fromisoformat(first)
         seconds = max(0.0, round(elapsed.total_seconds(), 3))
     return {
+        "usage": usage_data(session),
         "reason": session.end_reason,
         "canceled": session.canceled,
         "startedAt": session.created_at,

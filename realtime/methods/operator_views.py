@@ -21,6 +21,7 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
 import msgspec
@@ -43,6 +44,7 @@ from realtime.worker.timers import fires
 from state_machines import Session
 from state_machines import operation as operations
 from state_machines.session_model import SESSION_STATES
+from state_machines.usage import Usage
 
 SESSIONS_LIMIT: Final = 50  # a listing page, unless `limit` says otherwise (1..200)
 SESSIONS_LIMIT_MAX: Final = 200
@@ -416,3 +418,75 @@ def _timeline_cursor(cursor: str | None) -> tuple[str, str]:
     if not (is_entry_id(events_after) and is_entry_id(noted_after)):
         raise invalid_params("cursor", "is not a cursor this API issued")
     return events_after, noted_after
+
+
+# --- GET /ops/api/usage ---------------------------------------------------------------------------
+
+# days one usage listing covers at most (a quarter): one round trip of as many HVALS
+MAX_USAGE_DAYS: Final = 93
+DEFAULT_USAGE_DAYS: Final = 31
+USAGE_COLUMNS: Final = (
+    "day",
+    "sessions",
+    "sessionSeconds",
+    "connectedSeconds",
+    "agentSeconds",
+    "handoffs",
+    "rotations",
+)
+_USAGE_DECODER: Final = msgspec.json.Decoder(Usage)
+
+
+def _day(query: Mapping[str, str], name: str, default: date) -> date:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        parsed = date.fromisoformat(raw)
+    except ValueError:
+        raise invalid_params(name, "must be a UTC day, YYYY-MM-DD") from None
+    if len(raw) != len("YYYY-MM-DD"):
+        raise invalid_params(name, "must be a UTC day, YYYY-MM-DD")
+    return parsed
+
+
+async def usage(deps: OperatorDeps, operator: Principal, query: Mapping[str, str]) -> Any:
+    """The usage of the operator's tenant (every session's when no tenant claim is configured)
+    per UTC day from `from` to `to` (both included; the last 31 days by default, 93 at most):
+    `{tenant, from, to, days: [{day, sessions, sessionSeconds, connectedSeconds, agentSeconds,
+    handoffs, rotations}]}` with a row per day that had sessions end, or the same rows as CSV
+    (`format=csv`; bytes)."""
+    fmt = query.get("format", "json")
+    if fmt not in ("json", "csv"):
+        raise invalid_params("format", "must be json or csv")
+    today = datetime.fromtimestamp(deps.now_ms() / 1000, tz=UTC).date()
+    last = _day(query, "to", today)
+    first = _day(query, "from", last - timedelta(days=DEFAULT_USAGE_DAYS - 1))
+    span = (last - first).days + 1
+    if span < 1:
+        raise invalid_params("from", "must not be after `to`")
+    if span > MAX_USAGE_DAYS:
+        raise invalid_params("from", f"a listing covers {MAX_USAGE_DAYS} days at most")
+    tenant = operator.tenant if deps.settings.auth_tenant_claim is not None else None
+    days = [(first + timedelta(days=n)).isoformat() for n in range(span)]
+    rows = []
+    for day, entries in zip(days, await deps.reads.usage(tenant, days), strict=True):
+        if not entries:
+            continue
+        used = [_USAGE_DECODER.decode(entry) for entry in entries]
+        rows.append(
+            {
+                "day": day,
+                "sessions": len(used),
+                "sessionSeconds": sum(u.session_ms for u in used) / 1000,
+                "connectedSeconds": sum(u.connected_ms for u in used) / 1000,
+                "agentSeconds": sum(u.agent_ms for u in used) / 1000,
+                "handoffs": sum(u.handoffs for u in used),
+                "rotations": sum(u.rotations for u in used),
+            }
+        )
+    if fmt == "csv":
+        lines = [",".join(USAGE_COLUMNS)]
+        lines += [",".join(str(row[column]) for column in USAGE_COLUMNS) for row in rows]
+        return ("\r\n".join(lines) + "\r\n").encode()
+    return {"tenant": tenant, "from": first.isoformat(), "to": last.isoformat(), "days": rows}

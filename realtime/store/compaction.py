@@ -13,6 +13,7 @@ from typing import Final, Literal, NamedTuple, cast
 
 from realtime.store import keys
 from realtime.store.events import Entry, stream_entries
+from realtime.store.indexes import usage_entry
 from realtime.store.records import (
     SESSION_ENCODER,
     TASK_ENCODER,
@@ -47,8 +48,9 @@ class Streams(NamedTuple):
 class Compactor:
     """Rewrites an ended session to its summary, at the version it read."""
 
-    def __init__(self, redis: RedisClient, sessions: SessionStore) -> None:
+    def __init__(self, redis: RedisClient, sessions: SessionStore, *, usage_ttl_s: int = 0) -> None:
         self._client = redis.client
+        self._usage_ttl_s = usage_ttl_s
         self._script = redis.scripts.compact
         self._repack_script = redis.scripts.repack
         self._sessions = sessions
@@ -61,6 +63,12 @@ class Compactor:
                 return "missing"
             if record.session.state not in TERMINAL_STATES:  # never armed for a live one
                 return "done"
+            if self._usage_ttl_s:
+                # the usage written after the commit that ended it, once more: a process that
+                # died between that commit and its index writes left none
+                async with translated_errors():
+                    for command in usage_entry(record, session_id, self._usage_ttl_s):
+                        await self._client.execute_command(*command)
             kept = await self._streams(session_id)
             events, timeline = kept.events, kept.timeline
             async with translated_errors():

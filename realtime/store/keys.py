@@ -204,6 +204,16 @@ def operator_sessions_key() -> str:
     return f"{PREFIX}:{{ops}}:sessions"
 
 
+def usage_key(tenant: str | None, day: str) -> str:
+    """Hash: the usage of every session of `tenant` (None: sessions with no tenant) that ended
+    on UTC `day` (YYYY-MM-DD), field the session id, value its usage as JSON (profile §24).
+    Written after the commit that ended the session and again when it is compacted (HSET of the
+    same value: idempotent); it expires AIM_USAGE_RETENTION_DAYS after its day. All of a
+    tenant's days share one slot, so a month is read from one master."""
+    digest = hashlib.sha256((tenant or "").encode()).hexdigest()[:32]
+    return f"{PREFIX}:{{usage:{digest}}}:{day}"
+
+
 def operator_tenant_sessions_key(tenant: str) -> str:
     """Sorted set: a tenant's sessions, like `operator_sessions_key` (same slot), so a tenant's
     operator lists its own sessions at a cost that does not grow with the other tenants'.

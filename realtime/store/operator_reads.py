@@ -82,6 +82,16 @@ class OperatorReads:
     def __init__(self, redis: RedisClient) -> None:
         self._client = redis.client
 
+    async def usage(self, tenant: str | None, days: Sequence[str]) -> list[list[bytes]]:
+        """The usage entries (JSON) of `tenant`'s sessions that ended on each of `days`: one
+        round trip (a tenant's days share a slot)."""
+        pipe = self._client.pipeline(transaction=False)
+        for day in days:
+            pipe.hvals(keys.usage_key(tenant, day))
+        async with translated_errors():
+            found: list[list[bytes]] = await pipe.execute()
+        return found
+
     async def recent(
         self, tenant: Tenant, *, after: Position | None, count: int, prune_before_ms: int
     ) -> list[tuple[str, int]]:

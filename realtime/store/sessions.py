@@ -87,6 +87,7 @@ class Commit:
     # bump, no event), so a retry replays it
     changes: bool = True
     context: bytes | None = None  # the agent's saved context, written beside the snapshot
+    usage_ttl_s: int = 0  # with a session that is over: its usage kept in its tenant's day
     deliveries: Deliveries = field(default_factory=Deliveries)
 
 
@@ -276,7 +277,14 @@ class SessionStore:
             deliveries_due_ms=sends,
         )
         owned = task_listing(c.record.owner, c.task)
-        listed = listings(c.record, c.session_id, c.now_ms, c.ttl_s, deliveries_due_ms=sends)
+        listed = listings(
+            c.record,
+            c.session_id,
+            c.now_ms,
+            c.ttl_s,
+            deliveries_due_ms=sends,
+            usage_ttl_s=c.usage_ttl_s,
+        )
         with self._telemetry.redis_span("commit", c.session_id):
             reply = await self._send(armed, script_keys, args, [*owned, *listed])
         committed = _committed(reply)

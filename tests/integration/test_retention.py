@@ -8,6 +8,7 @@ the operations listing show, which answer as before."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -258,3 +259,29 @@ def test_both_windows_accept_a_second_and_refuse_less():
     for name in env:
         with pytest.raises(SettingsError, match=name):
             Settings.from_env({**env, name: "0"})
+
+
+async def test_an_ended_sessions_usage_is_kept_in_its_day_and_written_again_at_compaction(
+    livekit, store, tracer_provider
+):
+    """Profile §24: the usage goes into the tenant's day (no tenant claim: the one of no
+    tenant) after the commit that ended the session, for AIM_USAGE_RETENTION_DAYS plus its day;
+    a process that died before that write leaves the compaction to write it."""
+    if store.embedded:
+        pytest.skip("reads TTLs of a real Redis")
+    async with service(livekit, store, tracer_provider, usage_retention_days=30) as http:
+        session_id, _, _ = await end_after_a_command(http)
+        ended_at = (await get(http, session_id))["endedAt"]
+        key = keys.usage_key(None, ended_at[:10])
+        written = await store.client.hget(key, session_id)
+        assert written is not None
+        usage = json.loads(written)
+        assert set(usage) == {"sessionMs", "connectedMs", "agentMs", "handoffs", "rotations"}
+        assert 0 <= usage["connectedMs"] <= usage["sessionMs"]
+        assert 30 * 86400 < await store.client.ttl(key) <= 31 * 86400
+
+        await store.client.delete(key)  # as if the process died between the commit and it
+        settings_ttl = (30 + 1) * 86400
+        compactor = Compactor(store, SessionStore(store), usage_ttl_s=settings_ttl)
+        assert await compactor.compact(session_id) == "done"
+        assert json.loads(await store.client.hget(key, session_id)) == usage

@@ -131,6 +131,15 @@ def test_the_end_says_why_when_and_which_devices_joined() -> None:
     assert ended["data"]["reason"] == "user hung up"
     assert ended["data"]["secondsActive"] == 30.5  # from the first JoinSession (T1) to the end
     assert ended["data"]["endpoints"] == [{"endpointId": "ep-a", "clientEndpointKey": "phone"}]
+    # what it used: from its creation (T0) to its end; every step of `live()` and the end
+    # were committed at T1, so no second of connection or of the agent passed between them
+    assert ended["data"]["usage"] == {
+        "sessionSeconds": 31.5,
+        "connectedSeconds": 0.0,
+        "agentSeconds": 0.0,
+        "handoffs": 0,
+        "rotations": 0,
+    }
 
 
 def test_the_types_asked_for_are_the_ones_numbered() -> None:
