@@ -86,6 +86,9 @@ RPC_DURATION_BUCKETS: Final = (
     5.0,
     10.0,
 )
+# tenants named in the usage counters' labels, per process: the first this many seen; the
+# others count under `other` (and sessions with no tenant under `none`): a bounded label set
+USAGE_TENANTS: Final = 100
 # a rotation's seam: a successor that joins at once (a fraction of a second) to one that took the
 # whole margin (30 s by default) or longer
 SEAM_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
@@ -276,6 +279,23 @@ class Metrics:
             "the rotation (else its start) to the handover",
             explicit_bucket_boundaries_advisory=SEAM_BUCKETS,
         )
+        # Prometheus: aim_usage_sessions_total{tenant}, aim_usage_*_seconds_total{tenant}
+        self._usage_sessions = meter.create_counter(
+            "aim.usage.sessions", description="sessions that ended, by tenant (profile §24)"
+        )
+        self._usage_seconds = {
+            kind: meter.create_counter(
+                f"aim.usage.{kind}",
+                unit="s",
+                description=f"{what} of the sessions that ended, by tenant (profile §24)",
+            )
+            for kind, what in (
+                ("session", "seconds from creation to the end"),
+                ("connected", "seconds a device was in the room"),
+                ("agent", "seconds the agent was in the room"),
+            )
+        }
+        self._usage_tenants: set[str] = set()
         self._webhooks = meter.create_counter(
             "aim.webhooks", description="LiveKit webhooks by outcome"
         )
@@ -368,6 +388,26 @@ class Metrics:
 
     def agent_presence(self, change: str) -> None:
         self._agents.add(1, {"change": change})
+
+    def session_usage(
+        self, tenant: str | None, session_s: float, connected_s: float, agent_s: float
+    ) -> None:
+        """A session ended: its usage, under its tenant's label (bounded: USAGE_TENANTS)."""
+        if tenant is None:
+            label = "none"
+        elif tenant in self._usage_tenants or len(self._usage_tenants) < USAGE_TENANTS:
+            self._usage_tenants.add(tenant)
+            label = tenant
+        else:
+            label = "other"
+        attributes = {"tenant": label}
+        self._usage_sessions.add(1, attributes)
+        for kind, seconds in (
+            ("session", session_s),
+            ("connected", connected_s),
+            ("agent", agent_s),
+        ):
+            self._usage_seconds[kind].add(seconds, attributes)
 
     def agent_rotation(self, outcome: str, seam_s: float | None = None) -> None:
         self._rotations.add(1, {"outcome": outcome})

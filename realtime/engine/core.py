@@ -65,6 +65,7 @@ from state_machines import Accepted, Rejected, Session
 from state_machines import AnyEvent as AnyEvent  # what `execute` applies, named for methods/
 from state_machines import decide as decide_event
 from state_machines import session as machine
+from state_machines.usage import usage_of
 
 log = logging.getLogger(__name__)
 
@@ -450,6 +451,13 @@ class Engine:
         old = record.session
         if new.state in machine.TERMINAL_STATES and old.state not in machine.TERMINAL_STATES:
             await self._forget_live(record.owner, [decided.session_id])
+            used = usage_of(new)
+            self.metrics.session_usage(
+                record.tenant,
+                used.session_ms / 1000,
+                used.connected_ms / 1000,
+                used.agent_ms / 1000,
+            )
         for change in presence_changes(old, new):
             self.metrics.agent_presence(change)
         for outcome in rotation_outcomes(old, new):

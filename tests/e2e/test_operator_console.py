@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +298,44 @@ async def test_an_operator_sees_a_rotation_with_each_agent_in_its_own_lane(livek
     }
     # the session's facts: the serving agent and its generation
     assert "listening · generation 2" in text
+
+
+async def test_an_operator_sees_the_usage_of_the_days_sessions(livekit, store):
+    browser, driver_path = binaries()
+    async with service(livekit, store) as (base_url, http):
+        sid = await start_session(http, subject="alice")
+        ended = await rpc_as(
+            http, "aim.realtime.EndSession", {"sessionId": sid, "commandId": new_id(),
+                                              "reason": "done"},
+        )  # fmt: skip
+        assert "result" in ended
+        for _ in range(200):  # the room deleted, the session over: its usage is written
+            got = await rpc_as(http, "aim.realtime.GetSession", {"sessionId": sid})
+            if got["result"]["session"]["state"] == "ended":
+                break
+            await asyncio.sleep(0.025)
+        today = datetime.now(UTC).date().isoformat()
+
+        def browse() -> list[list[str]]:
+            from selenium.webdriver.common.by import By
+            from selenium.webdriver.support import expected_conditions as seen
+            from selenium.webdriver.support.ui import WebDriverWait
+
+            with chromium(browser, driver_path) as driver:
+                driver.get(f"{base_url}/ops")
+                driver.find_element(By.ID, "token").send_keys(bearer("operator"))
+                driver.find_element(By.ID, "connect").click()
+                WebDriverWait(driver, WAIT_S).until(
+                    seen.text_to_be_present_in_element((By.ID, "usage"), today)
+                )
+                rows = driver.find_elements(By.CSS_SELECTOR, "#usage tbody tr")
+                return [
+                    [cell.text for cell in row.find_elements(By.TAG_NAME, "td")] for row in rows
+                ]
+
+        rows = await asyncio.to_thread(browse)
+
+    [row] = rows
+    assert row[:2] == [today, "1"]  # the day, one session
+    assert float(row[2]) >= 0  # its seconds
+    assert row[5:] == ["0", "0"]  # no handoff, no rotation

@@ -5,14 +5,20 @@ clock the test moves, so the seconds are exact."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from realtime.app import create_app
 from tests.clocks import Clock
-from tests.conftest import service
+from tests.conftest import livekit_settings, service, serving
+from tests.e2e.metrics_helpers import points
 from tests.e2e.operator_api_helpers import (
     TENANT_CLAIM,
     bearer,
@@ -141,3 +147,28 @@ async def test_usage_needs_the_operator_scope(livekit, store):
     async with service(livekit, store) as http:
         answer = await operator_get(http, "/ops/api/usage", authorization=bearer("alice", ("a2a",)))
         assert answer.status_code == 403
+
+
+async def test_usage_is_counted_per_tenant_for_prometheus(livekit, store):
+    clock, reader = Clock(), InMemoryMetricReader()
+    settings = livekit_settings(livekit, auth_tenant_claim=TENANT_CLAIM)
+    app = create_app(
+        settings, store=store, clock=clock, meter_provider=MeterProvider(metric_readers=[reader])
+    )
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        await used_session(http, clock, "acme", connected_s=30, agent_s=20)
+        await used_session(http, clock, "acme", connected_s=10, agent_s=5)
+        await used_session(http, clock, "globex", connected_s=7, agent_s=7)
+
+        async def counted() -> dict[str, float]:
+            return {attrs["tenant"]: value for attrs, value in points(reader, "aim.usage.sessions")}
+
+        for _ in range(200):  # each session counts once its room is deleted (it is over)
+            if await counted() == {"acme": 2, "globex": 1}:
+                break
+            await asyncio.sleep(0.025)
+        assert await counted() == {"acme": 2, "globex": 1}
+        connected = {a["tenant"]: v for a, v in points(reader, "aim.usage.connected")}
+        agent = {a["tenant"]: v for a, v in points(reader, "aim.usage.agent")}
+        assert connected == {"acme": approx(40), "globex": approx(7)}
+        assert agent == {"acme": approx(25), "globex": approx(7)}
