@@ -60,6 +60,22 @@ session_minutes_per_month = 1000000000
 """
 
 
+def principals() -> list[str]:
+    """A token for each of the tenant's PRINCIPALS users."""
+    return [
+        mint_dev_token(
+            c.SECRET,
+            subject=f"user-{n}",
+            scopes=c.SCOPES,
+            ttl_s=3600,
+            now=time.time(),
+            tenant_claim="tenant",
+            tenant=TENANT,
+        )
+        for n in range(PRINCIPALS)
+    ]
+
+
 def pin(pid: int, cpu: int) -> None:
     """`pid`'s whole process tree, every thread, on `cpu` (when there is more than one)."""
     if len(os.sched_getaffinity(0)) > 1:
@@ -171,11 +187,7 @@ def race(args: argparse.Namespace) -> int:
             home = workdir / name
             home.mkdir()
             ports.append(c.start_service(args, home, env)[1])
-        tokens = [
-            mint_dev_token(c.SECRET, subject=f"user-{n}", scopes=c.SCOPES, ttl_s=3600,
-                           now=time.time(), tenant_claim="tenant", tenant=TENANT)
-            for n in range(PRINCIPALS)
-        ]  # fmt: skip
+        tokens = principals()
         store = redis_async.Redis(host=c.HOST, port=redis_port)
         key = keys.tenant_live_key(TENANT)
         counts = asyncio.run(hammer(ports, tokens, args.race, args.conns, store, key))
@@ -219,18 +231,7 @@ def run(args: argparse.Namespace) -> int:
             pin(services[name][0].pid, 0)
         if len(os.sched_getaffinity(0)) > 1:
             wrkrun.pin_self(1)
-        tokens = [
-            mint_dev_token(
-                c.SECRET,
-                subject=f"user-{n}",
-                scopes=c.SCOPES,
-                ttl_s=3600,
-                now=time.time(),
-                tenant_claim="tenant",
-                tenant=TENANT,
-            )
-            for n in range(PRINCIPALS)
-        ]
+        tokens = principals()
         for name, (_, port) in services.items():
             ok, failed = asyncio.run(load(port, tokens, args.warmup, args.conns))
             c.say(f"warm-up {name}: {ok} creates, {failed} failed")
