@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from litestar import Litestar
@@ -25,6 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from realtime.a2a import projection
 from realtime.agent_card import build_agent_card
 from realtime.auth import Authenticator
+from realtime.engine.admission import Admission
 from realtime.engine.core import Engine
 from realtime.engine.ledger import Ledger
 from realtime.fanout import EventHub, StreamSlots
@@ -42,6 +44,7 @@ from realtime.methods.context import (
 )
 from realtime.metrics import Metrics, StoreReading
 from realtime.operator_routes import METRICS_ROUTE, OPERATOR_ROUTES, OperatorConsole
+from realtime.policy import PolicySource
 from realtime.routes import ROUTES, AgentCardBody, RouteDeps, load_sdk
 from realtime.rpc.dispatch import Dispatcher, RateLimiter
 from realtime.rpc.errors import code_of
@@ -60,6 +63,7 @@ from realtime.store.redis_client import RedisClient
 from realtime.store.selection import open_store
 from realtime.store.sessions import SessionStore
 from realtime.store.tasks import TaskStore
+from realtime.store.tenants import TenantStore
 from realtime.store.timeline import Recorder, TimelineStore
 from realtime.store.timers import TimerStore
 from realtime.telemetry import Telemetry, provider_from_env, startup_summary
@@ -128,10 +132,20 @@ async def running(
     events = EventStore(redis)
     gateway = LiveKitGateway(settings, telemetry=telemetry)
     metrics = metrics or Metrics(None)
+    policy_file = settings.tenant_policy_file
+    tenants = TenantStore(redis)
+    admission = Admission(
+        settings,
+        PolicySource(Path(policy_file) if policy_file else None, clock),
+        tenants,
+        sessions,
+        clock=clock,
+    )
     engine = Engine(
         settings,
         sessions,
         project=projection.follow,
+        admission=admission,
         clock=clock,
         telemetry=telemetry,
         metrics=metrics,
@@ -166,7 +180,7 @@ async def running(
         ),
         provider=ProviderDeps(settings, commands, sessions, clock=clock),
         operator=OperatorDeps(
-            settings, OperatorReads(redis), sessions, deliveries, ledger, clock=clock
+            settings, OperatorReads(redis), sessions, deliveries, ledger, admission, clock=clock
         ),
         commands=commands,
         ledger=ledger,
@@ -183,7 +197,7 @@ async def running(
                 Timers(
                     engine,
                     runner,
-                    Compactor(redis, sessions, usage_ttl_s=settings.usage_ttl_s),
+                    Compactor(redis, sessions, tenants, usage_ttl_s=settings.usage_ttl_s),
                     timers,
                     metrics=metrics,
                     recorder=recorder,

@@ -58,10 +58,24 @@ def _settings(*, quiet: bool = False) -> Settings:
         print(f"invalid configuration:\n  {problem}", file=sys.stderr)
         raise SystemExit(BAD_CONFIGURATION)
     _refuse_unsafe_data_dir(settings)
+    _refuse_bad_policy(settings)
     if not quiet:
         for warning in settings.warnings:
             log.warning("%s", warning)
     return settings
+
+
+def _refuse_bad_policy(settings: Settings) -> None:
+    """Exit 2, one line per problem, when the tenant policy file cannot be used."""
+    if settings.tenant_policy_file is None:
+        return
+    from realtime.policy import PolicyError, load_policy
+
+    try:
+        load_policy(Path(settings.tenant_policy_file))
+    except PolicyError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(BAD_CONFIGURATION) from None
 
 
 def _refuse_unsafe_data_dir(settings: Settings) -> None:

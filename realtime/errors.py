@@ -22,7 +22,9 @@ The tree::
      │    ├── CapabilityUnavailable, TaskNotCancelable, UnsupportedOperation,
      │    └── PushNotificationNotSupported
      ├── CommandConflict           an id reused with other params
-     ├── LimitExceeded             retry_after: seconds, when waiting helps
+     ├── LimitExceeded             retry_after: seconds, when waiting helps (HTTP 429)
+     ├── AllowanceExhausted        a tenant's session minutes of the day or month are used
+     │                             up: waiting helps only once it resets (HTTP 402)
      ├── Unavailable               service: the upstream (redis | livekit) that failed; retry
      │    └── NotConfigured        the service is not configured for it (unset: the variables);
      │                             not retryable
@@ -283,16 +285,61 @@ class CommandConflict(ServiceError):
     """A commandId (or clientSessionId, requestId) reused with other params."""
 
 
-class LimitExceeded(ServiceError):
-    """A limit was reached; `retry_after` seconds is when trying again may help."""
+Scope = Literal["tenant", "principal"]
 
-    def __init__(self, message: str | Text, *, limit: str, retry_after: int | None = None) -> None:
+
+class LimitExceeded(ServiceError):
+    """A limit was reached; `retry_after` seconds is when trying again may help. A limit of
+    live sessions or starts also says how many it `allowed`, the `count` reached and its
+    `scope` (profile §24)."""
+
+    def __init__(
+        self,
+        message: str | Text,
+        *,
+        limit: str,
+        retry_after: int | None = None,
+        allowed: int | None = None,
+        count: int | None = None,
+        scope: Scope | None = None,
+    ) -> None:
+        said = {"allowed": allowed, "count": count, "scope": scope}
         details: dict[str, object] = {"limit": limit}
+        details.update({name: value for name, value in said.items() if value is not None})
         if retry_after is not None:
             details["retryAfterSeconds"] = retry_after
         super().__init__(message, details=details)
         self.limit = limit
         self.retry_after = retry_after
+
+
+class AllowanceExhausted(ServiceError):
+    """The tenant used its session minutes of the day or the month (`allowance`, whose
+    `allowed` minutes the `used` ones reached): no session starts before it resets, at
+    `resets_at` (RFC 3339), `resets_in` seconds from now (profile §24)."""
+
+    def __init__(
+        self,
+        message: str | Text,
+        *,
+        allowance: str,
+        allowed: int,
+        used: int,
+        resets_at: str,
+        resets_in: int,
+    ) -> None:
+        super().__init__(
+            message,
+            details={
+                "allowance": allowance,
+                "allowed": allowed,
+                "used": used,
+                "scope": "tenant",
+                "resetsAt": resets_at,
+                "resetsInSeconds": resets_in,
+            },
+        )
+        self.allowance = allowance
 
 
 class Unavailable(ServiceError):

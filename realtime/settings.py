@@ -493,7 +493,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "retry within it replays; GetCommand after it answers -31005)",
         ),
     ] = DAY
-    # profile §24: each session's usage, kept per tenant and UTC day for billing
+    # profile §24: each tenant's limits (docs/operations.md), and its usage kept for billing
+    tenant_policy_file: Annotated[
+        str | None,
+        Setting(
+            "AIM_TENANT_POLICY_FILE",
+            Text(),
+            "a TOML file of limits per tenant (live sessions, starts per minute, session minutes "
+            "per UTC day and month, maximum duration, live sessions per principal) with a "
+            "`[default]` for the others; checked at start-up (exit 2, one line per problem), "
+            "reloaded within seconds when it changes (a changed file that is refused is logged "
+            "and the last good one stays); it must be writable by its owner alone (this user or "
+            "root). Unset: no tenant limits",
+        ),
+    ] = None
     usage_retention_days: Annotated[
         int,
         Setting(

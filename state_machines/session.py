@@ -256,9 +256,11 @@ def new_session(
     transcript: Literal["off", "on"],
     now: str,
     rotate_after_s: int = 0,
+    max_s: int = 0,
 ) -> Accepted[Session]:
     """A session in provisioning at epoch 1, its task WORKING, and the provisioning effects;
-    with `rotate_after_s`, each of its agents gets a deadline that long after it joins."""
+    with `rotate_after_s`, each of its agents gets a deadline that long after it joins; it
+    lasts `max_s` seconds at most (the shell arms the timer)."""
     started = advance_task(TaskCore(state=task.SUBMITTED), "start")
     room = room_name(session_id, 1)
     session = Session(
@@ -275,6 +277,7 @@ def new_session(
         task_version=started.version,
         room=room,
         rotate_after_s=rotate_after_s,
+        max_s=max_s,
     )
     return Accepted(session, (CreateRoom(room, 1, with_agent=True),))
 

@@ -131,6 +131,10 @@ class Unacked(msgspec.Struct, frozen=True):
     body: str
 
 
+# the endReason of a session its tenant's allowance of session minutes ended (profile §24)
+ALLOWANCE_EXHAUSTED: Final = "allowance_exhausted"
+
+
 class Session(msgspec.Struct, frozen=True, kw_only=True):
     """One realtime session and the task that follows it."""
 
@@ -193,6 +197,9 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     # AIM_AGENT_ROTATE_AFTER_S when the session was created (0: off): each agent's planned
     # deadline, counted from its join
     rotate_after_s: int = 0
+    # the longest the session may last (s), fixed when it was created: AIM_MAX_SESSION_S, or its
+    # tenant's maximum when shorter (profile §24); 0 in sessions created before it was kept
+    max_s: int = 0
     # usage (profile §24, `state_machines.usage`): the milliseconds a device was connected and
     # the agent was in the room so far, and since when each clock runs (None: stopped)
     active_ms: int = 0

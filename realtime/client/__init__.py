@@ -17,6 +17,7 @@ from realtime.client.dispatch import (
 from realtime.client.errors import (
     AgentReplacedError,
     AimError,
+    AllowanceExhaustedError,
     AuthError,
     AuthMisconfiguredError,
     CommandConflictError,
@@ -58,6 +59,7 @@ __all__ = [
     "AgentSession",
     "AimClient",
     "AimError",
+    "AllowanceExhaustedError",
     "AnyEvent",
     "AuthError",
     "AuthMisconfiguredError",

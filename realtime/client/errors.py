@@ -19,6 +19,7 @@ INVALID_STATE: Final = -31003
 COMMAND_CONFLICT: Final = -31004
 LIMIT_EXCEEDED: Final = -31011
 UPSTREAM_UNAVAILABLE: Final = -31012
+ALLOWANCE_EXHAUSTED: Final = -31013
 UNAUTHENTICATED: Final = -31401
 PERMISSION_DENIED: Final = -31403
 INVALID_PARAMS: Final = -32602
@@ -137,7 +138,23 @@ class CommandConflictError(AimError):
 
 
 class LimitExceededError(AimError):
-    """-31011: a limit was reached (`metadata.limit`); `retry_after_ms` when waiting helps."""
+    """-31011: a limit was reached (`metadata.limit`; a tenant's or a principal's live
+    sessions or starts also say `allowed`, `count` and `scope`); `retry_after_ms` when waiting
+    helps."""
+
+
+class AllowanceExhaustedError(AimError):
+    """-31013: the tenant used up its session minutes of the UTC day or month
+    (`metadata.allowance`); no session starts before `resets_at` (RFC 3339). Not retryable:
+    unlike a `LimitExceededError`, waiting seconds does not help."""
+
+    @property
+    def allowance(self) -> str:
+        return self.metadata.get("allowance", "")
+
+    @property
+    def resets_at(self) -> str | None:
+        return self.metadata.get("resetsAt")
 
 
 class UnavailableError(AimError):
@@ -192,6 +209,7 @@ _CLASSES: Final[dict[int, type[AimError]]] = {
     INVALID_STATE: InvalidStateError,
     COMMAND_CONFLICT: CommandConflictError,
     LIMIT_EXCEEDED: LimitExceededError,
+    ALLOWANCE_EXHAUSTED: AllowanceExhaustedError,
     UPSTREAM_UNAVAILABLE: UnavailableError,
     UNAUTHENTICATED: AuthError,
     PERMISSION_DENIED: AuthError,

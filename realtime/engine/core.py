@@ -28,6 +28,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
+from realtime.engine.admission import Admission
 from realtime.engine.entries import (
     CALLS,
     LINKED,
@@ -56,9 +57,11 @@ from realtime.engine.presence import rotation_outcomes, rotation_seam_s
 from realtime.engine.schedule import armed_by, window_s
 from realtime.engine.session_events import notices
 from realtime.metrics import Metrics
+from realtime.policy import PolicySource
 from realtime.settings import Settings
 from realtime.store.records import CommandOutcome, Loaded, SessionRecord, TaskRecord
 from realtime.store.sessions import Claimed, Commit, SessionStore
+from realtime.store.tenants import TenantStore
 from realtime.telemetry import Telemetry, current_cause, link_to_cause, note_transition
 from realtime.timestamps import timestamp
 from state_machines import Accepted, Rejected, Session
@@ -111,6 +114,7 @@ class CreateClaim:
     session_id: str
     digest: str
     now_ms: int
+    live_limit: int  # live sessions the owner may have (its tenant's, or the setting)
 
 
 RETRY_GRACE_MS: Final = 5_000  # the worker looks at an outbox the inline runner did not empty
@@ -125,12 +129,17 @@ class Engine:
         sessions: SessionStore,
         *,
         project: TaskProjection,
+        admission: Admission | None = None,
         clock: Callable[[], float] = time.time,
         telemetry: Telemetry | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
+        # no policy unless the composition root gives one: ends are still released (usage)
+        self.admission = admission or Admission(
+            settings, PolicySource(None, clock), TenantStore(sessions.redis), sessions, clock=clock
+        )
         self.project = project
         self.clock = clock
         self.telemetry = telemetry or Telemetry(None)
@@ -243,7 +252,7 @@ class Engine:
             assert command is not None  # noqa: S101 - only a command replays
             return replay_of(committed.outcome, command)
         if applied.changed:
-            await self._committed(decided)
+            await self._committed(decided, committed.ended_ms)
         return applied
 
     async def execute(
@@ -336,8 +345,19 @@ class Engine:
             digest=claim.digest,
             score_ms=claim.now_ms,
             ttl_s=settings.task_ttl_s,
-            limit=settings.max_sessions_per_principal,
+            limit=claim.live_limit,
             task_limit=settings.max_tasks_per_principal,
+        )
+
+    async def unclaim_create(self, owner: str, claim: CreateClaim) -> None:
+        """Take back a claim this call made, for a session its tenant refused: nothing of the
+        refused create stays."""
+        await self.sessions.unclaim_create(
+            owner,
+            message_id=claim.message_id,
+            client_session_id=claim.client_session_id,
+            task_id=claim.task_id,
+            session_id=claim.session_id,
         )
 
     async def _prune_live(self, owner: str) -> bool:
@@ -438,19 +458,23 @@ class Engine:
             due_ms=decided.now_ms + RETRY_GRACE_MS,
             timers=armed_by(self.settings, old, new, version, decided.now_ms),
             traceparent=traceparent,
-            usage_ttl_s=self.settings.usage_ttl_s,
+            ends=new.state in machine.TERMINAL_STATES and old.state not in machine.TERMINAL_STATES,
         )
         applied = Applied(new, version, decided.task, True, outcome, bool(pending))
         return commit, applied
 
-    async def _committed(self, decided: Decided) -> None:
+    async def _committed(self, decided: Decided, ended_ms: int | None) -> None:
         """After a commit that changed the session: an ended one leaves its owner's live
-        sessions, the agent's presence changes are counted, the span notes the transition."""
+        sessions and is released for its tenant (`ended_ms`: the Redis time the commit stored
+        as its end), the agent's presence changes are counted, the span notes the
+        transition."""
         record, new = decided.loaded.record, decided.session
         assert record is not None  # noqa: S101 - checked by decide
         old = record.session
         if new.state in machine.TERMINAL_STATES and old.state not in machine.TERMINAL_STATES:
             await self._forget_live(record.owner, [decided.session_id])
+            ended = msgspec.structs.replace(record, session=new)
+            await self.admission.release(ended, decided.session_id, ended_ms)
             used = usage_of(new)
             self.metrics.session_usage(
                 record.tenant,

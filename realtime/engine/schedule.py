@@ -66,7 +66,7 @@ def armed_by(
     timers.update(_rotation_timers(settings, old, new, version, now_ms))
     if old is None:
         timer = Timer(sid, "max", version, new.epoch, "")
-        timers[timer.member] = now_ms + settings.max_session_s * 1000
+        timers[timer.member] = now_ms + (new.max_s or settings.max_session_s) * 1000
     if new.state in TERMINAL_STATES and (old is None or old.state not in TERMINAL_STATES):
         # compacts the ended session (not a session event: the worker rewrites what is stored)
         timer = Timer(sid, "compact", version, new.epoch, "")

@@ -18,6 +18,7 @@ from typing import Generic, Protocol, TypeVar
 from realtime.a2a.params import Params
 from realtime.a2a.types import timestamp
 from realtime.auth import Principal
+from realtime.engine.admission import Admission
 from realtime.engine.core import Engine
 from realtime.engine.ledger import Ledger
 from realtime.fanout import EventHub, StreamSlots
@@ -170,6 +171,7 @@ class OperatorDeps:
     sessions: SessionReads
     deliveries: DeliveryReads
     ledger: Ledger  # a redelivery
+    admission: Admission  # a tenant's limits and its standing against them
     clock: Clock = time.time
 
     def now_ms(self) -> int:

@@ -33,6 +33,7 @@ from realtime.engine.entries import CALLS
 from realtime.engine.schedule import Timer
 from realtime.errors import SessionNotFound, invalid_params
 from realtime.methods.context import OperatorDeps
+from realtime.policy import Limits
 from realtime.settings import Settings
 from realtime.store.events import Entry, is_entry_id
 from realtime.store.operator_reads import EVERY, Position
@@ -454,8 +455,10 @@ async def usage(deps: OperatorDeps, operator: Principal, query: Mapping[str, str
     """The usage of the operator's tenant (every session's when no tenant claim is configured)
     per UTC day from `from` to `to` (both included; the last 31 days by default, 93 at most):
     `{tenant, from, to, days: [{day, sessions, sessionSeconds, connectedSeconds, agentSeconds,
-    handoffs, rotations}]}` with a row per day that had sessions end, or the same rows as CSV
-    (`format=csv`; bytes)."""
+    handoffs, rotations}], limits, now}` with a row per day that had sessions end, the limits
+    the tenant policy sets it (`limits`, null without a policy file; a limit that does not
+    apply null) and where it stands now (`now`: live sessions, session minutes of the UTC day
+    and month, live sessions' included), or the rows alone as CSV (`format=csv`; bytes)."""
     fmt = query.get("format", "json")
     if fmt not in ("json", "csv"):
         raise invalid_params("format", "must be json or csv")
@@ -489,4 +492,27 @@ async def usage(deps: OperatorDeps, operator: Principal, query: Mapping[str, str
         lines = [",".join(USAGE_COLUMNS)]
         lines += [",".join(str(row[column]) for column in USAGE_COLUMNS) for row in rows]
         return ("\r\n".join(lines) + "\r\n").encode()
-    return {"tenant": tenant, "from": first.isoformat(), "to": last.isoformat(), "days": rows}
+    limits, now = await deps.admission.standing(tenant)
+    return {
+        "tenant": tenant,
+        "from": first.isoformat(),
+        "to": last.isoformat(),
+        "days": rows,
+        "limits": _limits_view(limits) if deps.admission.enabled else None,
+        "now": {
+            "liveSessions": now.live,
+            "sessionMinutesToday": round(now.today_ms / 60_000, 1),
+            "sessionMinutesThisMonth": round(now.this_month_ms / 60_000, 1),
+        },
+    }
+
+
+def _limits_view(limits: Limits) -> dict[str, int | None]:
+    return {
+        "liveSessions": limits.live_sessions,
+        "startsPerMinute": limits.starts_per_minute,
+        "sessionMinutesPerDay": None if limits.day_ms is None else limits.day_ms // 60_000,
+        "sessionMinutesPerMonth": None if limits.month_ms is None else limits.month_ms // 60_000,
+        "maxSessionMinutes": limits.max_session_s // 60,
+        "liveSessionsPerPrincipal": limits.per_principal,
+    }

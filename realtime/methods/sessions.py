@@ -18,6 +18,7 @@ from realtime.engine.core import CreateClaim
 from realtime.engine.entries import Note
 from realtime.engine.outcomes import Decided, Denied, Missing
 from realtime.errors import (
+    AllowanceExhausted,
     CommandConflict,
     InternalError,
     InvalidState,
@@ -43,6 +44,7 @@ from realtime.methods.commands import (
 from realtime.methods.context import Call, SessionDeps
 from realtime.settings import Settings
 from realtime.store import keys
+from realtime.store.admissions import Refused, next_day_ms, next_month_ms
 from realtime.store.records import Cause, SessionRecord, TaskRecord
 from state_machines import Capabilities, Session
 from state_machines import session as machine
@@ -112,28 +114,33 @@ async def create_session(
             unset=unset,
         )
     owner = call.principal.key
+    tenant = call.principal.tenant
+    engine = deps.commands.engine
+    limits = engine.admission.limits(tenant)
     digest = "sha256:" + hashlib.sha256(_CANONICAL.encode(data)).hexdigest()
     task_id = deps.new_id()
     now_ms = deps.now_ms()
-    status, earlier = await deps.commands.engine.claim_create(
-        owner,
-        CreateClaim(
-            message_id=params.message.message_id,
-            client_session_id=create.client_session_id,
-            task_id=task_id,
-            session_id=keys.tag_for_task(task_id),
-            digest=digest,
-            now_ms=now_ms,
-        ),
+    claim = CreateClaim(
+        message_id=params.message.message_id,
+        client_session_id=create.client_session_id,
+        task_id=task_id,
+        session_id=keys.tag_for_task(task_id),
+        digest=digest,
+        now_ms=now_ms,
+        live_limit=limits.per_principal,
     )
+    status, earlier = await engine.claim_create(owner, claim)
     if status == "tasks":
         raise tasks.tasks_limit(deps.settings, int(earlier) if earlier else None, now_ms)
     if status == "limit":
         raise LimitExceeded(
-            f"You already have {deps.settings.max_sessions_per_principal} live sessions; "
+            f"You already have {limits.per_principal} live sessions; "
             "end one before starting another.",
             limit="live_sessions_per_principal",
             retry_after=5,
+            allowed=limits.per_principal,
+            count=limits.per_principal,
+            scope="principal",
         )
     if status == "client":
         assert earlier is not None  # noqa: S101 - the claim stores "taskId digest"
@@ -151,7 +158,14 @@ async def create_session(
     existing = await deps.tasks.reads.get(task_id)
     created = False
     if existing is None:  # first attempt (or one that stopped before its commit): create
-        existing = await _commit_new(deps, call, create, task_id, session_id, now_ms)
+        admitted = await engine.admission.admit(tenant, session_id, limits)
+        if isinstance(admitted, Refused):
+            if status == "ok":  # nothing of a refused create stays
+                await engine.unclaim_create(owner, claim)
+            raise refusal(tenant, admitted)
+        existing = await _commit_new(
+            deps, call, create, task_id, session_id, now_ms, limits.max_session_s
+        )
         created = existing is not None
         if existing is None:
             existing = await deps.tasks.reads.get(task_id)
@@ -173,6 +187,7 @@ async def _commit_new(
     task_id: str,
     session_id: str,
     now_ms: int,
+    max_s: int,
 ) -> TaskRecord | None:
     message = call.params.message
     context_id = message.context_id or deps.new_id()
@@ -190,6 +205,7 @@ async def _commit_new(
         transcript=create.retention.transcript,
         now=wire.timestamp(now_ms),
         rotate_after_s=deps.settings.agent_rotate_after_s,
+        max_s=max_s,
     )
     session = decision.state
     task = TaskRecord(
@@ -215,6 +231,43 @@ async def _commit_new(
         record, decision, task, Note(Cause.CREATE, method=call.method)
     )
     return task if created else None
+
+
+def refusal(tenant: str | None, refused: Refused) -> LimitExceeded | AllowanceExhausted:
+    """The error of a session its tenant's limits refused (profile §24)."""
+    whose = "This service" if tenant is None else f"Tenant {tenant}"  # no claim: one tenant
+    if refused.by in ("day", "month"):
+        period = "UTC day" if refused.by == "day" else "UTC month"
+        resets_ms = (next_day_ms if refused.by == "day" else next_month_ms)(refused.at_ms)
+        return AllowanceExhausted(
+            f"{whose} has used its {refused.limit // 60_000} session minutes of this {period}; "
+            f"no session starts before it resets at {wire.timestamp(resets_ms)}.",
+            allowance=f"session_minutes_per_{refused.by}",
+            allowed=refused.limit // 60_000,
+            used=refused.reached // 60_000,
+            resets_at=wire.timestamp(resets_ms),
+            resets_in=max(1, -(-(resets_ms - refused.at_ms) // 1000)),
+        )
+    if refused.by == "live":
+        return LimitExceeded(
+            f"{whose} has {refused.reached} live sessions, as many as it may; "
+            "end one before starting another.",
+            limit="live_sessions",
+            retry_after=5,
+            allowed=refused.limit,
+            count=refused.reached,
+            scope="tenant",
+        )
+    wait_s = max(1, -(-refused.wait_ms // 1000))
+    return LimitExceeded(
+        f"{whose} started {refused.reached} sessions in the last minute, as many as it may; "
+        f"retry after {wait_s} s.",
+        limit="starts_per_minute",
+        retry_after=wait_s,
+        allowed=refused.limit,
+        count=refused.reached,
+        scope="tenant",
+    )
 
 
 async def _provision(deps: SessionDeps, session_id: str, *, wait: bool) -> TaskRecord | None:

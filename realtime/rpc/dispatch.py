@@ -178,6 +178,7 @@ class RateLimiter:
                 f"Too many {what}; retry after {retry} s.",
                 limit="requests_per_second",
                 retry_after=retry,
+                scope="principal",
             )
 
     def retry_after(self, key: str) -> float:

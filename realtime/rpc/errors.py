@@ -23,7 +23,9 @@ class Row(NamedTuple):
     code: int
     domain: str
     reason: str
-    status: int = 200  # HTTP status: 200 for every JSON-RPC error but these
+    # HTTP status: 200 for every JSON-RPC error but these (decision 204: a refusal by a limit
+    # is 429 with Retry-After, an allowance used up 402, as on the operator API)
+    status: int = 200
 
 
 # the most specific class of an error picks its row (BodyTooLarge before InvalidRequest)
@@ -51,7 +53,8 @@ TABLE: Final[Mapping[type[e.ServiceError], Row]] = {
     e.RequirementMismatch: Row(-31008, AIM_DOMAIN, "REQUIREMENT_MISMATCH"),
     e.CapabilityUnavailable: Row(-31009, AIM_DOMAIN, "CAPABILITY_UNAVAILABLE"),
     e.EndpointNotFound: Row(-31010, AIM_DOMAIN, "ENDPOINT_NOT_FOUND"),
-    e.LimitExceeded: Row(-31011, AIM_DOMAIN, "LIMIT_EXCEEDED"),
+    e.LimitExceeded: Row(-31011, AIM_DOMAIN, "LIMIT_EXCEEDED", 429),
+    e.AllowanceExhausted: Row(-31013, AIM_DOMAIN, "ALLOWANCE_EXHAUSTED", 402),
     e.Unavailable: Row(-31012, AIM_DOMAIN, "UPSTREAM_UNAVAILABLE"),
     # the profile's code and reason; its metadata says `retryable: false` and what to set
     e.NotConfigured: Row(-31012, AIM_DOMAIN, "UPSTREAM_UNAVAILABLE"),

@@ -268,6 +268,13 @@ export class InvalidStateError extends AimError {}
 export class NotFoundError extends AimError {}
 export class CommandConflictError extends AimError {}
 export class LimitExceededError extends AimError {}
+/** -31013: the tenant's session minutes of the UTC day or month are used up; never retried. */
+export class AllowanceExhaustedError extends AimError {
+  /** `session_minutes_per_day` or `session_minutes_per_month`. */
+  readonly allowance: string;
+  /** When the allowance resets (RFC 3339), or null when the service did not say. */
+  readonly resetsAt: string | null;
+}
 export class UnavailableError extends AimError {}
 /** -31401/-31403, HTTP 401/403. `authReason`: why a 401 (metadata.reason; "" if none). */
 export class AuthError extends AimError {

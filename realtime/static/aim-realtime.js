@@ -58,6 +58,15 @@ export class InvalidStateError extends AimError {}  // -31003: not allowed in th
 export class NotFoundError extends AimError {}  // -32001 -31001 -31005 -31006 -31010
 export class CommandConflictError extends AimError {}  // -31004: an id reused for another call
 export class LimitExceededError extends AimError {}  // -31011 (retryAfterMs: the rate limit)
+/** -31013: the tenant's session minutes of the UTC day or month are used up; nothing starts
+ * before `resetsAt`. Never retried: waiting seconds does not help. */
+export class AllowanceExhaustedError extends AimError {
+  constructor(message, fields = {}) {
+    super(message, fields);
+    this.allowance = this.metadata.allowance ?? "";
+    this.resetsAt = this.metadata.resetsAt ?? null;
+  }
+}
 export class UnavailableError extends AimError {}  // -31012; no answer after the last attempt
 /** -31401/-31403, HTTP 401/403; `authReason` says why a 401 (metadata.reason, "" if none). */
 export class AuthError extends AimError {
@@ -88,6 +97,7 @@ const CLASSES = new Map([
   [-31003, InvalidStateError], [-32001, NotFoundError], [-31001, NotFoundError],
   [-31005, NotFoundError], [-31006, NotFoundError], [-31010, NotFoundError],
   [-31004, CommandConflictError], [-31011, LimitExceededError], [-31012, UnavailableError],
+  [-31013, AllowanceExhaustedError],
   [-31401, AuthError], [-31403, AuthError], [-32602, InvalidParamsError],
 ]);
 

@@ -13,7 +13,6 @@ from typing import Final, Literal, NamedTuple, cast
 
 from realtime.store import keys
 from realtime.store.events import Entry, stream_entries
-from realtime.store.indexes import usage_entry
 from realtime.store.records import (
     SESSION_ENCODER,
     TASK_ENCODER,
@@ -24,6 +23,7 @@ from realtime.store.records import (
 )
 from realtime.store.redis_client import RedisClient, text, translated_errors
 from realtime.store.sessions import SessionStore
+from realtime.store.tenants import TenantStore
 from state_machines.session import TERMINAL_STATES
 
 # done (or nothing left to do: the session is gone); `moved`: a commit kept landing in between;
@@ -48,8 +48,16 @@ class Streams(NamedTuple):
 class Compactor:
     """Rewrites an ended session to its summary, at the version it read."""
 
-    def __init__(self, redis: RedisClient, sessions: SessionStore, *, usage_ttl_s: int = 0) -> None:
+    def __init__(
+        self,
+        redis: RedisClient,
+        sessions: SessionStore,
+        tenants: TenantStore,
+        *,
+        usage_ttl_s: int,
+    ) -> None:
         self._client = redis.client
+        self._tenants = tenants
         self._usage_ttl_s = usage_ttl_s
         self._script = redis.scripts.compact
         self._repack_script = redis.scripts.repack
@@ -63,12 +71,10 @@ class Compactor:
                 return "missing"
             if record.session.state not in TERMINAL_STATES:  # never armed for a live one
                 return "done"
-            if self._usage_ttl_s:
-                # the usage written after the commit that ended it, once more: a process that
-                # died between that commit and its index writes left none
-                async with translated_errors():
-                    for command in usage_entry(record, session_id, self._usage_ttl_s):
-                        await self._client.execute_command(*command)
+            # the release that followed the commit that ended it, once more: a process that
+            # died between the two left the session's place taken and its usage uncounted
+            ended_ms = await self._sessions.ended_ms(session_id)
+            await self._tenants.release_ended(record, session_id, ended_ms, self._usage_ttl_s)
             kept = await self._streams(session_id)
             events, timeline = kept.events, kept.timeline
             async with translated_errors():

@@ -10,8 +10,6 @@ import msgspec
 
 from realtime.store import keys
 from realtime.store.records import PendingEffect, SessionRecord, TaskRecord
-from state_machines.session import TERMINAL_STATES
-from state_machines.usage import usage_of
 
 
 class TaskInfo(msgspec.Struct, array_like=True, frozen=True):
@@ -69,7 +67,6 @@ def listings(
     ttl_s: int,
     *,
     deliveries_due_ms: int | None = None,
-    usage_ttl_s: int = 0,
 ) -> list[Any]:
     """The index entries written after a commit: the operations index (every session's, and
     its tenant's), and the deliveries index once more when the commit stored session events: a
@@ -81,22 +78,7 @@ def listings(
         listed += [("ZADD", index, "GT", now_ms, session_id), ("EXPIRE", index, ttl_s)]
     if deliveries_due_ms is not None:
         listed.append(_deliveries_due(session_id, deliveries_due_ms))
-    if usage_ttl_s:
-        listed.extend(usage_entry(record, session_id, usage_ttl_s))
     return listed
-
-
-def usage_entry(record: SessionRecord, session_id: str, ttl_s: int) -> list[tuple[Any, ...]]:
-    """The session's usage in its tenant's day, once it is over (profile §24); repeating it
-    writes the same value."""
-    session = record.session
-    if session.state not in TERMINAL_STATES or session.ended_at is None:
-        return []
-    key = keys.usage_key(record.tenant, session.ended_at[:10])
-    return [
-        ("HSET", key, session_id, USAGE_ENCODER.encode(usage_of(session))),
-        ("EXPIRE", key, ttl_s),
-    ]
 
 
 def _deliveries_due(session_id: str, due_ms: int) -> tuple[Any, ...]:

@@ -204,14 +204,50 @@ def operator_sessions_key() -> str:
     return f"{PREFIX}:{{ops}}:sessions"
 
 
+# --- tenants (profile §24): every key of one tenant carries `{t:<digest of its name>}` -----------
+# (no tenant: the digest of ""), so admission, release and a month of usage are each one script
+# or one read on one slot
+
+
+def _tenant_tag(tenant: str | None) -> str:
+    digest = hashlib.sha256((tenant or "").encode()).hexdigest()[:32]
+    return f"{PREFIX}:{{t:{digest}}}"
+
+
+def tenant_live_key(tenant: str | None) -> str:
+    """Sorted set: the tenant's admitted sessions that have not ended, scored by when they were
+    admitted (ms, Redis time); each leaves it once, when its end is released (or when the
+    reconciler finds it over or never created). It expires a task TTL after the last
+    admission."""
+    return f"{_tenant_tag(tenant)}:live"
+
+
+def tenant_since_key(tenant: str | None) -> str:
+    """String: the sum of the admission times (ms) of the sessions in `tenant_live_key`, kept
+    with it by every script that adds or removes one (and expiring with it), so the time they
+    have run is read without going through them."""
+    return f"{_tenant_tag(tenant)}:live:since"
+
+
+def tenant_starts_key(tenant: str | None) -> str:
+    """Sorted set: the sessions the tenant started in the last minute, scored by when (ms,
+    Redis time); trimmed by each admission."""
+    return f"{_tenant_tag(tenant)}:starts"
+
+
+def tenant_used_key(tenant: str | None) -> str:
+    """Hash: the session time (ms) of the tenant's sessions that ended in the current UTC day
+    (`day`: days since the epoch, `dms`) and month (`month`: yyyymm, `mms`), by Redis time;
+    what the allowances are measured against, with the time of the sessions still live."""
+    return f"{_tenant_tag(tenant)}:used"
+
+
 def usage_key(tenant: str | None, day: str) -> str:
     """Hash: the usage of every session of `tenant` (None: sessions with no tenant) that ended
-    on UTC `day` (YYYY-MM-DD), field the session id, value its usage as JSON (profile §24).
-    Written after the commit that ended the session and again when it is compacted (HSET of the
-    same value: idempotent); it expires AIM_USAGE_RETENTION_DAYS after its day. All of a
-    tenant's days share one slot, so a month is read from one master."""
-    digest = hashlib.sha256((tenant or "").encode()).hexdigest()[:32]
-    return f"{PREFIX}:{{usage:{digest}}}:{day}"
+    on UTC `day` (YYYY-MM-DD, by Redis time), field the session id, value its usage as JSON
+    (profile §24). Written once (HSETNX) by the release of the session's end, repeated when it
+    is compacted; it expires AIM_USAGE_RETENTION_DAYS after its day."""
+    return f"{_tenant_tag(tenant)}:usage:{day}"
 
 
 def operator_tenant_sessions_key(tenant: str) -> str:

@@ -35,6 +35,10 @@ class Scripts:
 
     claim_message: Script  # SendMessage: a messageId claimed and its task indexed, once
     claim_create: Script  # session.create: claims by messageId and clientSessionId, the limits
+    unclaim_create: Script  # …taken back when the tenant refused the session
+    admit_tenant: Script  # a session admitted within its tenant's limits
+    release_tenant: Script  # its end: its place freed and its usage counted, once
+    tenant_usage: Script  # what a tenant used of its allowances, now
     list_tasks: Script  # ListTasks: an owner's task index, never a task
     commit: Script  # the one commit of a session
     remember: Script  # the outcome of a command that changed nothing

@@ -42,11 +42,13 @@ ClaimStatus = Literal["ok", "message", "client", "limit", "tasks"]
 
 class Committed(NamedTuple):
     """What a commit (or remember) did: `ok` at the new version; `conflict` with the current
-    version (nothing written); `replay` with the command's stored outcome (nothing written)."""
+    version (nothing written); `replay` with the command's stored outcome (nothing written).
+    `ended_ms`: for the commit that ended the session, the Redis time it stored as its end."""
 
     status: CommitStatus
     version: int
     outcome: CommandOutcome | None
+    ended_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +89,7 @@ class Commit:
     # bump, no event), so a retry replays it
     changes: bool = True
     context: bytes | None = None  # the agent's saved context, written beside the snapshot
-    usage_ttl_s: int = 0  # with a session that is over: its usage kept in its tenant's day
+    ends: bool = False  # the session is over from this commit: its end's Redis time is stored
     deliveries: Deliveries = field(default_factory=Deliveries)
 
 
@@ -115,7 +117,12 @@ class SessionStore:
         self._renew = scripts.renew_lease
         self._remember = scripts.remember
         self._claim_create = scripts.claim_create
+        self._unclaim_create = scripts.unclaim_create
         self._release = scripts.release_lease
+
+    @property
+    def redis(self) -> RedisClient:
+        return self._store
 
     def recent(self, session_id: str, command_id: str | None = None) -> Loaded | None:
         """The session as this process last read or committed it, if it kept it (no round
@@ -161,6 +168,13 @@ class SessionStore:
             raw = await self._client.hget(keys.session_key(session_id), "x")
         return None if raw is None else bytes(raw)
 
+    async def ended_ms(self, session_id: str) -> int | None:
+        """The Redis time the session's end was committed at (None: not over, or it ended
+        before this was stored)."""
+        async with translated_errors():
+            raw = await self._client.hget(keys.session_key(session_id), "e")
+        return None if raw is None else int(raw)
+
     async def outcome(self, session_id: str, command_id: str) -> CommandOutcome | None:
         async with translated_errors():
             raw = await self._client.hget(keys.commands_key(session_id), command_id)
@@ -204,6 +218,22 @@ class SessionStore:
             )
         status = cast(ClaimStatus, text(reply[0]))
         return Claimed(status, text(reply[1]) if len(reply) > 1 else None)
+
+    async def unclaim_create(
+        self, owner: str, *, message_id: str, client_session_id: str, task_id: str, session_id: str
+    ) -> None:
+        """Take back a create's claim (`lua/unclaim_create.lua`)."""
+        async with translated_errors():
+            await self._unclaim_create(
+                keys=[
+                    keys.owner_message_key(owner, message_id),
+                    keys.owner_client_session_key(owner, client_session_id),
+                    keys.owner_live_sessions_key(owner),
+                    keys.owner_tasks_key(owner),
+                    keys.owner_task_info_key(owner),
+                ],
+                args=[task_id, session_id],
+            )
 
     async def live_sessions(self, owner: str) -> list[str]:
         async with translated_errors():
@@ -250,6 +280,7 @@ class SessionStore:
             c.deliveries.kept,
             c.deliveries.ttl_s,
             c.context if c.context is not None else b"",
+            "1" if c.ends else "0",
             *c.events,
         ]
         for seq, body in c.deliveries.items:
@@ -283,7 +314,6 @@ class SessionStore:
             c.now_ms,
             c.ttl_s,
             deliveries_due_ms=sends,
-            usage_ttl_s=c.usage_ttl_s,
         )
         with self._telemetry.redis_span("commit", c.session_id):
             reply = await self._send(armed, script_keys, args, [*owned, *listed])
@@ -417,4 +447,5 @@ def _committed(reply: Any) -> Committed:
     status = cast(CommitStatus, text(reply[0]))
     if status == "replay":
         return Committed(status, 0, decode_outcome(reply[1]))
-    return Committed(status, int(reply[1]), None)
+    ended = reply[3] if status == "ok" and len(reply) > 3 else None  # remember: no end
+    return Committed(status, int(reply[1]), None, int(ended) if ended else None)

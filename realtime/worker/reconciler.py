@@ -16,7 +16,11 @@ its token, renewed while it works). Each sweep:
   no endpoint at all (agents excepted) → RemoveParticipant;
 - more than one agent participant in a live session's room (two dispatches, a replayed call, a
   replaced agent that stayed): the session's current agent stays (else the first to join of
-  those not replaced), the others → RemoveParticipant (one agent per room).
+  those not replaced), the others → RemoveParticipant (one agent per room);
+- with a tenant policy (profile §24), for each tenant of a live session, before LiveKit is
+  asked anything: the tenant's places held by sessions that ended (released now, with their
+  usage) or were never created are reclaimed, and when the tenant has used up its allowance
+  of the day or the month, each of its live sessions → `End(allowance_exhausted)`.
 
 Every correction is counted (`aim.reconciler.corrections{kind}`) and, where a session exists,
 written to its event stream with `cause: reconciler`. LiveKit is asked before Redis is changed,
@@ -51,14 +55,15 @@ from realtime.livekit_adapter.api import (
 from realtime.loop import Loop
 from realtime.metrics import Metrics
 from realtime.store.leases import DutyLease
-from realtime.store.records import Cause
+from realtime.store.records import Cause, SessionRecord
 from realtime.store.timers import TimerStore
 from realtime.worker.runner import Runner
-from state_machines import RoomLost, Session
+from state_machines import End, RoomLost, Session
 from state_machines import endpoint as endpoints
 from state_machines import session as machine
 from state_machines.rotation import successor_identity
 from state_machines.session import RoomName, SessionState, parse_room_name
+from state_machines.session_model import ALLOWANCE_EXHAUSTED
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +87,8 @@ class Correction(StrEnum):
     ROOM_MISSING = "room_missing"
     PARTICIPANT_REMOVED = "participant_removed"
     EXTRA_AGENT_REMOVED = "extra_agent_removed"
+    PLACE_RECLAIMED = "place_reclaimed"  # a tenant's place held by a session that no longer lives
+    ALLOWANCE_ENDED = "allowance_ended"  # a session ended: its tenant's allowance is used up
 
 
 class Reason(StrEnum):
@@ -95,6 +102,8 @@ class Reason(StrEnum):
     REMOVED = "removed"  # the endpoint's session is over
     UNKNOWN = "unknown"  # an identity the service never issued a token for
     EXTRA_AGENT = "extra_agent"  # a second agent in a room that has one already
+    NOT_LIVE = "not_live"  # the session holding a tenant's place ended, or was never created
+    ALLOWANCE_EXHAUSTED = "allowance_exhausted"  # the tenant's minutes of the day or month
 
 
 class LeaseLost(Exception):  # noqa: N818 - reads as a condition
@@ -259,7 +268,13 @@ class Reconciler:
         report = Report()
         # sessions before rooms: a session that had its room then and lacks it in the listing
         # lost it (a session provisioned meanwhile is still in `provisioning` here)
-        live = await self._live_sessions()
+        records = await self._live_sessions()
+        live = [record.session for record in records if record.session.state in HAS_ROOM]
+        if self.engine.admission.enabled:
+            for tenant in dict.fromkeys(record.tenant for record in records):
+                if self.stop.is_set():
+                    return report
+                await self._tenant(tenant, report)
         rooms = await self.gateway.list_rooms()
         now_ms = self.engine.now_ms()
         ours = {room.name: (name, room) for room in rooms if (name := parse_room_name(room.name))}
@@ -274,25 +289,52 @@ class Reconciler:
                 await self._room_missing(session, report)
         return report
 
-    async def _live_sessions(self) -> list[Session]:
-        """The sessions that should have a room in LiveKit now, found through the timers index
-        (every live session has its max-duration timer armed there)."""
+    async def _live_sessions(self) -> list[SessionRecord]:
+        """The live sessions, found through the timers index (every live session has its
+        max-duration timer armed there)."""
         members = await self.timers.members(MAX_SESSIONS * 4)
         ids: dict[str, None] = {}
         for member in members:
             with contextlib.suppress(ValueError):  # a malformed timer is the timer loop's
                 ids[Timer.parse(member).session_id] = None
-        loaded = await self._load(list(ids)[:MAX_SESSIONS])
-        return [s for s in loaded if s is not None and s.state in HAS_ROOM]
+        loaded = await self._records(list(ids)[:MAX_SESSIONS])
+        return [r for r in loaded if r is not None and r.session.state in machine.LIVE_STATES]
 
     async def _load(self, session_ids: Iterable[str]) -> list[Session | None]:
+        return [r.session if r else None for r in await self._records(session_ids)]
+
+    async def _records(self, session_ids: Iterable[str]) -> list[SessionRecord | None]:
         ids = list(session_ids)
-        loaded: list[Session | None] = []
+        loaded: list[SessionRecord | None] = []
         for start in range(0, len(ids), LOAD_BATCH):
             batch = ids[start : start + LOAD_BATCH]
             replies = await asyncio.gather(*(self.sessions.load(sid) for sid in batch))
-            loaded += [reply.record.session if reply.record else None for reply in replies]
+            loaded += [reply.record for reply in replies]
         return loaded
+
+    async def _tenant(self, tenant: str | None, report: Report) -> None:
+        """Reclaim the tenant's places of sessions that no longer live; end its live sessions
+        when its allowance is used up."""
+        admission = self.engine.admission
+        for session_id in await admission.reclaim(tenant):
+            self._count(Correction.PLACE_RECLAIMED, session_id, "", report, Reason.NOT_LIVE)
+        for session_id in await admission.exhausted(tenant):
+            await self._keep_lease()
+            outcome = await self.engine.execute(
+                session_id,
+                End(ALLOWANCE_EXHAUSTED),
+                note=Note(
+                    Cause.RECONCILER,
+                    {"kind": Correction.ALLOWANCE_ENDED, "reason": Reason.ALLOWANCE_EXHAUSTED},
+                ),
+            )
+            self.runner.follow(outcome)
+            if isinstance(outcome, Contended):
+                raise _contended(session_id)
+            if isinstance(outcome, Applied) and outcome.changed:
+                self._count(
+                    Correction.ALLOWANCE_ENDED, session_id, "", report, Reason.ALLOWANCE_EXHAUSTED
+                )
 
     async def _check_room(
         self, name: RoomName, room: LiveRoom, now_ms: int, report: Report
@@ -409,9 +451,9 @@ class Reconciler:
         report.add(kind)
         self.metrics.correction(kind.value)
         log.info(
-            "reconciler: %s in room %s%s (%s)",
+            "reconciler: %s%s%s (%s)",
             kind,
-            room,
+            f" in room {room}" if room else "",
             f", participant {identity}" if identity else "",
             reason,
             extra={"session_id": session_id},

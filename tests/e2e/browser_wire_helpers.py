@@ -107,7 +107,8 @@ class Unusual:
 
     - `/redirect/…`: 307 to `target` (the `Trap`'s /a2a), the method and body to be kept;
     - `/limited/…`: -31011 with `Retry-After: 120` (two minutes: past the library's cap);
-    - `/brief/…`: -31011 with `Retry-After: 1` the first time, then a result.
+    - `/brief/…`: -31011 with `Retry-After: 1` the first time, then a result;
+    - `/allowance/…`: -31013 (HTTP 402), the tenant's minutes of the day used up.
     """
 
     target: str = ""
@@ -138,7 +139,20 @@ class Unusual:
             }
             error = {"code": -31011, "message": "Too many requests.", "data": [info]}
             headers = [*cors, json_type, (b"retry-after", wait.encode())]
-            await _answer(send, 200, headers, _json_rpc(seen, "error", error))
+            await _answer(send, 429, headers, _json_rpc(seen, "error", error))
+        elif seen.path.startswith("/allowance/"):
+            info = {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "ALLOWANCE_EXHAUSTED",
+                "domain": "urn:aim:a2a:realtime:v1",
+                "metadata": {
+                    "allowance": "session_minutes_per_day", "allowed": "10", "used": "10",
+                    "scope": "tenant", "resetsAt": "2026-12-05T00:00:00.000Z",
+                    "resetsInSeconds": "3600",
+                },
+            }  # fmt: skip
+            error = {"code": -31013, "message": "Minutes used up.", "data": [info]}
+            await _answer(send, 402, [*cors, json_type], _json_rpc(seen, "error", error))
         else:
             await _answer(send, 200, [*cors, json_type], _json_rpc(seen, "result", {"ok": True}))
 
@@ -191,6 +205,14 @@ UNUSUAL = library_script(
   const strict = new lib.AimClient({baseUrl: `${unusual}/limited`, token,
                                     retry: {maxRetryAfterMs: 0}});
   out.strict = await thrown(() => strict.call("GetTask", {id: "t1"}));
+  // an allowance used up: its own class, said at once, never retried
+  const spent = new lib.AimClient({baseUrl: `${unusual}/allowance`, token, retry: fast});
+  try {
+    await spent.call("GetTask", {id: "t1"});
+  } catch (e) {
+    out.allowance = {...seen(e), allowance: e.allowance, resetsAt: e.resetsAt,
+                     limit: e instanceof lib.LimitExceededError};
+  }
   done(out);
 """,
 )

@@ -72,6 +72,12 @@ async def test_a_redirect_is_never_followed_and_a_long_retry_after_is_thrown(
     assert (seen["strict"]["name"], seen["strict"]["retryAfterMs"]) == ("LimitExceededError",
                                                                         120_000)  # fmt: skip
     assert len(unusual.calls("/limited/")) == 2  # one for each client: never a second attempt
+    spent = seen["allowance"]
+    assert (spent["name"], spent["code"], spent["httpStatus"], spent["retryable"]) == (
+        "AllowanceExhaustedError", -31013, 402, False)  # fmt: skip
+    assert (spent["allowance"], spent["resetsAt"], spent["limit"]) == (
+        "session_minutes_per_day", "2026-12-05T00:00:00.000Z", False)  # fmt: skip
+    assert len(unusual.calls("/allowance/")) == 1
 
 
 async def test_a_service_without_livekit_is_told_at_once_without_retries(livekit, store, browser):

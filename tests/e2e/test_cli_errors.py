@@ -306,3 +306,26 @@ def test_a_token_longer_lived_than_the_service_accepts_is_not_minted(tmp_path: P
     )
     assert result.stdout == ""
     assert shorter.returncode == 0, shorter.stderr
+
+
+@pytest.mark.parametrize("command", ["check", "serve", "worker"])
+def test_a_bad_tenant_policy_refuses_the_start_with_a_line_per_problem(
+    tmp_path: Path, command: str
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        "[default]\nlive_sessions = -1\n[tenants.acme]\nsession_minute_per_day = 3\n",
+        encoding="utf-8",
+    )
+    policy.chmod(0o644)
+    result = call_cli(
+        command, cwd=tmp_path, AIM_AUTH_HS256_SECRET=SECRET,
+        AIM_TENANT_POLICY_FILE=str(policy),
+    )  # fmt: skip
+
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"tenant policy {policy} refused:"
+    assert lines[1].strip().startswith("default.live_sessions: must be 0 to")
+    assert lines[2].strip().startswith("tenants.acme.session_minute_per_day: unknown limit")
+    assert "configuration: valid" not in result.stdout

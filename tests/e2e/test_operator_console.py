@@ -41,8 +41,10 @@ WAIT_S = 20
 
 
 @contextlib.asynccontextmanager
-async def service(livekit: Any, store: RedisClient) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
-    app = create_app(livekit_settings(livekit), store=store, tracer_provider=None)
+async def service(
+    livekit: Any, store: RedisClient, **overrides: Any
+) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
+    app = create_app(livekit_settings(livekit, **overrides), store=store, tracer_provider=None)
     async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as http:
         yield base_url, http
 
@@ -300,8 +302,27 @@ async def test_an_operator_sees_a_rotation_with_each_agent_in_its_own_lane(livek
     assert "listening · generation 2" in text
 
 
-async def test_an_operator_sees_the_usage_of_the_days_sessions(livekit, store):
+def table_rows(base_url: str, table: str, shown: str) -> list[list[str]]:
+    """The cells of the console's table `table` once it shows `shown`, as an operator sees it
+    in headless Chromium (blocking: run it in a thread)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
     browser, driver_path = binaries()
+    with chromium(browser, driver_path) as driver:
+        driver.get(f"{base_url}/ops")
+        driver.find_element(By.ID, "token").send_keys(bearer("operator"))
+        driver.find_element(By.ID, "connect").click()
+        WebDriverWait(driver, WAIT_S).until(
+            seen.text_to_be_present_in_element((By.ID, table), shown)
+        )
+        rows = driver.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr")
+        return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")] for row in rows]
+
+
+async def test_an_operator_sees_the_usage_of_the_days_sessions(livekit, store):
+    binaries()  # skipped without a browser, before anything starts
     async with service(livekit, store) as (base_url, http):
         sid = await start_session(http, subject="alice")
         ended = await rpc_as(
@@ -316,26 +337,33 @@ async def test_an_operator_sees_the_usage_of_the_days_sessions(livekit, store):
             await asyncio.sleep(0.025)
         today = datetime.now(UTC).date().isoformat()
 
-        def browse() -> list[list[str]]:
-            from selenium.webdriver.common.by import By
-            from selenium.webdriver.support import expected_conditions as seen
-            from selenium.webdriver.support.ui import WebDriverWait
-
-            with chromium(browser, driver_path) as driver:
-                driver.get(f"{base_url}/ops")
-                driver.find_element(By.ID, "token").send_keys(bearer("operator"))
-                driver.find_element(By.ID, "connect").click()
-                WebDriverWait(driver, WAIT_S).until(
-                    seen.text_to_be_present_in_element((By.ID, "usage"), today)
-                )
-                rows = driver.find_elements(By.CSS_SELECTOR, "#usage tbody tr")
-                return [
-                    [cell.text for cell in row.find_elements(By.TAG_NAME, "td")] for row in rows
-                ]
-
-        rows = await asyncio.to_thread(browse)
+        rows = await asyncio.to_thread(table_rows, base_url, "usage", today)
 
     [row] = rows
     assert row[:2] == [today, "1"]  # the day, one session
     assert float(row[2]) >= 0  # its seconds
     assert row[5:] == ["0", "0"]  # no handoff, no rotation
+
+
+async def test_an_operator_sees_the_tenant_policys_limits_beside_its_usage(
+    livekit, store, tmp_path
+):
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        "[default]\nlive_sessions = 3\nsession_minutes_per_day = 600\n", encoding="utf-8"
+    )
+    policy.chmod(0o644)
+    binaries()  # skipped without a browser, before anything starts
+    async with service(livekit, store, tenant_policy_file=str(policy)) as (base_url, http):
+        await start_session(http, subject="alice")
+
+        rows = await asyncio.to_thread(table_rows, base_url, "limits", "Live sessions")
+
+    shown = {row[0]: row[1:] for row in rows}
+    assert shown["Live sessions"] == ["3", "1"]  # the one session started, live
+    assert shown["Starts per minute"] == ["no limit", ""]
+    assert shown["Session minutes per UTC day"][0] == "600"
+    assert float(shown["Session minutes per UTC day"][1]) < 1  # it has just started
+    assert shown["Session minutes per UTC month"][0] == "no limit"
+    assert shown["Minutes per session"] == ["60", ""]  # AIM_MAX_SESSION_S
+    assert shown["Live sessions per user"] == ["5", ""]

@@ -465,7 +465,9 @@ async def test_a_create_at_the_live_limit_forgets_what_is_over_or_gone_and_claim
 
     def claim() -> CreateClaim:
         task_id = new_id()
-        return CreateClaim(new_id(), new_id(), task_id, keys.tag_for_task(task_id), "sha256:x", 3)
+        return CreateClaim(
+            new_id(), new_id(), task_id, keys.tag_for_task(task_id), "sha256:x", 3, live_limit=3
+        )
 
     live, ending = await new_session(engine), await new_session(engine)
     assert isinstance(await end(engine, ending, new_id()), Applied)  # no longer live

@@ -8,6 +8,7 @@ the operations listing show, which answer as before."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import time
 from typing import Any
@@ -20,6 +21,7 @@ from realtime.store import keys
 from realtime.store.compaction import Compactor
 from realtime.store.redis_client import RedisClient
 from realtime.store.sessions import SessionStore
+from realtime.store.tenants import TenantStore
 from tests.conftest import error_info, rpc, service
 from tests.e2e.operator_api_helpers import operator_json
 from tests.e2e.realtime_helpers import call, new_id
@@ -231,7 +233,7 @@ async def test_compaction_waits_for_the_outbox_and_keeps_the_version(
     async with service(livekit, store, tracer_provider, compact_after_s=3600) as http:
         session_id, _, _ = await end_after_a_command(http)
         sessions = SessionStore(store)
-        compactor = Compactor(store, sessions)
+        compactor = Compactor(store, sessions, TenantStore(store), usage_ttl_s=86400)
         session_key = keys.session_key(session_id)
         version = await store.client.hget(session_key, "v")
         outbox = keys.outbox_key(session_id)
@@ -249,7 +251,7 @@ async def test_compaction_waits_for_the_outbox_and_keeps_the_version(
         # a second compaction (a timer fired twice) finds it compacted and changes nothing
         assert await compactor.compact(session_id) == "done"
         assert seen_by_client(await get(http, session_id)) == before
-        assert await Compactor(store, sessions).compact(new_id()) == "missing"
+        assert await compactor.compact(new_id()) == "missing"
 
 
 def test_both_windows_accept_a_second_and_refuse_less():
@@ -265,14 +267,16 @@ async def test_an_ended_sessions_usage_is_kept_in_its_day_and_written_again_at_c
     livekit, store, tracer_provider
 ):
     """Profile §24: the usage goes into the tenant's day (no tenant claim: the one of no
-    tenant) after the commit that ended the session, for AIM_USAGE_RETENTION_DAYS plus its day;
-    a process that died before that write leaves the compaction to write it."""
+    tenant) by the Redis time the commit that ended the session stored, for
+    AIM_USAGE_RETENTION_DAYS plus its day; a process that died before that write leaves the
+    compaction to write it."""
     if store.embedded:
         pytest.skip("reads TTLs of a real Redis")
     async with service(livekit, store, tracer_provider, usage_retention_days=30) as http:
         session_id, _, _ = await end_after_a_command(http)
-        ended_at = (await get(http, session_id))["endedAt"]
-        key = keys.usage_key(None, ended_at[:10])
+        ended_ms = int(await store.client.hget(keys.session_key(session_id), "e"))
+        day = datetime.datetime.fromtimestamp(ended_ms / 1000, datetime.UTC).date()
+        key = keys.usage_key(None, day.isoformat())
         written = await store.client.hget(key, session_id)
         assert written is not None
         usage = json.loads(written)
@@ -282,6 +286,8 @@ async def test_an_ended_sessions_usage_is_kept_in_its_day_and_written_again_at_c
 
         await store.client.delete(key)  # as if the process died between the commit and it
         settings_ttl = (30 + 1) * 86400
-        compactor = Compactor(store, SessionStore(store), usage_ttl_s=settings_ttl)
+        compactor = Compactor(
+            store, SessionStore(store), TenantStore(store), usage_ttl_s=settings_ttl
+        )
         assert await compactor.compact(session_id) == "done"
         assert json.loads(await store.client.hget(key, session_id)) == usage

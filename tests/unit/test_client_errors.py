@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from realtime.client import (
     AgentReplacedError,
     AimError,
+    AllowanceExhaustedError,
     AuthError,
     AuthMisconfiguredError,
     CommandConflictError,
@@ -32,6 +33,7 @@ CLASSES = {
     -31004: CommandConflictError,
     -31011: LimitExceededError,
     -31012: UnavailableError,
+    -31013: AllowanceExhaustedError,
     -31401: AuthError,
     -31403: AuthError,
     -32602: InvalidParamsError,

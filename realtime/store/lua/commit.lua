@@ -10,10 +10,13 @@
 -- ARGV: 1 expected version, 2 snapshot, 3 task record, 4 commandId ('' = none),
 --       5 outcome, 6 ttl seconds, 7 events maxlen, 8 replay window seconds, 9 event count,
 --       10 session event count, 11 session events kept at most, 12 their ttl seconds,
---       13 the agent's saved context ('' = unchanged; profile §23), then the events, then triples (seq, body, '1' for an event always kept) of session
---       events, then pairs (effectId, effect) for the outbox
+--       13 the agent's saved context ('' = unchanged; profile §23), 14 '1' when this commit
+--       ends the session, then the events, then triples (seq, body, '1' for an event always
+--       kept) of session events, then pairs (effectId, effect) for the outbox
 -- Returns {'replay', outcome} | {'conflict', current version, snapshot | false, task | false}
---         | {'ok', new version, session events dropped (over the bound)}
+--         | {'ok', new version, session events dropped (over the bound), when it ended}
+-- When it ended: for a commit that ends the session, the Redis time (ms) stored in the
+-- session's hash (`e`), which decides the UTC day its usage counts in (profile §24); else ''.
 if ARGV[4] ~= '' then
   local prior = redis.call('HGET', KEYS[3], ARGV[4])
   if prior then return {'replay', prior} end
@@ -28,6 +31,15 @@ local version = tostring(tonumber(current) + 1)
 local ttl = tonumber(ARGV[6])
 redis.call('HSET', KEYS[1], 'v', version, 's', ARGV[2])
 if ARGV[13] ~= '' then redis.call('HSET', KEYS[1], 'x', ARGV[13]) end
+local ended = ''
+if ARGV[14] == '1' then
+  ended = redis.call('HGET', KEYS[1], 'e')
+  if not ended then
+    local t = redis.call('TIME')
+    ended = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    redis.call('HSET', KEYS[1], 'e', ended)
+  end
+end
 redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('SET', KEYS[2], ARGV[3], 'EX', ttl)
 if ARGV[4] ~= '' then
@@ -35,7 +47,7 @@ if ARGV[4] ~= '' then
 end
 local events = tonumber(ARGV[9])
 for i = 1, events do
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'e', ARGV[13 + i])
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'e', ARGV[14 + i])
 end
 -- every commit sets the window from now (an EXPIRE of a missing key does nothing): the live
 -- session's, or, from the commit that ended it, the replay window alone
@@ -43,7 +55,7 @@ local window = ARGV[8]
 redis.call('EXPIRE', KEYS[3], window)
 redis.call('EXPIRE', KEYS[4], window)
 redis.call('EXPIRE', KEYS[6], window)
-local first = 14 + events
+local first = 15 + events
 local notices = tonumber(ARGV[10])
 local dropped = 0
 if notices > 0 then
@@ -127,4 +139,4 @@ if #ARGV >= first then
   end
   redis.call('EXPIRE', KEYS[5], ttl)
 end
-return {'ok', version, dropped}
+return {'ok', version, dropped, ended}
