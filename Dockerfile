@@ -9,10 +9,12 @@ ENV UV_COMPILE_BYTECODE=1 \
     UV_PYTHON_DOWNLOADS=never \
     UV_PROJECT_ENVIRONMENT=/opt/venv
 WORKDIR /src
-# Dependencies first, exactly as locked, so code changes reuse this layer.
+# Dependencies first, exactly as locked, so code changes reuse this layer. The client's
+# pyproject.toml is a workspace member's (uv reads it); the client itself is not installed.
 COPY pyproject.toml uv.lock ./
+COPY clients/python/pyproject.toml clients/python/README.md ./clients/python/
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv sync --frozen --no-dev --no-install-project
+    uv sync --frozen --no-dev --no-install-workspace
 COPY README.md ./
 COPY realtime ./realtime
 COPY state_machines ./state_machines

@@ -5,7 +5,7 @@ default `aim-realtime-agent`), so LiveKit gives it a job for every session room 
 creates. For each job it reads the dispatch metadata the service wrote, joins the room, reports
 its state over the provider API, keeps a chat context of what was said, and asks the user to
 confirm one action. It talks to the service through the project's agent helper,
-`realtime.client.AgentSession` (docs/python-client.md): it checks the metadata, retries the
+`aim_realtime_client.AgentSession` (docs/python-client.md): it checks the metadata, retries the
 provider calls with their requestId (exactly once), and takes each data message of the service
 once. The provider API itself is "Provider API (`POST /provider`)" in docs/protocol.md.
 
@@ -16,7 +16,7 @@ it leaves on `agent.leave`; and a successor (a job whose metadata says `successo
 from the saved chat context and the messages its predecessor had not acknowledged. The user
 notices nothing. A sketch, not a product: no speech, no model (it echoes), no tools.
 
-    pip install "livekit-agents==1.8.9" "aim-realtime[client]"   # or the checkout: -e '.[client]'
+    pip install "livekit-agents==1.8.9" -e clients/python   # from the service's checkout
     export LIVEKIT_URL=ws://127.0.0.1:7880 LIVEKIT_API_KEY=devkey LIVEKIT_API_SECRET=secret
     export MODEL_SESSION_CAP_S=3600   # e.g. a realtime model whose sessions end after an hour
     python -m livekit.agents start docs/examples/agent_worker.py
@@ -35,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from livekit import rtc
 from livekit.agents import AgentServer, AutoSubscribe, JobContext, cli, llm
 
-from realtime.client import (
+from aim_realtime_client import (
     AgentReplacedError,
     AgentSession,
     AimError,

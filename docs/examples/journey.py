@@ -1,12 +1,12 @@
 """One realtime session from start to end against a running AIM realtime service.
 
-    TOKEN=$(scripts/token --sub alice)
+    export TOKEN=$(scripts/token --sub alice)
     .venv/bin/python docs/examples/journey.py --url http://127.0.0.1:8080
 
 Steps, one line each with the state the service answered: create the session (SendMessage with
 a session.create part), wait until it is ready, register this script as a device
 (RegisterEndpoint), join (JoinSession: the LiveKit URL and a join token), end (EndSession).
-It is written with the project's Python client (`realtime.client`, docs/python-client.md),
+It is written with the project's Python client (`aim_realtime_client`, docs/python-client.md),
 which retries what can be retried with the same ids and raises typed errors.
 
 The service must be configured with a LiveKit server (AIM_LIVEKIT_URL and keys): without one,
@@ -18,7 +18,8 @@ creating a session fails with -31012. What needs more than this script:
 - interactions need the agent in the room: with an agent worker registered under the
   service's AIM_AGENT_NAME, `--say "hello"` waits for it to join and sends the text.
 
-Needs the client (`pip install 'aim-realtime[client]'`, or the project's environment). A
+Needs the client: the project's environment (`scripts/install`), or any Python with the
+`aim-realtime-client` wheel installed (docs/python-client.md, Install). A
 JSON-RPC error stops the script with a one-line message on stderr and exit status 1; a bad
 command line or an unreachable service exits with 2.
 """
@@ -31,7 +32,7 @@ import os
 import sys
 import time
 
-from realtime.client import AimClient, AimError, Capabilities, Session, UnavailableError
+from aim_realtime_client import AimClient, AimError, Capabilities, Session, UnavailableError
 
 REQUESTED = {
     "mediaBinding": "livekit-webrtc-v1",
@@ -122,7 +123,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--token",
         default=os.environ.get("TOKEN"),
-        help="bearer token (default: $TOKEN), e.g. TOKEN=$(scripts/token --sub alice)",
+        help="bearer token (default: $TOKEN), e.g. export TOKEN=$(scripts/token --sub alice)",
     )
     parser.add_argument(
         "--device",
@@ -155,7 +156,9 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     options = parser.parse_args(argv)
     if not options.token:
-        parser.error("no token: pass --token or set TOKEN (TOKEN=$(scripts/token --sub alice))")
+        parser.error(
+            "no token: pass --token or set TOKEN (export TOKEN=$(scripts/token --sub alice))"
+        )
     return options
 
 

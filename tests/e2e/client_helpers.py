@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
+from aim_realtime_client import AnyEvent, Session
 from realtime.app import create_app
-from realtime.client import AnyEvent, Session
 from realtime.store import keys
 from realtime.store.redis_client import RedisClient
 from tests.conftest import livekit_settings, serving

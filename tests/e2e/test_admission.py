@@ -22,9 +22,9 @@ import httpx
 import msgspec
 import pytest
 
+from aim_realtime_client import AimClient, AllowanceExhaustedError, LimitExceededError
 from realtime.app import Running, create_app, running
 from realtime.auth import mint_dev_token
-from realtime.client import AimClient, AllowanceExhaustedError, LimitExceededError
 from realtime.policy import RELOAD_CHECK_S
 from realtime.store import keys
 from realtime.store.leases import DutyLease

@@ -1,4 +1,4 @@
-"""The agent worker's helper (`realtime.client.AgentSession`) against the served service: it
+"""The agent worker's helper (`aim_realtime_client.AgentSession`) against the served service: it
 reads the dispatch metadata LiveKit hands the worker, calls /provider exactly once per intent,
 learns of operations answered before it joined, and drops the repeats of data messages."""
 
@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from realtime.client import (
+from aim_realtime_client import (
     AgentChanged,
     AgentMetadataError,
     AgentReplacedError,
@@ -23,7 +23,7 @@ from realtime.client import (
     OperationUpdate,
     Session,
 )
-from realtime.client.dispatch import parse_metadata
+from aim_realtime_client.dispatch import parse_metadata
 from tests.conftest import token
 from tests.e2e.agent_operation_helpers import AGENT, TOPIC, quiet, wait_for_data
 from tests.e2e.client_helpers import Events, Served, proxied_service

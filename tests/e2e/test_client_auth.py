@@ -9,9 +9,9 @@ import time
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
+from aim_realtime_client import AimClient, AuthError, AuthMisconfiguredError, TokenExpiredError
 from realtime.app import create_app
 from realtime.auth import mint_dev_token
-from realtime.client import AimClient, AuthError, AuthMisconfiguredError, TokenExpiredError
 from realtime.settings import Settings
 from realtime.store.redis_client import RedisClient
 from tests.conftest import ALL_SCOPES, TEST_SECRET, serving

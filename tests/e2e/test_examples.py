@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -59,6 +62,7 @@ from tests.e2e.webhook_helpers import deliver, room, webhook_event
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+CLIENT = Path(__file__).resolve().parents[2] / "clients" / "python"
 JOURNEY = EXAMPLES / "journey.py"
 PAGE = EXAMPLES / "browser" / "index.html"
 PUBLIC_LIVEKIT = "wss://media.example"  # livekit_settings' AIM_LIVEKIT_PUBLIC_URL
@@ -81,14 +85,15 @@ async def service(
 
 @contextlib.asynccontextmanager
 async def journey(
-    base_url: str, *args: str, env_token: str | None = None
+    base_url: str, *args: str, env_token: str | None = None, python: str = sys.executable
 ) -> AsyncIterator[asyncio.subprocess.Process]:
-    """The script running against `base_url` (this event loop keeps serving meanwhile)."""
-    env = {k: v for k, v in os.environ.items() if k != "TOKEN"}
+    """The script running against `base_url` (this event loop keeps serving meanwhile), run
+    by `python` (the project's environment unless given)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TOKEN", "PYTHONPATH")}
     if env_token is not None:
         env["TOKEN"] = env_token
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
+        python,
         str(JOURNEY),
         "--url",
         base_url,
@@ -113,6 +118,44 @@ async def finished(process: asyncio.subprocess.Process) -> tuple[int, list[str],
 
 def steps(lines: list[str]) -> list[str]:
     return [line.split()[0] for line in lines]
+
+
+def client_wheel_environment(tmp_path: Path) -> str:
+    """The client's wheel built from clients/python and installed alone (with httpx, from uv's
+    cache: nothing is fetched) into a fresh virtual environment: its interpreter."""
+    uv = shutil.which("uv")
+    if uv is None:
+        if os.environ.get("CI"):
+            pytest.fail("uv is needed to build the client's wheel (scripts/install installs it)")
+        pytest.skip("uv is not installed")
+    dist, venv = tmp_path / "dist", tmp_path / "venv"
+    run = functools.partial(subprocess.run, check=True, capture_output=True, timeout=120)
+    run([uv, "build", "--wheel", "--offline", "--out-dir", str(dist), str(CLIENT)])
+    [wheel] = dist.glob("aim_realtime_client-*.whl")
+    run([uv, "venv", "--offline", "--python", sys.executable, str(venv)])
+    python = str(venv / "bin" / "python")
+    run([uv, "pip", "install", "--offline", "--python", python, str(wheel)])
+    return python
+
+
+async def test_the_client_wheel_installed_alone_runs_the_journey(livekit, store, tmp_path):
+    """What `pip install aim-realtime-client` gives a new user: the client and httpx, nothing of
+    the service, and the journey runs on it."""
+    python = await asyncio.to_thread(client_wheel_environment, tmp_path)
+    probe = "import importlib.util as u, sys; print([m for m in ('aim_realtime_client', "
+    probe += "'realtime', 'litestar', 'redis', 'msgspec') if u.find_spec(m)])"
+    found = await asyncio.create_subprocess_exec(
+        python, "-c", probe, stdout=asyncio.subprocess.PIPE, cwd=tmp_path
+    )
+    out, _ = await found.communicate()
+    assert out.decode().strip() == "['aim_realtime_client']"
+    async with (
+        service(livekit, store) as (base_url, _),
+        journey(base_url, env_token=token("alice"), python=python) as process,
+    ):
+        code, lines, err = await finished(process)
+    assert (code, err) == (0, ""), lines
+    assert steps(lines) == ["create", "ready", "register", "join", "end"]
 
 
 async def test_journey_creates_joins_and_ends_a_session(livekit, store):

@@ -1,4 +1,4 @@
-"""The Python client (`realtime.client`) against the served service and the LiveKit stand-in:
+"""The Python client (`aim_realtime_client`) against the served service and the LiveKit stand-in:
 a device's whole journey, with the stream cut and resumed, a handoff and the end; commands
 whose answers a proxy drops, applied once; the errors it waits out, retries, or raises."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from livekit import api
 
-from realtime.client import (
+from aim_realtime_client import (
     AgentSession,
     AimClient,
     AuthError,

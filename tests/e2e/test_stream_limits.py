@@ -18,8 +18,8 @@ import httpx
 import msgspec
 import pytest
 
+from aim_realtime_client import AimClient, RetryPolicy, StateChanged
 from realtime.app import create_app
-from realtime.client import AimClient, RetryPolicy, StateChanged
 from realtime.settings import Settings
 from realtime.store import keys
 from tests.cli_processes import serve_environ

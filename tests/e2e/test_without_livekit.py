@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from realtime.client import AimClient, UnavailableError
+from aim_realtime_client import AimClient, UnavailableError
 from tests.conftest import error_info, rpc, token
 from tests.e2e.operator_api_helpers import operator_json
 from tests.e2e.realtime_helpers import create_session

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from realtime.client import AgentMessageError, AgentMetadataError, AgentSession, OperationUpdate
-from realtime.client.dispatch import TOPIC, Inbox, InteractionMessage, LeaveNow, parse_metadata
+from aim_realtime_client import AgentMessageError, AgentMetadataError, AgentSession, OperationUpdate
+from aim_realtime_client.dispatch import TOPIC, Inbox, InteractionMessage, LeaveNow, parse_metadata
 
 GOOD = {
     "sessionId": "6410da40-7d39-5c99-b5c9-8d9050454e4b",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from realtime.client import (
+from aim_realtime_client import (
     AgentReplacedError,
     AimError,
     AllowanceExhaustedError,
@@ -23,7 +23,7 @@ from realtime.client import (
     UnavailableError,
     Violation,
 )
-from realtime.client.errors import error_from_rpc, http_error, retry_after_ms, transport_error
+from aim_realtime_client.errors import error_from_rpc, http_error, retry_after_ms, transport_error
 
 INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD = "type.googleapis.com/google.rpc.BadRequest"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from realtime.client import (
+from aim_realtime_client import (
     AuthError,
     AuthMisconfiguredError,
     InvalidStateError,
@@ -21,8 +21,8 @@ from realtime.client import (
     TokenExpiredError,
     UnavailableError,
 )
-from realtime.client.rpc import RpcCaller
-from realtime.client.stream import TaskStream
+from aim_realtime_client.rpc import RpcCaller
+from aim_realtime_client.stream import TaskStream
 
 INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 Answer = Callable[[httpx.Request], httpx.Response]

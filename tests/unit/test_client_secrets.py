@@ -6,15 +6,15 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from realtime.client import (
+from aim_realtime_client import (
     AgentMetadataError,
     AgentSession,
     AimClient,
     DispatchMetadata,
     JoinResult,
 )
-from realtime.client.dispatch import parse_metadata
-from realtime.client.rpc import RpcCaller
+from aim_realtime_client.dispatch import parse_metadata
+from aim_realtime_client.rpc import RpcCaller
 
 JOIN_TOKEN = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJqb2luLXRva2VuIn0.c2lnbmF0dXJlLW9mLWpvaW4"
 PROVIDER_TOKEN = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJwcm92aWRlciJ9.c2lnbmF0dXJlLXByb3ZpZGVy"

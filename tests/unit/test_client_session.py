@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from realtime.client import AgentChanged, AimClient, AimError, Ended, StreamFailed
-from realtime.client.follow import Follower
-from realtime.client.rpc import REALTIME
-from realtime.client.stream import Frame
+from aim_realtime_client import AgentChanged, AimClient, AimError, Ended, StreamFailed
+from aim_realtime_client.follow import Follower
+from aim_realtime_client.rpc import REALTIME
+from aim_realtime_client.stream import Frame
 
 Answer = Callable[[dict[str, Any]], httpx.Response]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from realtime.client.stream import SseEvent, SseParser
+from aim_realtime_client.stream import SseEvent, SseParser
 
 line_text = st.text(
     alphabet=st.characters(blacklist_characters="\r\n\0", blacklist_categories=("Cs",)),

@@ -1,10 +1,11 @@
 """Python client of the AIM realtime service: `AimClient` and `Session` for devices,
-`AgentSession` for agent workers. Needs httpx only (`pip install 'aim-realtime[client]'`);
-importing it loads nothing of the service. Reference: docs/python-client.md."""
+`AgentSession` for agent workers. The distribution `aim-realtime-client` (clients/python);
+it needs httpx only, and importing it loads nothing of the service. Reference:
+docs/python-client.md."""
 
-from realtime.client.agent import AgentSession
-from realtime.client.client import AimClient
-from realtime.client.dispatch import (
+from aim_realtime_client.agent import AgentSession
+from aim_realtime_client.client import AimClient
+from aim_realtime_client.dispatch import (
     TOPIC,
     AgentMessageError,
     AgentMetadataError,
@@ -14,7 +15,7 @@ from realtime.client.dispatch import (
     LeaveNow,
     OperationUpdate,
 )
-from realtime.client.errors import (
+from aim_realtime_client.errors import (
     AgentReplacedError,
     AimError,
     AllowanceExhaustedError,
@@ -32,7 +33,7 @@ from realtime.client.errors import (
     UnavailableError,
     Violation,
 )
-from realtime.client.events import (
+from aim_realtime_client.events import (
     AgentChanged,
     AnyEvent,
     Capabilities,
@@ -47,8 +48,8 @@ from realtime.client.events import (
     Superseded,
     Update,
 )
-from realtime.client.rpc import RetryPolicy
-from realtime.client.session import Session
+from aim_realtime_client.rpc import RetryPolicy
+from aim_realtime_client.session import Session
 
 __all__ = [
     "TOPIC",

@@ -8,11 +8,18 @@ from typing import Any, Final
 
 import httpx
 
-from realtime.client.errors import AimError
-from realtime.client.events import Capabilities
-from realtime.client.rpc import A2A_HEADERS, REALTIME, RetryPolicy, RpcCaller, Sleep, TokenSource
-from realtime.client.session import Session
-from realtime.client.stream import IDLE_TIMEOUT_S, STREAM_BACKOFF
+from aim_realtime_client.errors import AimError
+from aim_realtime_client.events import Capabilities
+from aim_realtime_client.rpc import (
+    A2A_HEADERS,
+    REALTIME,
+    RetryPolicy,
+    RpcCaller,
+    Sleep,
+    TokenSource,
+)
+from aim_realtime_client.session import Session
+from aim_realtime_client.stream import IDLE_TIMEOUT_S, STREAM_BACKOFF
 
 DEFAULT_REQUESTED: Final[Mapping[str, Any]] = {
     "mediaBinding": "livekit-webrtc-v1",

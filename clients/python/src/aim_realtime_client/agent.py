@@ -13,7 +13,7 @@ will end, `save_context` whenever there is something a successor should know; a 
 interactions from `start()`, and a predecessor gets `LeaveNow` from `receive` (its writes then
 raise AgentReplacedError).
 
-Calls go through the same caller as the device's (`realtime.client.rpc`): retried with the
+Calls go through the same caller as the device's (`aim_realtime_client.rpc`): retried with the
 same body, so RequestOperation and UpdateOperation, whose requestId is minted once per call,
 apply once; AppendTranscript is idempotent by its itemId (minted once when not given).
 Operations the agent asked for or updated itself count as seen: `receive` and `sync` only
@@ -29,7 +29,7 @@ from typing import Any, Final, Literal
 
 import httpx
 
-from realtime.client.dispatch import (
+from aim_realtime_client.dispatch import (
     AgentMessage,
     DispatchMetadata,
     Handover,
@@ -38,7 +38,7 @@ from realtime.client.dispatch import (
     OperationUpdate,
     parse_metadata,
 )
-from realtime.client.rpc import RetryPolicy, RpcCaller, Sleep
+from aim_realtime_client.rpc import RetryPolicy, RpcCaller, Sleep
 
 OPEN_STATES: Final = frozenset({"pending", "awaiting_confirmation"})
 _UNSET: Final[Any] = object()

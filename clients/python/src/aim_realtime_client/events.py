@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from realtime.client.errors import AimError
+from aim_realtime_client.errors import AimError
 
 
 @dataclass(frozen=True)

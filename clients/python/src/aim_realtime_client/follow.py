@@ -20,8 +20,8 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any, Final
 
-from realtime.client.errors import AimError
-from realtime.client.events import (
+from aim_realtime_client.errors import AimError
+from aim_realtime_client.events import (
     AgentChanged,
     Ended,
     Rebound,
@@ -29,12 +29,12 @@ from realtime.client.events import (
     StreamFailed,
     Update,
 )
-from realtime.client.events import requirement_in as _requirement_in
-from realtime.client.rpc import REALTIME
-from realtime.client.stream import TERMINAL_TASK_STATES, Frame, TaskStream
+from aim_realtime_client.events import requirement_in as _requirement_in
+from aim_realtime_client.rpc import REALTIME
+from aim_realtime_client.stream import TERMINAL_TASK_STATES, Frame, TaskStream
 
 if TYPE_CHECKING:
-    from realtime.client.session import Session
+    from aim_realtime_client.session import Session
 
 INPUT_REQUIRED: Final = "TASK_STATE_INPUT_REQUIRED"
 

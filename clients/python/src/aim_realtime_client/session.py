@@ -22,8 +22,8 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from realtime.client.errors import AimError, StaleEpochError, SupersededError
-from realtime.client.events import (
+from aim_realtime_client.errors import AimError, StaleEpochError, SupersededError
+from aim_realtime_client.events import (
     AnyEvent,
     Capabilities,
     Ended,
@@ -33,11 +33,11 @@ from realtime.client.events import (
     Superseded,
     requirement_in,
 )
-from realtime.client.follow import Follower
-from realtime.client.rpc import REALTIME
+from aim_realtime_client.follow import Follower
+from aim_realtime_client.rpc import REALTIME
 
 if TYPE_CHECKING:
-    from realtime.client.client import AimClient
+    from aim_realtime_client.client import AimClient
 
 POLL_S: Final = 0.25
 

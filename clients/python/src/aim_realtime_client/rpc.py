@@ -16,7 +16,7 @@ once, when the call is made; retries send those bytes again. What is retried, up
 
 The others wait an exponential backoff with full jitter: a random delay between 0 and
 `min(max_delay_ms, base_delay_ms * 2**(n-1))` before the n-th retry. Anything else is raised at
-once as a typed error (`realtime.client.errors`); a redirect is never followed (it would send
+once as a typed error (`aim_realtime_client.errors`); a redirect is never followed (it would send
 the body and the token to another URL) but raised, as `RedirectError`.
 """
 
@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import httpx
 
-from realtime.client.errors import (
+from aim_realtime_client.errors import (
     LIMIT_EXCEEDED,
     AimError,
     TokenExpiredError,

@@ -19,14 +19,14 @@ from typing import Any, Final
 
 import httpx
 
-from realtime.client.errors import (
+from aim_realtime_client.errors import (
     UNSUPPORTED_OPERATION,
     AimError,
     error_from_rpc,
     http_error,
     transport_error,
 )
-from realtime.client.rpc import RetryPolicy, RpcCaller, answer_of, encode
+from aim_realtime_client.rpc import RetryPolicy, RpcCaller, answer_of, encode
 
 TERMINAL_TASK_STATES: Final = frozenset(
     {
