@@ -1,15 +1,16 @@
 """The service side by side with the shared yardsticks, in one run, by one method.
 
-Starts, all on 127.0.0.1: a private redis-server, the LiveKit stand-in (tests/livekit_standin.py,
-in this process) and the service as one process (`python -m realtime.cli serve --no-worker`);
-prepares sessions that are ready, each with one endpoint registered and joined; then loads, with
-wrk, the service's JoinSession (applied: a re-join by the active endpoint with a fresh commandId),
-JoinSession replayed (a commandId already applied), GetSession, GetTask and SendMessage, and
-beside them the yardsticks of ../shared/bench (README.md there): the ceiling's session.apply and
-the a2a-sdk peer's GetTask and SendMessage. Method: each server one process pinned to CPU 0;
-Redis, the stand-in, wrk and this driver on CPU 1; a warm-up per target, then rounds in which
-every target runs once in turn; medians, the spread of the runs, the server's CPU per request
-from /proc, and the service's Redis round trips per request (read events at Redis's socket).
+Starts, all on 127.0.0.1: a private redis-server, the LiveKit stand-in
+(realtime/livekit_dev/standin.py, in this process) and the service as one process (`python -m
+realtime.cli serve --no-worker`); prepares sessions that are ready, each with one endpoint
+registered and joined; then loads, with wrk, the service's JoinSession (applied: a re-join by
+the active endpoint with a fresh commandId), JoinSession replayed (a commandId already applied),
+GetSession, GetTask and SendMessage, and beside them the yardsticks of ../shared/bench
+(README.md there): the ceiling's session.apply and the a2a-sdk peer's GetTask and SendMessage.
+Method: each server one process pinned to CPU 0; Redis, the stand-in, wrk and this driver on CPU
+1; a warm-up per target, then rounds in which every target runs once in turn; medians, the
+spread of the runs, the server's CPU per request from /proc, and the service's Redis round trips
+per request (read events at Redis's socket).
 
     uv run python bench/compare.py                       # ≈ 3 minutes
     uv run python bench/compare.py --warmup 1 --runs 1 --seconds 1      # a smoke run
@@ -53,7 +54,7 @@ HERE = REPO / "bench"
 sys.path[:0] = [str(REPO), str(HERE)]
 
 from realtime.auth import mint_dev_token  # noqa: E402 - after the path is set
-from tests.livekit_standin import running_standin  # noqa: E402
+from realtime.livekit_dev.standin import running_standin  # noqa: E402
 
 HOST = "127.0.0.1"
 SECRET = "bench-secret-0123456789-abcdefghijklmnopqrstuvwxyz"

@@ -40,13 +40,13 @@ sys.path.insert(0, str(REPO))
 import httpx  # noqa: E402 - after the path is set
 
 from realtime.app import create_app  # noqa: E402
+from realtime.livekit_dev.standin import running_standin  # noqa: E402
 from realtime.store import keys  # noqa: E402
 from realtime.store.redis_client import RedisClient  # noqa: E402
 from realtime.store.server import PrivateRedis  # noqa: E402
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings, serving  # noqa: E402
 from tests.e2e.realtime_helpers import call, new_id  # noqa: E402
 from tests.e2e.webhook_helpers import active_session  # noqa: E402
-from tests.livekit_standin import running_standin  # noqa: E402
 
 SHARED = ("aim:timers:due", "aim:outbox:due", "aim:{ops}:", "aim:{card}:", "aim:{reconciler}:")
 STAGES = ("active", "ended", "compacted", "expired")

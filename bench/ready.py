@@ -32,11 +32,11 @@ sys.path.insert(0, str(REPO))
 import httpx  # noqa: E402 - after the path is set
 
 from realtime.app import create_app  # noqa: E402
+from realtime.livekit_dev.standin import running_standin  # noqa: E402
 from realtime.store.redis_client import RedisClient  # noqa: E402
 from realtime.store.server import PrivateRedis  # noqa: E402
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings, serving  # noqa: E402
 from tests.e2e.realtime_helpers import create_session, session_of  # noqa: E402
-from tests.livekit_standin import running_standin  # noqa: E402
 
 
 async def one_run(store: RedisClient, delay_ms: int, sessions: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """1,000 open SSE subscriptions on one service process while sessions change state.
 
-Starts redis-server (unix socket), the LiveKit stand-in (tests/livekit_standin.py, in this
+Starts redis-server (unix socket), the LiveKit stand-in (realtime/livekit_dev/standin.py, in this
 process) and `aim-realtime serve` (one uvicorn worker, a child process), creates sessions, opens
 SubscribeToTask streams spread evenly over them, then changes the sessions' state with signed
 LiveKit webhooks (the agent joining and leaving: one commit, one event each) at a fixed rate.
@@ -35,8 +35,8 @@ from livekit import api
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from realtime.auth import mint_dev_token
+from realtime.livekit_dev.standin import running_standin, sign_webhook, webhook_headers
 from realtime.store.server import PrivateRedis
-from tests.livekit_standin import running_standin, sign_webhook, webhook_headers
 
 SECRET = "bench-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 LK_KEY = "bench-key"

@@ -16,6 +16,9 @@ from pathlib import Path
 from realtime import supervisor
 from realtime.auth import CLIENT_SCOPES, OPERATOR_SCOPE
 from realtime.environment import EnvironmentReader, without_credentials
+from realtime.livekit_dev.command import DESCRIPTION as LIVEKIT_DEV_DESCRIPTION
+from realtime.livekit_dev.command import add_arguments as add_livekit_dev_arguments
+from realtime.livekit_dev.command import run as run_livekit_dev
 from realtime.logs import JsonLogFormatter
 from realtime.provider_tokens import PROVIDER_SCOPE
 from realtime.settings import Settings, SettingsError
@@ -447,6 +450,14 @@ def build_parser() -> argparse.ArgumentParser:
         "on first use, readable by the owner only.",
         formatter_class=helpful,
     ).set_defaults(run=_dev_secret)
+    livekit_dev = commands.add_parser(
+        "livekit-dev",
+        help="a local LiveKit for development, when no LiveKit server is at hand",
+        description=LIVEKIT_DEV_DESCRIPTION,
+        formatter_class=helpful,
+    )
+    add_livekit_dev_arguments(livekit_dev)
+    livekit_dev.set_defaults(run=run_livekit_dev)
     return parser
 
 

@@ -153,12 +153,14 @@ class _Server(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Any, settings: Settings | None = None) -> AsyncIterator[str]:
-    """Serve `app` on an ephemeral loopback port in this event loop, configured as `serve`
-    configures it (`settings` for the connection limits; the defaults when None)."""
+async def serving(
+    app: Any, settings: Settings | None = None, *, port: int = 0
+) -> AsyncIterator[str]:
+    """Serve `app` on a loopback port (ephemeral unless `port`) in this event loop, configured
+    as `serve` configures it (`settings` for the connection limits; the defaults when None)."""
     # IPPROTO_TCP makes asyncio set TCP_NODELAY on accepted connections (no 40 ms Nagle stalls)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     server = _Server(server_config(app, settings or Settings(), log_level="warning"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -246,7 +248,7 @@ LIVEKIT_SECRET = "lk-test-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 @pytest.fixture
 async def livekit() -> AsyncIterator[Any]:
-    from tests.livekit_standin import running_standin
+    from realtime.livekit_dev.standin import running_standin
 
     async with running_standin(LIVEKIT_KEY, LIVEKIT_SECRET) as standin:
         yield standin

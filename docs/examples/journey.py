@@ -2,6 +2,8 @@
 
     export TOKEN=$(scripts/token --sub alice)
     .venv/bin/python docs/examples/journey.py --url http://127.0.0.1:8080
+    # on the local LiveKit for development (aim-realtime livekit-dev), the whole journey:
+    .venv/bin/python docs/examples/journey.py --connect --say hi --confirm Book --handoff tablet
 
 Steps, one line each with the state the service answered: create the session (SendMessage with
 a session.create part), wait until it is ready, register this script as a device
@@ -13,8 +15,9 @@ The service must be configured with a LiveKit server (AIM_LIVEKIT_URL and keys):
 creating a session fails with -31012. What needs more than this script:
 
 - the session becomes `active` only when a device connects to LiveKit with the join token
-  (LiveKit then sends the service a participant_joined webhook); this script only shows the
-  token was issued;
+  (LiveKit then sends the service a participant_joined webhook): with the local LiveKit for
+  development (`aim-realtime livekit-dev`, docs/local-livekit.md), `--connect` does that;
+  against a real LiveKit this script only shows the token was issued;
 - interactions need the agent in the room: with an agent worker registered under the
   service's AIM_AGENT_NAME, `--say "hello"` waits for it to join and sends the text.
 
@@ -29,18 +32,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 import time
 
-from aim_realtime_client import AimClient, AimError, Capabilities, Session, UnavailableError
+import httpx
+
+from aim_realtime_client import (
+    AimClient,
+    AimError,
+    Capabilities,
+    JoinResult,
+    Session,
+    UnavailableError,
+)
 
 REQUESTED = {
     "mediaBinding": "livekit-webrtc-v1",
     "audio": "bidirectional",
     "userVideoSources": [],
     "agentVideoSources": [],
-    "interactions": ["text"],
+    "interactions": ["text", "confirmation"],
 }
+DEVICE = Capabilities(interactions=("text", "confirmation"))
+# the agent's states once it is in the room (it reports the last three itself)
+IN_THE_ROOM = ("joined", "listening", "thinking", "speaking")
 
 
 class JourneyError(Exception):
@@ -56,7 +72,7 @@ def step(name: str, text: str) -> None:
 async def wait_agent(session: Session, within: float) -> None:
     step("agent", f"waiting up to {within:g} s for the agent to join the room")
     deadline = time.monotonic() + within
-    while (info := await session.refresh())["agent"]["state"] != "joined":
+    while (info := await session.refresh())["agent"]["state"] not in IN_THE_ROOM:
         if time.monotonic() > deadline:
             raise JourneyError(
                 f"the agent did not join within {within:g} s (agent {info['agent']['state']})"
@@ -65,10 +81,71 @@ async def wait_agent(session: Session, within: float) -> None:
     step("agent", f"agent joined as {info['agent'].get('identity', '?')}")
 
 
+async def connect(session: Session, joined: JoinResult, within: float) -> None:
+    """What LiveKit's client SDK does with the join result, on the local LiveKit for
+    development (`aim-realtime livekit-dev`): connect with the token (POST /dev/connect), so the
+    device is in the room and LiveKit tells the service; then wait for `active`."""
+    base = re.sub(r"^ws", "http", joined.url)  # ws:// → http://, wss:// → https://
+    async with httpx.AsyncClient(timeout=10) as http:
+        reply = await http.post(f"{base}/dev/connect", json={"token": joined.token})
+    if reply.status_code != 200:
+        raise JourneyError(f"{base} refused the connect ({reply.status_code}): {reply.text}")
+    deadline = time.monotonic() + within
+    while (await session.refresh())["state"] != "active":
+        if time.monotonic() > deadline:
+            raise JourneyError(f"the session did not become active within {within:g} s")
+        await asyncio.sleep(0.2)
+    step("connect", f"device in room {joined.room}: session {session.state}")
+
+
+async def confirm(session: Session, title: str, within: float) -> None:
+    """Ask the agent for an action that needs the user's confirmation (the local LiveKit's
+    simulated agent asks for one when told `/confirm <title>`), approve it, and wait until the
+    agent has carried it out."""
+    await session.send_text(f"/confirm {title}")
+    deadline = time.monotonic() + within
+    while not (pending := (await session.refresh()).get("pendingOperationIds")):
+        if time.monotonic() > deadline:
+            raise JourneyError(f"the agent asked for no confirmation within {within:g} s")
+        await asyncio.sleep(0.2)
+    operation_id = pending[0]
+    asked = await session.operation(operation_id)
+    title_asked = (asked.get("requirement") or {}).get("action", {}).get("title", "?")
+    step("confirm", f'operation {operation_id} "{title_asked}": {asked["state"]}')
+    answered = await session.confirm(operation_id, "approve")
+    while (state := answered["state"]) not in ("succeeded", "failed", "canceled", "expired"):
+        if time.monotonic() > deadline:
+            raise JourneyError(f"the operation is still {state} after {within:g} s")
+        await asyncio.sleep(0.2)
+        answered = await session.operation(operation_id)
+    step("confirm", f"operation {operation_id} approved: {state}")
+
+
+async def hand_off(
+    client: AimClient, first: Session, key: str, options: argparse.Namespace
+) -> Session:
+    """A second device (`key`) takes the session over: it joins (and connects, with
+    --connect); the first device is superseded. The second device's Session."""
+    second = await client.resume_session(
+        first.session_id, endpoint_key=key, task_id=first.task_id, capabilities=DEVICE
+    )
+    joined = await second.join()
+    if options.connect:
+        await connect(second, joined, options.ready_timeout)
+    info = await second.refresh()
+    was = next(
+        (e["state"] for e in info.get("endpoints", []) if e.get("endpointId") == first.endpoint_id),
+        "gone",
+    )
+    step("handoff", f"device {key} in at epoch {joined.epoch}: session {second.state}; "
+                    f"{first.endpoint_key} {was}")  # fmt: skip
+    return second
+
+
 async def journey(client: AimClient, options: argparse.Namespace) -> None:
     session = await client.create_session(
         options.device,
-        capabilities=Capabilities(interactions=("text",)),
+        capabilities=DEVICE,
         requested=REQUESTED,
     )
     step(
@@ -96,11 +173,20 @@ async def journey(client: AimClient, options: argparse.Namespace) -> None:
         f"room {joined.room}, join token issued (expires {joined.expires_at})",
     )
 
+    if options.connect:
+        await connect(session, joined, options.ready_timeout)
+
     if options.say:
         await wait_agent(session, options.agent_timeout)
         said = await session.send_text(options.say)
         step("say", f"text delivered to the agent (accepted {said.accepted_at}), "
                     f"session {session.state}")  # fmt: skip
+
+    if options.confirm:
+        await confirm(session, options.confirm, options.agent_timeout)
+
+    if options.handoff:
+        session = await hand_off(client, session, options.handoff, options)
 
     if options.keep:
         step("keep", f"session {session.session_id} left live; it ends when idle or with "
@@ -131,9 +217,28 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         help="clientEndpointKey naming this device in the session; default %(default)s",
     )
     parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="after joining, connect with the join token to the local LiveKit for development "
+        "(aim-realtime livekit-dev) and wait until the session is active",
+    )
+    parser.add_argument(
         "--say",
         metavar="TEXT",
         help="after joining, wait for the agent to join the room and send it TEXT (input.text)",
+    )
+    parser.add_argument(
+        "--confirm",
+        metavar="TITLE",
+        help="after joining, have the agent ask for an action needing the user's confirmation "
+        "(the local LiveKit's simulated agent does on `/confirm TITLE`), approve it and wait "
+        "until it is carried out",
+    )
+    parser.add_argument(
+        "--handoff",
+        metavar="KEY",
+        help="then hand the session off to a second device named KEY (it joins and, with "
+        "--connect, connects); the first device is superseded",
     )
     parser.add_argument(
         "--agent-timeout",

@@ -17,12 +17,12 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from realtime.app import create_app
+from realtime.livekit_dev.standin import LiveKitStandin, running_standin
 from realtime.store.redis_client import RedisClient
 from tests.clocks import Clock
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, livekit_settings, serving
 from tests.e2e.realtime_helpers import create_session, session_of
 from tests.e2e.webhook_helpers import event_id, get
-from tests.livekit_standin import LiveKitStandin, running_standin
 
 AGENT_NAME = "aim-realtime-agent"  # AIM_AGENT_NAME's default
 START_TIMEOUT_S = 10  # AIM_AGENT_START_TIMEOUT_S's default

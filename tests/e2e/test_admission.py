@@ -103,11 +103,14 @@ class World:
         await self.gone(sid)
 
     async def gone(self, sid: str) -> None:
-        """The end's LiveKit work done (the room deleted): the session is over."""
+        """The end's LiveKit work done (the room deleted): the session is over, and released
+        (the step after the commit that ended it: its place freed, its usage written)."""
         for _ in range(100):  # the service's runner deletes the room (5 s at most)
             loaded = await self.worker.commands.engine.sessions.load(sid)
             assert loaded.record is not None
-            if loaded.record.session.state in ("ended", "failed"):
+            tenant = loaded.record.tenant
+            released = not await self.store.client.zscore(keys.tenant_live_key(tenant), sid)
+            if loaded.record.session.state in ("ended", "failed") and released:
                 return
             await asyncio.sleep(0.05)
         raise AssertionError(f"session {sid} did not end: {loaded.record.session.state}")

@@ -86,7 +86,9 @@ def test_token_help_describes_every_option_with_its_default(tmp_path: Path) -> N
 def test_every_command_and_option_has_help() -> None:
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert sorted(commands.choices) == ["check", "dev-secret", "serve", "token", "worker"]
+    assert sorted(commands.choices) == [
+        "check", "dev-secret", "livekit-dev", "serve", "token", "worker"
+    ]  # fmt: skip
     for name, command in commands.choices.items():
         assert command.description, f"{name}: no description"
         for action in command._actions:

@@ -20,6 +20,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from realtime.app import create_app
+from realtime.livekit_dev.standin import sign_webhook, webhook_headers
 from realtime.store.redis_client import RedisClient
 from tests.conftest import (
     LIVEKIT_KEY,
@@ -32,7 +33,6 @@ from tests.conftest import (
 from tests.e2e.agent_operation_helpers import open_session
 from tests.e2e.metrics_helpers import points
 from tests.e2e.realtime_helpers import create_session, new_id
-from tests.livekit_standin import sign_webhook, webhook_headers
 
 pytestmark = pytest.mark.e2e
 

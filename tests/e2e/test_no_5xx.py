@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from livekit import api
 
 from realtime.a2a import v03
+from realtime.livekit_dev.standin import webhook_headers
 from realtime.methods.provider import PROVIDER_METHODS
 from realtime.rpc.registry import METHODS
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET, REALTIME, token
@@ -38,7 +39,6 @@ from tests.e2e.fuzz_helpers import (
     send,
     spoiled,
 )
-from tests.livekit_standin import webhook_headers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -28,7 +28,7 @@ from realtime.store.redis_client import RedisClient
 from tests.conftest import livekit_settings, serving
 from tests.e2e.agent_operation_helpers import provider_call
 from tests.e2e.browser_helpers import binaries, chromium
-from tests.e2e.operator_api_helpers import bearer, rpc_as, start_session
+from tests.e2e.operator_api_helpers import bearer, operator_get, rpc_as, start_session
 from tests.e2e.realtime_helpers import CAPS, new_id
 from tests.e2e.rotation_helpers import ahead_of_now
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
@@ -336,6 +336,11 @@ async def test_an_operator_sees_the_usage_of_the_days_sessions(livekit, store):
                 break
             await asyncio.sleep(0.025)
         today = datetime.now(UTC).date().isoformat()
+        for _ in range(200):  # written by the release that follows the ending commit
+            got = await operator_get(http, "/ops/api/usage")
+            if got.json()["days"]:
+                break
+            await asyncio.sleep(0.025)
 
         rows = await asyncio.to_thread(table_rows, base_url, "usage", today)
 

@@ -1,4 +1,4 @@
-"""`python -m tests.livekit_standin`: the LiveKit stand-in run on its own, as
+"""`aim-realtime livekit-dev`: the local LiveKit for development run on its own, as
 docs/local-livekit.md has a developer run it, with a real service configured from the settings
 it prints."""
 
@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -24,7 +25,7 @@ from livekit import api
 from realtime.app import create_app
 from realtime.settings import Settings
 from tests.cli_processes import free_port
-from tests.conftest import TEST_SECRET, serving
+from tests.conftest import TEST_SECRET, serving, token
 from tests.e2e.realtime_helpers import call, create_session, session_of
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +38,7 @@ STOP_TIMEOUT_S = 10.0
 
 
 class Standin:
-    """A `python -m tests.livekit_standin` subprocess; its output goes to a file."""
+    """An `aim-realtime livekit-dev` subprocess; its output goes to a file."""
 
     def __init__(self, process: subprocess.Popen[bytes], log: Path) -> None:
         self.process = process
@@ -69,7 +70,7 @@ def standin(tmp_path: Path, *args: str) -> Iterator[Standin]:
     environ = {name: value for name, value in os.environ.items() if not name.startswith("AIM_")}
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.livekit_standin", *args],
+            [sys.executable, "-m", "realtime.cli", "livekit-dev", *args],
             cwd=REPO,
             env=environ,
             stdin=subprocess.DEVNULL,
@@ -118,9 +119,9 @@ def refused(port: int) -> bool:
 async def test_the_printed_settings_give_a_service_whose_sessions_get_ready(tmp_path, store):
     port = free_port()
     args = ("--port", str(port), "--api-key", KEY, "--api-secret", SECRET)
-    with standin(tmp_path, *args) as process:
+    with standin(tmp_path, *args, "--no-agent-jobs", "--webhook-url", "") as process:
         output = await process.announced()
-        assert "TEST DOUBLE" in output
+        assert "not a LiveKit server" in output
         assert "no media, no real agents" in output
         assert "webhooks are not sent" in output
         exports = exported(output)
@@ -154,14 +155,18 @@ async def test_the_printed_settings_give_a_service_whose_sessions_get_ready(tmp_
         assert handed_over["providerToken"]
 
         assert await process.stop(signal.SIGTERM) == 0
-        assert process.output().rstrip().endswith("LiveKit stand-in stopped.")
+        assert process.output().rstrip().endswith("Local LiveKit stopped.")
         assert refused(port)
 
 
 async def test_by_default_it_takes_the_dev_server_keys_and_ctrl_c_stops_it(tmp_path, store):
     port = free_port()
     with standin(tmp_path, "--port", str(port)) as process:
-        exports = exported(await process.announced())
+        output = await process.announced()
+        # by default, as for scripts/serve: webhooks to its /livekit/webhook, the agent worker
+        assert "webhooks are sent to http://127.0.0.1:8080/livekit/webhook" in output
+        assert "a simulated agent worker takes every dispatch" in output
+        exports = exported(output)
         assert exports["AIM_LIVEKIT_URL"] == f"ws://127.0.0.1:{port}"
         assert (exports["AIM_LIVEKIT_API_KEY"], exports["AIM_LIVEKIT_API_SECRET"]) == (
             "devkey",
@@ -191,7 +196,7 @@ async def test_with_a_webhook_url_and_agent_jobs_the_service_sees_its_agent_join
     async with serving(app, settings) as base_url, httpx.AsyncClient(base_url=base_url) as client:
         hook = f"{base_url}/livekit/webhook"
         args = ("--port", str(port), "--api-key", KEY, "--api-secret", SECRET)
-        with standin(tmp_path, *args, "--webhook-url", hook, "--agent-jobs") as process:
+        with standin(tmp_path, *args, "--webhook-url", hook) as process:
             output = await process.announced()
             assert "a simulated agent worker takes every dispatch" in output
             assert f"webhooks are sent to {hook}" in output
@@ -208,3 +213,62 @@ async def test_with_a_webhook_url_and_agent_jobs_the_service_sees_its_agent_join
                 await asyncio.sleep(0.05)
             assert agent["identity"] == f"agent-{agent['jobId']}"
             assert await process.stop(signal.SIGTERM) == 0
+
+
+async def test_the_journey_reaches_active_on_the_local_livekit_and_ends(tmp_path, store):
+    """docs/local-livekit.md's path, as pasted: `aim-realtime livekit-dev`, the service on its
+    settings, and docs/examples/journey.py with --connect: the device connects with its join
+    token, the session is active, the simulated agent joins, a text reaches it, the agent asks
+    for a confirmation the user gives and carries the action out, a second device takes the
+    session over, the end."""
+    port, service_port = free_port(), free_port()
+    settings = service_settings(
+        {
+            "AIM_LIVEKIT_URL": f"ws://127.0.0.1:{port}",
+            "AIM_LIVEKIT_PUBLIC_URL": f"ws://127.0.0.1:{port}",
+            "AIM_LIVEKIT_API_KEY": "devkey",
+            "AIM_LIVEKIT_API_SECRET": "secret",
+            # where the agent calls the provider API: this service (scripts/serve's default)
+            "AIM_PUBLIC_BASE_URL": f"http://127.0.0.1:{service_port}",
+        }
+    )
+    app = create_app(settings, store=store)
+    async with serving(app, settings, port=service_port) as base_url:
+        hook = f"{base_url}/livekit/webhook"
+        with standin(tmp_path, "--port", str(port), "--webhook-url", hook) as process:
+            await process.announced()
+            journey = await asyncio.create_subprocess_exec(
+                sys.executable, str(REPO / "docs" / "examples" / "journey.py"), "--url",
+                base_url, "--connect", "--say", "hello", "--confirm", "book a table",
+                "--handoff", "tablet", "--agent-timeout", "10",
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "TOKEN": token("alice")},
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(journey.communicate(), 40)
+            lines = out.decode().splitlines()
+            assert (journey.returncode, err.decode()) == (0, ""), (lines, process.output())
+            assert [line.split()[0] for line in lines] == [
+                "create", "ready", "register", "join", "connect", "agent", "agent", "say",
+                "confirm", "confirm", "connect", "handoff", "end",
+            ]  # fmt: skip
+            assert lines[4].endswith("session active"), lines[4]
+            assert lines[6].startswith("agent     agent joined as agent-"), lines[6]
+            assert lines[8].endswith('"book a table": awaiting_confirmation'), lines[8]
+            assert lines[9].endswith("approved: succeeded"), lines[9]
+            assert re.search(r"device tablet in at epoch 2: session active; journey-script "
+                             r"superseded$", lines[11]), lines[11]  # fmt: skip
+            assert await process.stop(signal.SIGTERM) == 0
+
+
+async def test_a_connect_with_a_bad_token_is_refused_as_livekit_refuses_it(tmp_path):
+    port = free_port()
+    with standin(tmp_path, "--port", str(port), "--webhook-url", "") as process:
+        await process.announced()
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            bad = await http.post("/dev/connect", json={"token": "not-a-token"})
+            assert bad.status_code == 401
+            assert "invalid token" in bad.json()["error"]
+            shapeless = await http.post("/dev/connect", content=b"[1]")
+            assert shapeless.status_code == 400
+            assert shapeless.json() == {"error": 'send {"token": "<join token>"}'}
+        assert await process.stop(signal.SIGTERM) == 0

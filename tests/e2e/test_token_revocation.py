@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from realtime.livekit_dev.standin import ConnectRefused
 from tests.conftest import service
 from tests.e2e.realtime_helpers import call, new_id, register
 from tests.e2e.webhook_helpers import deliver, get, join, ready_session, room, webhook_event
-from tests.livekit_standin import ConnectRefused
 
 pytestmark = pytest.mark.e2e
 

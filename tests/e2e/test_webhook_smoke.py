@@ -8,9 +8,9 @@ import time
 import pytest
 from livekit import api
 
+from realtime.livekit_dev.standin import sign_webhook, webhook_headers
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
-from tests.livekit_standin import sign_webhook, webhook_headers
 
 pytestmark = pytest.mark.e2e
 

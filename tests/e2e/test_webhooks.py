@@ -1,10 +1,10 @@
 """LiveKit webhooks over HTTP (profile §5, §6, §9; livekit-notes §2).
 
-Every webhook here is signed exactly as LiveKit signs one (`tests.livekit_standin.sign_webhook`:
-protojson body, HS256 JWT with the body's sha256, no Bearer prefix) unless the test forges it. A
-verified webhook always answers 200 with applied | ignored | duplicate; only the session-relevant
-ones move the session. Anything unverified is 401 and changes nothing (the session `version`
-stays put and the event id is not even recorded).
+Every webhook here is signed exactly as LiveKit signs one
+(`realtime.livekit_dev.standin.sign_webhook`: protojson body, HS256 JWT with the body's sha256,
+no Bearer prefix) unless the test forges it. A verified webhook always answers 200 with applied
+| ignored | duplicate; only the session-relevant ones move the session. Anything unverified is
+401 and changes nothing (the session `version` stays put and the event id is not even recorded).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """LiveKit webhooks sent to the service as LiveKit sends them, and the sessions they move.
 
 `webhook_event` builds a WebhookEvent (the members LiveKit fills for its type) and `deliver`
-posts it correctly signed (`tests.livekit_standin.sign_webhook`: protojson body, HS256 JWT with
-the body's sha256, no Bearer prefix), expecting it verified; `send_webhook` builds, signs and
-posts a participant's event in one call and returns its outcome label.
+posts it correctly signed (`realtime.livekit_dev.standin.sign_webhook`: protojson body, HS256
+JWT with the body's sha256, no Bearer prefix), expecting it verified; `send_webhook` builds,
+signs and posts a participant's event in one call and returns its outcome label.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 from livekit import api
 
+from realtime.livekit_dev.standin import sign_webhook, webhook_headers
 from tests.conftest import LIVEKIT_KEY, LIVEKIT_SECRET
 from tests.conftest import service as service  # tests/e2e/test_webhooks.py imports it here
 from tests.e2e.realtime_helpers import call, create_session, new_id, register, session_of
-from tests.livekit_standin import sign_webhook, webhook_headers
 
 # --- building and sending webhooks ---------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import jwt
 import pytest
 from livekit import api
 
-from tests.livekit_standin import (
+from realtime.livekit_dev.standin import (
     ConnectRefused,
     LiveKitStandin,
     running_standin,
@@ -997,3 +997,149 @@ async def test_deleting_the_room_ends_its_jobs(receiver: Receiver) -> None:
     assert (ended.id, ended.state.reason) == (job.id, api.JSR_ROOM_CLOSED)
     left = {e.participant.identity for e in receiver.of("participant_left")}
     assert left == {f"agent-{job.id}", "user-1"}
+
+
+async def test_a_client_connects_and_disconnects_over_http_with_its_join_token(standin, lkapi):
+    """`POST /dev/connect` and `/dev/disconnect` (aim-realtime livekit-dev): the join and the
+    leave a client's connect makes, the token checked as `connect` checks it."""
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    token = join_token(ROOM, "ep-1", nbf=int(time.time()))
+    async with aiohttp.ClientSession(standin.url) as http:
+        async with http.post("/dev/connect", json={"token": token}) as reply:
+            assert reply.status == 200
+            joined = await reply.json()
+        assert (joined["room"], joined["identity"]) == (ROOM, "ep-1")
+        assert standin.participant(ROOM, "ep-1") is not None
+        async with http.post("/dev/disconnect", json={"token": token}) as reply:
+            assert (reply.status, await reply.json()) == (200, {"left": True})
+        assert standin.participant(ROOM, "ep-1") is None
+        async with http.post("/dev/disconnect", json={"token": token}) as reply:
+            assert await reply.json() == {"left": False}
+        expired = join_token(ROOM, "ep-1", nbf=int(time.time()) - 600, ttl_s=60)
+        async with http.post("/dev/connect", json={"token": expired}) as reply:
+            assert reply.status == 401
+        async with http.post("/dev/connect", json={"token": ""}) as reply:
+            assert reply.status == 400
+
+
+# ---- the simulated agent that speaks (agents_speak, aim-realtime livekit-dev) ----------------
+
+
+class Provider:
+    """The service's provider API as the simulated agent reaches it: the JSON-RPC calls it
+    received, with the bearer token of each."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, object], str]] = []
+        self._runner: aiohttp.web.AppRunner | None = None
+        self.url = ""
+
+    async def _call(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        body = await request.json()
+        self.calls.append((body["method"], body["params"], request.headers["Authorization"]))
+        return aiohttp.web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": {}})
+
+    async def __aenter__(self) -> Provider:
+        app = aiohttp.web.Application()
+        app.router.add_post("/provider", self._call)
+        self._runner = aiohttp.web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = aiohttp.web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/provider"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def until(self, count: int) -> list[tuple[str, dict[str, object]]]:
+        for _ in range(200):
+            if len(self.calls) >= count:
+                break
+            await asyncio.sleep(0.01)
+        return [(method, params) for method, params, _ in self.calls]
+
+
+def data_to(room: str, identity: str, body: dict[str, object]) -> api.SendDataRequest:
+    return api.SendDataRequest(
+        room=room,
+        data=json.dumps(body).encode(),
+        kind=api.DataPacket.Kind.RELIABLE,
+        destination_identities=[identity],
+        topic="aim.realtime.v1",
+    )
+
+
+async def test_a_speaking_agent_reports_itself_answers_texts_and_carries_out_what_it_asked(
+    receiver,
+):
+    async with (
+        Provider() as provider,
+        worker_standin(receiver, agents_speak=True) as (lk, client),
+    ):
+        await client.room.create_room(api.CreateRoomRequest(name=ROOM))
+        meta = {"sessionId": "s-1", "sessionEpoch": 1, "providerUrl": provider.url,
+                "providerToken": "provider-token"}  # fmt: skip
+        await dispatch(client, metadata=json.dumps(meta))
+        await settle(lk)
+        [agent] = [p for p in lk.participants[ROOM] if p.startswith("agent-")]
+        # it joined: it says so, then listens
+        assert await provider.until(2) == [
+            ("aim.provider.ReportAgentState", {"sessionId": "s-1", "sessionEpoch": 1,
+                                               "state": "joined"}),
+            ("aim.provider.ReportAgentState", {"sessionId": "s-1", "sessionEpoch": 1,
+                                               "state": "listening"}),
+        ]  # fmt: skip
+        assert {token for _, _, token in provider.calls} == {"Bearer provider-token"}
+
+        text = {"type": "input.text", "commandId": "c-1", "sessionEpoch": 1,
+                "payload": {"text": "/confirm Book a table"}}  # fmt: skip
+        await client.room.send_data(data_to(ROOM, agent, text))
+        await client.room.send_data(data_to(ROOM, agent, text))  # at least once: taken once
+        calls = await provider.until(7)
+        assert [(m.rsplit(".", 1)[1], p.get("state")) for m, p in calls[2:7]] == [
+            ("ReportAgentState", "thinking"), ("ReportAgentState", "speaking"),
+            ("AckInteractions", None), ("RequestOperation", None),
+            ("ReportAgentState", "listening"),
+        ]  # fmt: skip
+        assert calls[4][1]["commandIds"] == ["c-1"]
+        asked = calls[5][1]
+        assert (asked["kind"], asked["action"], asked["confirmation"]) == (
+            "action", {"title": "Book a table"}, "required"
+        )  # fmt: skip
+
+        update = {
+            "type": "operation.update",
+            "commandId": "sync:op-1:running",
+            "sessionEpoch": 1,
+            "payload": {"operationId": "op-1", "state": "running"},
+        }
+        await client.room.send_data(data_to(ROOM, agent, update))  # fmt: skip
+        calls = await provider.until(8)
+        method, params = calls[7]
+        assert method == "aim.provider.UpdateOperation"
+        assert (params["operationId"], params["state"], params["result"]) == (
+            "op-1", "succeeded", {"done": True}
+        )  # fmt: skip
+        assert "sessionEpoch" not in params  # UpdateOperation takes none
+        assert len(provider.calls) == 8  # nothing else, and nothing twice
+
+
+async def test_an_agent_of_another_app_or_a_message_not_for_it_stays_silent(receiver):
+    async with (
+        Provider() as provider,
+        worker_standin(receiver, agents_speak=True) as (lk, client),
+    ):
+        await client.room.create_room(api.CreateRoomRequest(name=ROOM))
+        await dispatch(client, metadata="not json")  # no provider to talk to
+        await settle(lk)
+        [agent] = [p for p in lk.participants[ROOM] if p.startswith("agent-")]
+        text = {"type": "input.text", "commandId": "c-1", "payload": {"text": "hi"}}
+        await client.room.send_data(data_to(ROOM, agent, text))
+        other_topic = data_to(ROOM, agent, text)
+        other_topic.topic = "chat"
+        await client.room.send_data(other_topic)
+        await asyncio.sleep(0.1)
+        assert provider.calls == []
+        assert lk.agents[agent].calls == []

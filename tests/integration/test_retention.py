@@ -277,7 +277,10 @@ async def test_an_ended_sessions_usage_is_kept_in_its_day_and_written_again_at_c
         ended_ms = int(await store.client.hget(keys.session_key(session_id), "e"))
         day = datetime.datetime.fromtimestamp(ended_ms / 1000, datetime.UTC).date()
         key = keys.usage_key(None, day.isoformat())
-        written = await store.client.hget(key, session_id)
+        for _ in range(200):  # written by the release that follows the ending commit
+            if (written := await store.client.hget(key, session_id)) is not None:
+                break
+            await asyncio.sleep(0.025)
         assert written is not None
         usage = json.loads(written)
         assert set(usage) == {"sessionMs", "connectedMs", "agentMs", "handoffs", "rotations"}

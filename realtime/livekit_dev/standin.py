@@ -1,6 +1,7 @@
-"""A local stand-in for LiveKit's server API, for tests (realtime-profile §9, livekit-notes §3).
+"""A local stand-in for LiveKit's server API (realtime-profile §9, livekit-notes §3): the tests'
+LiveKit, and the local LiveKit for development (`aim-realtime livekit-dev`, command.py).
 
-No LiveKit server can run here, so this aiohttp app answers the Twirp routes ``livekit-api``
+No LiveKit server runs in the tests, so this aiohttp app answers the Twirp routes ``livekit-api``
 calls the way the Go server does (livekit/livekit ``pkg/service``):
 
 * Auth middleware first: a bad, expired or unknown-key Bearer token gets HTTP 401 with a
@@ -39,33 +40,26 @@ A job ends (``end_job``, ``kill_worker``, DeleteDispatch of its dispatch, or its
 dispatches silent drops: created, id returned, no job ever (livekit/livekit#4374). With auto jobs
 off, ``start_job(dispatch_id)`` starts one by hand.
 
-Run on its own, ``python -m tests.livekit_standin [--port 7880] [--host 127.0.0.1] [--api-key
-devkey] [--api-secret secret] [--webhook-url URL] [--agent-jobs] [--job-start-delay S]`` serves
-until Ctrl-C or SIGTERM and prints the service's ``AIM_LIVEKIT_*`` settings for it
-(docs/local-livekit.md). It is still only a test double: no media; agents join only as the
-simulated worker's (``--agent-jobs``), webhooks are sent only with ``--webhook-url``.
+A client's connect with its join token is also served over HTTP, for a client that cannot speak
+LiveKit's signal protocol: ``POST /dev/connect`` and ``/dev/disconnect`` with ``{"token": …}``
+(``connect``, ``disconnect``). ``aim-realtime livekit-dev`` runs it on its own
+(docs/local-livekit.md). Still no media: agents join only as the simulated worker's.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import contextlib
 import hashlib
-import ipaddress
 import json
 import re
 import secrets
-import shlex
-import signal
-import sys
 import time
-import warnings
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import jwt
@@ -76,6 +70,8 @@ from livekit import api
 from livekit.api.access_token import Claims
 from livekit.protocol import agent_dispatch as _dispatch_proto
 from livekit.protocol import room as _room_proto
+
+from realtime.livekit_dev.agent import SimulatedAgent
 
 TWIRP_STATUS = {
     "invalid_argument": 400, "malformed": 400, "out_of_range": 400, "unauthenticated": 401,
@@ -225,6 +221,7 @@ class LiveKitStandin:
         webhook_url: str | None = None,
         auto_jobs: bool = False,
         job_start_delay: float = 0.0,
+        agents_speak: bool = False,
     ) -> None:
         self.api_key, self.api_secret = api_key, api_secret
         self.keys = {api_key: api_secret}
@@ -247,6 +244,10 @@ class LiveKitStandin:
         self.auto_jobs = auto_jobs
         self.job_start_delay = job_start_delay
         self.jobs: dict[str, api.Job] = {}
+        # with `agents_speak`, each joined agent of a job is a `SimulatedAgent` that talks to
+        # the service through its provider API (agent.py), by identity
+        self.agents_speak = agents_speak
+        self.agents: dict[str, SimulatedAgent] = {}
         self.dropped: list[str] = []  # ids of the dispatches dropped silently
         self._drops = 0
         self._starts: dict[str, asyncio.TimerHandle] = {}  # pending job id -> its start
@@ -267,8 +268,10 @@ class LiveKitStandin:
         return f"ws://{self.host}:{self.port}"
 
     async def start(self) -> LiveKitStandin:
-        app = web.Application()
+        app = web.Application()  # bodies of 1 MiB at most (aiohttp's bound)
         app.router.add_route("*", "/twirp/{service}/{method}", self._handle)
+        app.router.add_post("/dev/connect", self._dev_connect)
+        app.router.add_post("/dev/disconnect", self._dev_disconnect)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, self.host, self.port)
@@ -281,6 +284,9 @@ class LiveKitStandin:
         for handle in self._starts.values():
             handle.cancel()
         self._starts.clear()
+        for agent in list(self.agents.values()):
+            await agent.close()
+        self.agents.clear()
         if self._sender is not None:
             self._sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -488,8 +494,8 @@ class LiveKitStandin:
         self,
         job_id: str,
         *,
-        status: int = api.JS_SUCCESS,
-        reason: int = api.JSR_UNSPECIFIED,
+        status: api.JobStatus = api.JS_SUCCESS,
+        reason: api.JobStateReason = api.JSR_UNSPECIFIED,
         error: str = "",
         agent_leaves_first: bool = False,
     ) -> api.Job:
@@ -576,6 +582,9 @@ class LiveKitStandin:
             kind="agent",
             attributes={AGENT_NAME_ATTRIBUTE: job.agent_name},
         )
+        if self.agents_speak:
+            agent = self.agents[identity] = SimulatedAgent(identity, job.metadata)
+            agent.joined()
 
     def _job_changed(self, job: api.Job) -> None:
         """Its dispatch's state lists the job as it is now."""
@@ -615,7 +624,7 @@ class LiveKitStandin:
             identity=identity,
             name=name,
             metadata=metadata,
-            kind=kind,
+            kind=cast(api.ParticipantInfo.Kind, kind),
             state=api.ParticipantInfo.ACTIVE,
             joined_at=int(now),
             joined_at_ms=int(now * 1000),
@@ -669,6 +678,63 @@ class LiveKitStandin:
         except LookupError as exc:
             raise ConnectRefused(str(exc)) from exc
 
+    def disconnect(self, token: str) -> bool:
+        """The client of `token` leaving its room (``participant_left``): the token checked as
+        `connect` checks it; False when it was not in the room."""
+        room, identity = self._joiner(token)
+        there = identity in self.participants.get(room, {})
+        self.leave(room, identity)
+        return there
+
+    def _joiner(self, token: str) -> tuple[str, str]:
+        """The room and identity of a join token LiveKit accepts (`connect`'s checks)."""
+        try:
+            key = str(jwt.decode(token, options={"verify_signature": False}).get("iss", ""))
+            if key not in self.keys:
+                raise ConnectRefused(f"invalid API key: {key}")
+            claims = api.TokenVerifier(key, self.keys[key]).verify(token)
+        except (jwt.PyJWTError, ValueError, TypeError) as exc:
+            raise ConnectRefused(f"invalid token: {exc}") from exc
+        video = claims.video
+        if video is None or not video.room_join or not video.room or not claims.identity:
+            raise ConnectRefused("the token grants no room join (roomJoin, room and sub needed)")
+        return video.room, claims.identity
+
+    async def _dev_connect(self, request: web.Request) -> web.Response:
+        """`POST /dev/connect {"token": …}`: what a client's connect with its join token does
+        (the participant joins; 401 with the reason when LiveKit would refuse it)."""
+        token = await self._posted_token(request)
+        if isinstance(token, web.Response):
+            return token
+        try:
+            joined = self.connect(token)
+        except ConnectRefused as exc:
+            return web.json_response({"error": str(exc)}, status=401)
+        room, _ = self._joiner(token)
+        return web.json_response({"room": room, "identity": joined.identity, "sid": joined.sid})
+
+    async def _dev_disconnect(self, request: web.Request) -> web.Response:
+        """`POST /dev/disconnect {"token": …}`: the client of that token leaves its room."""
+        token = await self._posted_token(request)
+        if isinstance(token, web.Response):
+            return token
+        try:
+            left = self.disconnect(token)
+        except ConnectRefused as exc:
+            return web.json_response({"error": str(exc)}, status=401)
+        return web.json_response({"left": left})
+
+    @staticmethod
+    async def _posted_token(request: web.Request) -> str | web.Response:
+        try:
+            body = await request.json()
+        except (ValueError, web.HTTPRequestEntityTooLarge):
+            return web.json_response({"error": 'send {"token": "<join token>"}'}, status=400)
+        token = body.get("token") if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token:
+            return web.json_response({"error": 'send {"token": "<join token>"}'}, status=400)
+        return token
+
     def add_track(
         self,
         room: str,
@@ -679,7 +745,9 @@ class LiveKitStandin:
         audio = source in (api.TrackSource.MICROPHONE, api.TrackSource.SCREEN_SHARE_AUDIO)
         kind = api.TrackType.AUDIO if audio else api.TrackType.VIDEO
         p = self.participants[room][identity]
-        p.tracks.append(api.TrackInfo(sid=_guid("TR_"), source=source, type=kind))
+        p.tracks.append(
+            api.TrackInfo(sid=_guid("TR_"), source=cast(api.TrackSource, source), type=kind)
+        )
         p.is_publisher = True
         self._count(room)
         return p.tracks[-1]
@@ -687,6 +755,8 @@ class LiveKitStandin:
     def leave(self, room: str, identity: str) -> None:
         """Simulate the participant leaving (``participant_left`` if it was there)."""
         gone = self.participants.get(room, {}).pop(identity, None)
+        if (agent := self.agents.pop(identity, None)) is not None:
+            agent.cancel()
         self._count(room)
         if gone is not None:
             gone.state = api.ParticipantInfo.DISCONNECTED
@@ -967,6 +1037,10 @@ class LiveKitStandin:
             raise TwirpError("invalid_argument", msg)
         self._hosted(req.room)
         self.data_messages.append(req)
+        present = self.participants.get(req.room, {})
+        for identity in req.destination_identities or list(present):
+            if identity in present and (agent := self.agents.get(identity)) is not None:
+                agent.receive(req.data, req.topic)
         return api.SendDataResponse()
 
     def _rpc_update_room_metadata(self, req: api.UpdateRoomMetadataRequest) -> Message:
@@ -1011,152 +1085,3 @@ async def running_standin(
     """``async with running_standin(key, secret) as lk:`` yields a started ``LiveKitStandin``."""
     async with LiveKitStandin(api_key, api_secret, **options) as standin:
         yield standin
-
-
-# ---- run on its own: python -m tests.livekit_standin -----------------------------------------
-# the placeholder pair and the port of `livekit-server --dev`, so the printed settings match it
-DEV_API_KEY, DEV_API_SECRET, DEV_PORT = "devkey", "secret", 7880
-STOP_HINT = "Ctrl-C or SIGTERM stops it."
-
-
-def service_settings(standin: LiveKitStandin) -> dict[str, str]:
-    """The service's LiveKit settings for a running stand-in (the webhook signers default to
-    the API key pair, which is the pair the stand-in signs its webhooks with)."""
-    host = standin.host or "127.0.0.1"
-    with contextlib.suppress(ValueError):  # a name, not an address
-        if ipaddress.ip_address(host).is_unspecified:  # everywhere: loopback reaches it too
-            host = "127.0.0.1"
-    url = f"ws://[{host}]:{standin.port}" if ":" in host else f"ws://{host}:{standin.port}"
-    return {
-        "AIM_LIVEKIT_URL": url,
-        "AIM_LIVEKIT_PUBLIC_URL": url,
-        "AIM_LIVEKIT_API_KEY": standin.api_key,
-        "AIM_LIVEKIT_API_SECRET": standin.api_secret,
-    }
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError("must be from 0 (any free port) to 65535")
-    return port
-
-
-def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m tests.livekit_standin",
-        description="Serve the LiveKit stand-in on its own, to try the service without a LiveKit "
-        "server. A TEST DOUBLE of LiveKit's server API (rooms, participants, agent dispatch, "
-        "kept in memory): no media, no real agents; signed webhooks and a simulated agent "
-        "worker on request.",
-    )
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--port",
-        type=_port,
-        default=DEV_PORT,
-        help="port to listen on, 0 for any free one (default: %(default)s, as livekit-server)",
-    )
-    parser.add_argument(
-        "--api-key",
-        default=DEV_API_KEY,
-        help="the API key it accepts (default: %(default)s, as livekit-server --dev)",
-    )
-    parser.add_argument(
-        "--api-secret",
-        default=DEV_API_SECRET,
-        help="that key's secret (default: %(default)s, as livekit-server --dev)",
-    )
-    parser.add_argument(
-        "--webhook-url",
-        help="send LiveKit's webhooks there, signed with the API key pair (the service's "
-        "http://127.0.0.1:8080/livekit/webhook); default: none are sent",
-    )
-    parser.add_argument(
-        "--agent-jobs",
-        action="store_true",
-        help="a simulated agent worker takes every dispatch that names an agent: its job "
-        "starts and its agent joins (no media); default: dispatches wait for ever",
-    )
-    parser.add_argument(
-        "--job-start-delay",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="seconds the simulated worker takes to start a job (default: %(default)s)",
-    )
-    return parser.parse_args(argv)
-
-
-def _say(text: str, stream: Any = None) -> None:
-    stream = stream or sys.stdout
-    stream.write(text + "\n")
-    stream.flush()
-
-
-async def _serve(args: argparse.Namespace) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    standin = LiveKitStandin(
-        args.api_key,
-        args.api_secret,
-        webhook_url=args.webhook_url,
-        auto_jobs=args.agent_jobs,
-        job_start_delay=args.job_start_delay,
-    )
-    standin.host, standin.port = args.host, args.port
-    try:
-        await standin.start()
-    except OSError as exc:
-        await standin.stop()
-        _say(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", sys.stderr)
-        return 1
-    try:
-        settings = service_settings(standin)
-        _say(
-            f"LiveKit stand-in on {settings['AIM_LIVEKIT_URL']}: a TEST DOUBLE, not a LiveKit "
-            "server. It answers LiveKit's server API (rooms, participants, agent dispatch) from "
-            f"memory; {_what_it_does(args)}"
-        )
-        _say("Settings for the service (paste them into the shell that runs scripts/serve):")
-        for name, value in settings.items():
-            _say(f"export {name}={shlex.quote(value)}")
-        _say(STOP_HINT)
-        await stop.wait()
-    finally:
-        await standin.stop()
-    _say("LiveKit stand-in stopped.")
-    return 0
-
-
-def _what_it_does(args: argparse.Namespace) -> str:
-    agents = (
-        "no media; a simulated agent worker takes every dispatch (its job starts after "
-        f"{args.job_start_delay:g} s and its agent joins, no real agent)"
-        if args.agent_jobs
-        else "no media, no real agents (dispatches are recorded, no agent joins)"
-    )
-    hooks = (
-        f"webhooks are sent to {args.webhook_url}" if args.webhook_url else "webhooks are not sent"
-    )
-    return f"{agents}, and {hooks}."
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from jwt.warnings import InsecureKeyLengthWarning
-
-    args = _arguments(argv)
-    # livekit-server --dev's short secret is the default on purpose; the service's side warns
-    warnings.filterwarnings("ignore", category=InsecureKeyLengthWarning)
-    return asyncio.run(_serve(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
