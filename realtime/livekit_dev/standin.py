@@ -105,6 +105,13 @@ DEFAULT_EMPTY_TIMEOUT, DEFAULT_DEPARTURE_TIMEOUT = 300, 20  # livekit pkg/config
 WEBHOOK_ATTEMPTS, WEBHOOK_RETRY_PAUSE_S, WEBHOOK_TIMEOUT_S = 3, 0.1, 5.0
 AGENT_NAME_ATTRIBUTE = "lk.agent.name"  # set on an agent participant by LiveKit (pkg/agent)
 WORKER_ID = "AW_standin"
+# what a browser page needs to call /dev/connect and /dev/disconnect from another origin
+DEV_CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "POST",
+    "Access-Control-Allow-Headers": "Content-Type",
+    "Access-Control-Max-Age": "600",
+}
 
 
 class TwirpError(Exception):
@@ -272,6 +279,7 @@ class LiveKitStandin:
         app.router.add_route("*", "/twirp/{service}/{method}", self._handle)
         app.router.add_post("/dev/connect", self._dev_connect)
         app.router.add_post("/dev/disconnect", self._dev_disconnect)
+        app.router.add_route("OPTIONS", "/dev/{action}", self._dev_preflight)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, self.host, self.port)
@@ -709,9 +717,10 @@ class LiveKitStandin:
         try:
             joined = self.connect(token)
         except ConnectRefused as exc:
-            return web.json_response({"error": str(exc)}, status=401)
+            return web.json_response({"error": str(exc)}, status=401, headers=DEV_CORS)
         room, _ = self._joiner(token)
-        return web.json_response({"room": room, "identity": joined.identity, "sid": joined.sid})
+        answer = {"room": room, "identity": joined.identity, "sid": joined.sid}
+        return web.json_response(answer, headers=DEV_CORS)
 
     async def _dev_disconnect(self, request: web.Request) -> web.Response:
         """`POST /dev/disconnect {"token": …}`: the client of that token leaves its room."""
@@ -721,18 +730,25 @@ class LiveKitStandin:
         try:
             left = self.disconnect(token)
         except ConnectRefused as exc:
-            return web.json_response({"error": str(exc)}, status=401)
-        return web.json_response({"left": left})
+            return web.json_response({"error": str(exc)}, status=401, headers=DEV_CORS)
+        return web.json_response({"left": left}, headers=DEV_CORS)
+
+    @staticmethod
+    async def _dev_preflight(request: web.Request) -> web.Response:
+        """A browser page's preflight of a connect (CORS): any origin may POST JSON, as any
+        page may reach a LiveKit server with a token it holds (the token is the credential)."""
+        return web.Response(status=204, headers=DEV_CORS)
 
     @staticmethod
     async def _posted_token(request: web.Request) -> str | web.Response:
         try:
             body = await request.json()
         except (ValueError, web.HTTPRequestEntityTooLarge):
-            return web.json_response({"error": 'send {"token": "<join token>"}'}, status=400)
+            body = None
         token = body.get("token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
-            return web.json_response({"error": 'send {"token": "<join token>"}'}, status=400)
+            said = {"error": 'send {"token": "<join token>"}'}
+            return web.json_response(said, status=400, headers=DEV_CORS)
         return token
 
     def add_track(

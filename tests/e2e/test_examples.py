@@ -37,6 +37,7 @@ import pytest
 from realtime.app import create_app
 from realtime.auth import mint_dev_token
 from realtime.store.redis_client import RedisClient
+from tests.cli_processes import free_port
 from tests.conftest import livekit_settings, rpc, serving, token
 from tests.e2e.agent_operation_helpers import (
     agent_asks_to_book,
@@ -467,6 +468,76 @@ async def test_the_browser_page_shows_a_session_live_from_start_to_end(livekit, 
         assert stored == "{}{}"  # the token stayed in the tab's memory
         task = await rpc(http, "GetTask", {"id": session["taskId"], "historyLength": 0})
         assert task["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+@pytest.mark.slow
+async def test_the_browser_page_on_the_local_livekit_goes_active_talks_confirms_and_ends(
+    livekit, store
+):
+    """The page opened with ?livekit=dev, next to the local LiveKit for development (here the
+    same stand-in, in process, with its webhooks sent to the service and its simulated agent
+    speaking): Connect joins the room with the join token, the session is active, a text
+    reaches the agent, the action it asks for on `/confirm` is approved and carried out, the
+    end. Nothing is delivered by the test: LiveKit's side is the local LiveKit's."""
+    browser, driver_path = binaries()
+    port = free_port()  # the service's: where the agent reaches the provider API
+    settings = livekit_settings(
+        livekit, livekit_public_url=livekit.ws_url, public_base_url=f"http://127.0.0.1:{port}"
+    )
+    app = create_app(settings, store=store, tracer_provider=None)
+    async with (
+        serving(app, settings, port=port) as base_url,
+        httpx.AsyncClient(base_url=base_url, timeout=30) as http,
+        serving(front(base_url)) as page_url,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        livekit.set_webhook_target(f"{base_url}/livekit/webhook")
+        livekit.auto_jobs = livekit.agents_speak = True
+        driver = await asyncio.to_thread(stack.enter_context, chromium(browser, driver_path))
+        page = Page(driver)
+
+        def active() -> str:
+            page.driver.get(page_url + "/?livekit=dev")
+            assert page.element("service").get_attribute("value") == page_url
+            page.element("token").send_keys(token("alice"))
+            page.element("start").click()
+            page.until_logged("joined: LiveKit")
+            page.element("connect").click()
+            page.until_logged("LiveKit (local, for development): in room")
+            page.until_shown("state", "active")
+            return page.text("session")
+
+        sid = await asyncio.to_thread(active)
+        assert f"LiveKit (local, for development): in room {room(sid)}, no media" in page.log()
+
+        def talked() -> None:
+            page.wait.until(lambda _: page.element("send").is_enabled(), "send stays disabled")
+            page.say("/confirm Book a table")
+            page.until_logged("text delivered to the agent")
+            page.wait.until(lambda _: page.element("ask").is_displayed(), "no confirmation asked")
+            assert page.text("ask-title") == "Book a table"
+            page.element("approve").click()
+            page.until_logged("approved: operation running")
+
+        await asyncio.to_thread(talked)
+        deadline = time.monotonic() + WAIT_S
+        while True:  # the simulated agent carries the approved action out: nothing pending
+            session = (await call(http, "GetSession", sessionId=sid))["result"]["session"]
+            if not session["pendingOperationIds"]:
+                break
+            assert time.monotonic() < deadline, session
+            await asyncio.sleep(0.05)
+        said = [m for m, _ in next(iter(livekit.agents.values())).calls]
+        assert said.count("aim.provider.UpdateOperation") == 1
+
+        def ended() -> None:
+            page.element("end").click()
+            page.until_logged("stream closed: task TASK_STATE_COMPLETED")
+
+        await asyncio.to_thread(ended)
+        problems = await asyncio.to_thread(page.problems)
+        assert not problems, problems
+        assert livekit.participant(room(sid), session["activeEndpointId"]) is None  # it left
 
 
 def started_elsewhere(page: Page, page_url: str, service_url: str, bearer: str) -> None:

@@ -1143,3 +1143,24 @@ async def test_an_agent_of_another_app_or_a_message_not_for_it_stays_silent(rece
         await asyncio.sleep(0.1)
         assert provider.calls == []
         assert lk.agents[agent].calls == []
+
+
+async def test_a_browser_page_of_any_origin_may_connect(standin, lkapi):
+    """CORS on /dev/connect and /dev/disconnect: the preflight is answered, and so is the call,
+    for any origin (the join token is the credential, as with a LiveKit server)."""
+    await lkapi.room.create_room(api.CreateRoomRequest(name=ROOM))
+    origin = {"Origin": "http://page.example"}
+    async with aiohttp.ClientSession(standin.url) as http:
+        preflight = {**origin, "Access-Control-Request-Method": "POST",
+                     "Access-Control-Request-Headers": "content-type"}  # fmt: skip
+        async with http.options("/dev/connect", headers=preflight) as reply:
+            assert reply.status == 204
+            assert reply.headers["Access-Control-Allow-Origin"] == "*"
+            assert reply.headers["Access-Control-Allow-Methods"] == "POST"
+            assert reply.headers["Access-Control-Allow-Headers"] == "Content-Type"
+        token = join_token(ROOM, "ep-1", nbf=int(time.time()))
+        async with http.post("/dev/connect", json={"token": token}, headers=origin) as reply:
+            assert reply.status == 200
+            assert reply.headers["Access-Control-Allow-Origin"] == "*"
+        async with http.post("/dev/connect", json={}, headers=origin) as reply:
+            assert (reply.status, reply.headers["Access-Control-Allow-Origin"]) == (400, "*")
