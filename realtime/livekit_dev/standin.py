@@ -56,7 +56,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
@@ -653,17 +653,9 @@ class LiveKitStandin:
         room and an identity; a token issued (`nbf`) before a RemoveParticipant's
         `revoke_token_ts` for that identity is refused. Then the participant joins as
         `add_participant` has it. Raises `ConnectRefused` saying why."""
-        try:
-            key = str(jwt.decode(token, options={"verify_signature": False}).get("iss", ""))
-            if key not in self.keys:
-                raise ConnectRefused(f"invalid API key: {key}")
-            claims = api.TokenVerifier(key, self.keys[key]).verify(token)
-            nbf = int(jwt.decode(token, options={"verify_signature": False}).get("nbf", 0))
-        except (jwt.PyJWTError, ValueError, TypeError) as exc:
-            raise ConnectRefused(f"invalid token: {exc}") from exc
+        claims, nbf = self._verified(token)
         video = claims.video
-        if video is None or not video.room_join or not video.room or not claims.identity:
-            raise ConnectRefused("the token grants no room join (roomJoin, room and sub needed)")
+        assert video is not None  # noqa: S101 - _verified checked the room join grant
         room, identity = video.room, claims.identity
         if nbf < self.revoked.get((room, identity), 0):
             raise ConnectRefused("token revoked: issued before the participant's revocation")
@@ -689,49 +681,60 @@ class LiveKitStandin:
     def disconnect(self, token: str) -> bool:
         """The client of `token` leaving its room (``participant_left``): the token checked as
         `connect` checks it; False when it was not in the room."""
-        room, identity = self._joiner(token)
+        claims, _ = self._verified(token)
+        assert claims.video is not None  # noqa: S101 - _verified checked the room join grant
+        room, identity = claims.video.room, claims.identity
         there = identity in self.participants.get(room, {})
         self.leave(room, identity)
         return there
 
-    def _joiner(self, token: str) -> tuple[str, str]:
-        """The room and identity of a join token LiveKit accepts (`connect`'s checks)."""
+    def _verified(self, token: str) -> tuple[Claims, int]:
+        """A join token's claims and `nbf`, once LiveKit would accept it at connect: the
+        signature and key, `exp` required and `nbf`, with LiveKit's 60 s leeway; `roomJoin`, a
+        room and an identity. Raises `ConnectRefused` saying why."""
         try:
-            key = str(jwt.decode(token, options={"verify_signature": False}).get("iss", ""))
+            unverified = jwt.decode(token, options={"verify_signature": False})
+            key = str(unverified.get("iss", ""))
             if key not in self.keys:
                 raise ConnectRefused(f"invalid API key: {key}")
             claims = api.TokenVerifier(key, self.keys[key]).verify(token)
+            nbf = int(unverified.get("nbf", 0))
         except (jwt.PyJWTError, ValueError, TypeError) as exc:
             raise ConnectRefused(f"invalid token: {exc}") from exc
         video = claims.video
         if video is None or not video.room_join or not video.room or not claims.identity:
             raise ConnectRefused("the token grants no room join (roomJoin, room and sub needed)")
-        return video.room, claims.identity
+        return claims, nbf
 
     async def _dev_connect(self, request: web.Request) -> web.Response:
         """`POST /dev/connect {"token": …}`: what a client's connect with its join token does
         (the participant joins; 401 with the reason when LiveKit would refuse it)."""
-        token = await self._posted_token(request)
-        if isinstance(token, web.Response):
-            return token
-        try:
-            joined = self.connect(token)
-        except ConnectRefused as exc:
-            return web.json_response({"error": str(exc)}, status=401, headers=DEV_CORS)
-        room, _ = self._joiner(token)
-        answer = {"room": room, "identity": joined.identity, "sid": joined.sid}
-        return web.json_response(answer, headers=DEV_CORS)
+
+        def joined(token: str) -> dict[str, object]:
+            participant = self.connect(token)
+            claims, _ = self._verified(token)
+            assert claims.video is not None  # noqa: S101 - _verified checked the grant
+            return {"room": claims.video.room, "identity": participant.identity,
+                    "sid": participant.sid}  # fmt: skip
+
+        return await self._dev_call(request, joined)
 
     async def _dev_disconnect(self, request: web.Request) -> web.Response:
         """`POST /dev/disconnect {"token": …}`: the client of that token leaves its room."""
+        return await self._dev_call(request, lambda token: {"left": self.disconnect(token)})
+
+    async def _dev_call(
+        self, request: web.Request, act: Callable[[str], dict[str, object]]
+    ) -> web.Response:
+        """`act` on the posted token: its answer, 400 without a token, 401 when refused."""
         token = await self._posted_token(request)
         if isinstance(token, web.Response):
             return token
         try:
-            left = self.disconnect(token)
+            answer = act(token)
         except ConnectRefused as exc:
             return web.json_response({"error": str(exc)}, status=401, headers=DEV_CORS)
-        return web.json_response({"left": left}, headers=DEV_CORS)
+        return web.json_response(answer, headers=DEV_CORS)
 
     @staticmethod
     async def _dev_preflight(request: web.Request) -> web.Response:

@@ -13,6 +13,7 @@ from aim_realtime_client.events import Capabilities
 from aim_realtime_client.rpc import (
     A2A_HEADERS,
     REALTIME,
+    Link,
     RetryPolicy,
     RpcCaller,
     Sleep,
@@ -68,6 +69,13 @@ class AimClient:
         self.ready_timeout_ms = ready_timeout_ms
         self.stream_backoff = stream_backoff
         self.stream_idle_timeout_s = stream_idle_timeout_s
+        # what each Session is given of this client (it never reaches back into it)
+        self.link = Link(
+            self.rpc,
+            ready_timeout_ms=ready_timeout_ms,
+            stream_backoff=stream_backoff,
+            stream_idle_timeout_s=stream_idle_timeout_s,
+        )
         self._sessions: list[Session] = []
 
     async def __aenter__(self) -> AimClient:
@@ -127,7 +135,7 @@ class AimClient:
         if status.get("state") == "TASK_STATE_REJECTED" or meta is None:
             raise rejected(task)
         session = Session(
-            self,
+            self.link,
             session_id=meta["sessionId"],
             task_id=task["id"],
             endpoint_key=endpoint_key,
@@ -154,7 +162,7 @@ class AimClient:
         got = await self.rpc.call("aim.realtime.GetSession", {"sessionId": session_id})
         info: dict[str, Any] = got["session"]
         session = Session(
-            self,
+            self.link,
             session_id=session_id,
             task_id=task_id or str(info["taskId"]),
             endpoint_key=endpoint_key,

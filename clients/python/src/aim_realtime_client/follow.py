@@ -18,23 +18,49 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from aim_realtime_client.errors import AimError
 from aim_realtime_client.events import (
     AgentChanged,
+    AnyEvent,
     Ended,
     Rebound,
+    Requirement,
     StateChanged,
     StreamFailed,
     Update,
 )
 from aim_realtime_client.events import requirement_in as _requirement_in
-from aim_realtime_client.rpc import REALTIME
+from aim_realtime_client.rpc import REALTIME, Link
 from aim_realtime_client.stream import TERMINAL_TASK_STATES, Frame, TaskStream
 
-if TYPE_CHECKING:
-    from aim_realtime_client.session import Session
+
+class Followed(Protocol):
+    """What the follower reads and sets of the session it follows (`Session` is one): values
+    and the events it emits; it never calls the session's commands."""
+
+    link: Link
+    task_id: str
+    state: str
+    epoch: int
+    task_state: str
+    task_version: int
+    agent_state: str | None
+    agent_generation: int | None
+    joined_epoch: int | None
+    registered_epoch: int | None
+    requirement: Requirement | None
+    requirements: dict[str, Requirement]
+    ended: Ended | None
+    info: dict[str, Any]
+
+    def emit(self, event: AnyEvent) -> None: ...
+    def needs_vetting(self, epoch: int) -> bool: ...
+    def observe_epoch(self, epoch: int, *, vetted: bool = True) -> None: ...
+    async def vet(self) -> None: ...
+    async def refresh(self) -> dict[str, Any]: ...
+
 
 INPUT_REQUIRED: Final = "TASK_STATE_INPUT_REQUIRED"
 
@@ -42,7 +68,7 @@ INPUT_REQUIRED: Final = "TASK_STATE_INPUT_REQUIRED"
 class Follower:
     """Runs one session's stream in a task while anyone listens (and until it ends)."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Followed) -> None:
         self.session = session
         self.task: asyncio.Task[None] | None = None
         self.stream: TaskStream | None = None
@@ -70,13 +96,13 @@ class Follower:
 
     async def _run(self) -> None:
         session = self.session
-        client = session.client
+        link = session.link
         if self.stream is None:
             self.stream = TaskStream(
-                client.rpc,
+                link.rpc,
                 session.task_id,
-                backoff=client.stream_backoff,
-                idle_timeout_s=client.stream_idle_timeout_s,
+                backoff=link.stream_backoff,
+                idle_timeout_s=link.stream_idle_timeout_s,
             )
         try:
             async for frame in self.stream.frames():
@@ -132,7 +158,7 @@ class Follower:
             await session.refresh()
         if session.task_state not in TERMINAL_TASK_STATES:
             with contextlib.suppress(AimError):
-                task = await session.client.rpc.call(
+                task = await session.link.rpc.call(
                     "GetTask", {"id": session.task_id, "historyLength": 0}
                 )
                 meta = (task.get("metadata") or {}).get(REALTIME) or {}
@@ -149,7 +175,7 @@ class Follower:
         session.emit(session.ended)
 
 
-def _agent(session: Session, meta: dict[str, Any]) -> None:
+def _agent(session: Followed, meta: dict[str, Any]) -> None:
     """`agent` when the frame names the agent's state and it, or the serving generation,
     changed; `rotated_from` on the first frame of a new generation after `rotating`."""
     state = meta.get("agentState")

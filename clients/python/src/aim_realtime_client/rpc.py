@@ -90,6 +90,26 @@ def encode(request_id: int, method: str, params: Mapping[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+class Link:
+    """What a session needs of its client (built by `AimClient`, handed down): the caller of
+    its calls, how long `wait_ready` waits by default, and how its stream reconnects."""
+
+    __slots__ = ("ready_timeout_ms", "rpc", "stream_backoff", "stream_idle_timeout_s")
+
+    def __init__(
+        self,
+        rpc: RpcCaller,
+        *,
+        ready_timeout_ms: int,
+        stream_backoff: RetryPolicy,
+        stream_idle_timeout_s: float,
+    ) -> None:
+        self.rpc = rpc
+        self.ready_timeout_ms = ready_timeout_ms
+        self.stream_backoff = stream_backoff
+        self.stream_idle_timeout_s = stream_idle_timeout_s
+
+
 class RpcCaller:
     """POSTs JSON-RPC 2.0 calls to one URL (`…/a2a` or an agent's `…/provider`).
 

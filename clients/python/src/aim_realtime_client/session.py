@@ -20,7 +20,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from aim_realtime_client.errors import AimError, StaleEpochError, SupersededError
 from aim_realtime_client.events import (
@@ -34,10 +34,7 @@ from aim_realtime_client.events import (
     requirement_in,
 )
 from aim_realtime_client.follow import Follower
-from aim_realtime_client.rpc import REALTIME
-
-if TYPE_CHECKING:
-    from aim_realtime_client.client import AimClient
+from aim_realtime_client.rpc import REALTIME, Link
 
 POLL_S: Final = 0.25
 
@@ -47,14 +44,14 @@ class Session:
 
     def __init__(
         self,
-        client: AimClient,
+        link: Link,
         *,
         session_id: str,
         task_id: str,
         endpoint_key: str,
         capabilities: Capabilities,
     ) -> None:
-        self.client = client
+        self.link = link
         self.session_id = session_id
         self.task_id = task_id
         self.endpoint_key = endpoint_key
@@ -190,7 +187,7 @@ class Session:
         body["commandId"] = str(uuid.uuid4())
         body.update(params)
         try:
-            result: dict[str, Any] = await self.client.rpc.call(f"aim.realtime.{method}", body)
+            result: dict[str, Any] = await self.link.rpc.call(f"aim.realtime.{method}", body)
         except StaleEpochError as stale:
             if stale.current_epoch is not None:
                 self.observe_epoch(stale.current_epoch)
@@ -214,14 +211,14 @@ class Session:
 
     async def refresh(self) -> dict[str, Any]:
         """GetSession: the whole session object now (also kept in `info`)."""
-        got = await self.client.rpc.call("aim.realtime.GetSession", {"sessionId": self.session_id})
+        got = await self.link.rpc.call("aim.realtime.GetSession", {"sessionId": self.session_id})
         session: dict[str, Any] = got["session"]
         self.apply_session(session)
         return session
 
     async def wait_ready(self, timeout_ms: int | None = None) -> str:
         """Poll GetSession while the session is `provisioning`; the state it left it for."""
-        limit = self.client.ready_timeout_ms if timeout_ms is None else timeout_ms
+        limit = self.link.ready_timeout_ms if timeout_ms is None else timeout_ms
         deadline = time.monotonic() + limit / 1000
         while (state := str((await self.refresh())["state"])) == "provisioning":
             if time.monotonic() > deadline:
@@ -321,7 +318,7 @@ class Session:
         return await self.operation(operation_id)
 
     async def operation(self, operation_id: str) -> dict[str, Any]:
-        got = await self.client.rpc.call(
+        got = await self.link.rpc.call(
             "aim.realtime.GetOperation", {"sessionId": self.session_id, "operationId": operation_id}
         )
         operation: dict[str, Any] = got["operation"]
@@ -329,7 +326,7 @@ class Session:
 
     async def _requirement(self, operation_id: str) -> Requirement:
         """The open requirement of an operation the stream has not shown (yet)."""
-        task = await self.client.rpc.call("GetTask", {"id": self.task_id, "historyLength": 0})
+        task = await self.link.rpc.call("GetTask", {"id": self.task_id, "historyLength": 0})
         shown = requirement_in(task.get("status") or {})
         if shown is not None and shown.operation_id == operation_id:
             return shown
@@ -354,7 +351,7 @@ class Session:
             asked = await self._requirement(operation_id)
         parts: list[dict[str, Any]] = [{"text": text}] if text else []
         parts.append({"data": {"decision": decision}, "mediaType": "application/json"})
-        await self.client.rpc.call(
+        await self.link.rpc.call(
             "ContinueTask",
             {
                 "id": self.task_id,
