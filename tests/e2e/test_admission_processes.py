@@ -35,6 +35,20 @@ LIMIT = 4
 CREATES = 24  # per process
 
 
+def policy_environ(tmp_path: Path, redis_url: str, livekit: Any, acme: str) -> dict[str, str]:
+    """A `serve`'s settings with a tenant claim and a policy giving tenant acme `acme`."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f"[tenants.acme]\n{acme}\n", encoding="utf-8")
+    policy.chmod(0o644)
+    return serve_environ(
+        redis_url,
+        livekit,
+        AIM_AUTH_TENANT_CLAIM=TENANT_CLAIM,
+        AIM_TENANT_POLICY_FILE=str(policy),
+        AIM_RATE_LIMIT_RPS="0",
+    )
+
+
 async def create(http: httpx.AsyncClient, subject: str) -> httpx.Response:
     message = {"messageId": new_id(), "role": "ROLE_USER", "parts": [create_part()]}
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
@@ -65,16 +79,7 @@ async def burst(
 async def test_two_processes_racing_at_a_tenants_limit_never_pass_it(
     tmp_path: Path, redis_url: str, store: RedisClient, livekit: Any
 ) -> None:
-    policy = tmp_path / "policy.toml"
-    policy.write_text(f"[tenants.acme]\nlive_sessions = {LIMIT}\n", encoding="utf-8")
-    policy.chmod(0o644)
-    environ = serve_environ(
-        redis_url,
-        livekit,
-        AIM_AUTH_TENANT_CLAIM=TENANT_CLAIM,
-        AIM_TENANT_POLICY_FILE=str(policy),
-        AIM_RATE_LIMIT_RPS="0",
-    )
+    environ = policy_environ(tmp_path, redis_url, livekit, f"live_sessions = {LIMIT}")
     first, second = tmp_path / "one", tmp_path / "two"
     first.mkdir()
     second.mkdir()
@@ -158,16 +163,8 @@ async def test_places_a_killed_replica_left_are_reclaimed(
     minute old: tests/e2e/test_admission.py shows the grace) and admits; the ended session's
     compaction releases the second, counting its usage (so would the reconciler, while the
     tenant has a live session)."""
+    environ = policy_environ(tmp_path, redis_url, livekit, "live_sessions = 1")
     policy = tmp_path / "policy.toml"
-    policy.write_text("[tenants.acme]\nlive_sessions = 1\n", encoding="utf-8")
-    policy.chmod(0o644)
-    environ = serve_environ(
-        redis_url,
-        livekit,
-        AIM_AUTH_TENANT_CLAIM=TENANT_CLAIM,
-        AIM_TENANT_POLICY_FILE=str(policy),
-        AIM_RATE_LIMIT_RPS="0",
-    )
     live_key = keys.tenant_live_key("acme")
 
     # 1. killed as it sends the create's commit: the tenant's one place is taken by nothing
