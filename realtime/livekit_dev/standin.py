@@ -714,8 +714,11 @@ class LiveKitStandin:
             participant = self.connect(token)
             claims, _ = self._verified(token)
             assert claims.video is not None  # noqa: S101 - _verified checked the grant
-            return {"room": claims.video.room, "identity": participant.identity,
-                    "sid": participant.sid}  # fmt: skip
+            return {
+                "room": claims.video.room,
+                "identity": participant.identity,
+                "sid": participant.sid,
+            }
 
         return await self._dev_call(request, joined)
 
