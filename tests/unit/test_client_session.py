@@ -5,60 +5,27 @@ the stream's frames make of a rotation."""
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from aim_realtime_client import AgentChanged, AimClient, AimError, Ended, StreamFailed
+from aim_realtime_client import (
+    AgentChanged,
+    AimError,
+    Ended,
+    StreamFailed,
+)
 from aim_realtime_client.follow import Follower
 from aim_realtime_client.rpc import REALTIME
 from aim_realtime_client.stream import Frame
-
-Answer = Callable[[dict[str, Any]], httpx.Response]
-
-
-def result(value: object) -> httpx.Response:
-    return httpx.Response(200, json={"jsonrpc": "2.0", "id": 1, "result": value})
-
-
-def failure(code: int) -> httpx.Response:
-    return httpx.Response(200, json={"jsonrpc": "2.0", "id": 1,
-                                     "error": {"code": code, "message": "m"}})  # fmt: skip
-
-
-def task(state: str, session_state: str) -> dict[str, Any]:
-    meta = {"sessionId": "s1", "sessionEpoch": 1, "sessionState": session_state, "taskVersion": 1}
-    return {"id": "t1", "contextId": "c1", "status": {"state": state},
-            "metadata": {REALTIME: meta}}  # fmt: skip
-
-
-def session_object(state: str) -> dict[str, Any]:
-    return {"sessionId": "s1", "taskId": "t1", "sessionEpoch": 1, "state": state, "version": 1,
-            "endpoints": []}  # fmt: skip
-
-
-class Service:
-    """Answers each JSON-RPC method with `answers[method]`; records the methods called."""
-
-    def __init__(self, answers: dict[str, Answer]) -> None:
-        self.answers = answers
-        self.methods: list[str] = []
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        self.methods.append(body["method"])
-        answer = self.answers.get(body["method"])
-        return answer(body["params"]) if answer else failure(-32601)
-
-    def client(self, **options: Any) -> AimClient:
-        async def no_wait(_: float) -> None:
-            await asyncio.sleep(0)
-
-        return AimClient("http://aim.test", token="t", transport=httpx.MockTransport(self.handle),
-                         sleep=no_wait, **options)  # fmt: skip
+from tests.unit.client_service_helpers import (
+    Service,
+    failure,
+    result,
+    session_object,
+    task,
+)
 
 
 async def test_join_raises_timeout_while_the_session_stays_provisioning():
