@@ -39,7 +39,7 @@ from aim_realtime_client.events import (
     Superseded,
     requirement_in,
 )
-from aim_realtime_client.follow import Follower
+from aim_realtime_client.follow import INPUT_REQUIRED, Follower
 from aim_realtime_client.listeners import Listeners
 from aim_realtime_client.rpc import REALTIME, Link
 
@@ -120,6 +120,18 @@ class Session:
                 if mine and endpoint.get("state") == "superseded":
                     self.mark_superseded(self.epoch)
         self.observe_epoch(epoch)
+
+    def apply_task(self, task: Mapping[str, Any]) -> None:
+        """A Task read with GetTask: its state, its version, and the requirement it shows
+        when it is TASK_STATE_INPUT_REQUIRED (kept as the stream's would be)."""
+        status = task.get("status") or {}
+        meta = (task.get("metadata") or {}).get(REALTIME) or {}
+        self.task_state = str(status.get("state", self.task_state))
+        self.task_version = int(meta.get("taskVersion", self.task_version))
+        asked = requirement_in(status) if self.task_state == INPUT_REQUIRED else None
+        self.requirement = asked
+        if asked is not None:
+            self.requirements[asked.operation_id] = asked
 
     def observe_epoch(self, epoch: int, *, vetted: bool = True) -> None:
         """An epoch the service reported: shown in `epoch` at once; carried by commands once
