@@ -158,7 +158,8 @@ class AimClient:
         capabilities: Capabilities | Mapping[str, Any] | None = None,
     ) -> Session:
         """A Session for a session created earlier (an app restart, a second device): read
-        with GetSession; join() registers this key (the same key: the same endpointId)."""
+        with GetSession, then GetTask (its state, version and open requirement are known at
+        once); join() registers this key (the same key: the same endpointId)."""
         got = await self.rpc.call("aim.realtime.GetSession", {"sessionId": session_id})
         info: dict[str, Any] = got["session"]
         session = Session(
@@ -172,6 +173,8 @@ class AimClient:
         for endpoint in info.get("endpoints") or ():
             if endpoint.get("clientEndpointKey") == endpoint_key:
                 session.endpoint_id = str(endpoint["endpointId"])
+        task = await self.rpc.call("GetTask", {"id": session.task_id, "historyLength": 0})
+        session.apply_task(task)
         self._sessions.append(session)
         return session
 
