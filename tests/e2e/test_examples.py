@@ -142,7 +142,9 @@ def client_wheel_environment(tmp_path: Path) -> str:
 
 async def test_the_client_wheel_installed_alone_runs_the_journey(livekit, store, tmp_path):
     """What `pip install aim-realtime-client` gives a new user: the client and httpx, nothing of
-    the service, and the journey runs on it."""
+    the service, and the whole journey runs on it against the local LiveKit for development
+    (here the same stand-in, in process, sending its webhooks to the service, its simulated
+    agent answering): connected, a text to the agent, an approved action, a handoff, the end."""
     python = await asyncio.to_thread(client_wheel_environment, tmp_path)
     probe = "import importlib.util as u, sys; print([m for m in ('aim_realtime_client', "
     probe += "'realtime', 'litestar', 'redis', 'msgspec') if u.find_spec(m)])"
@@ -151,13 +153,24 @@ async def test_the_client_wheel_installed_alone_runs_the_journey(livekit, store,
     )
     out, _ = await found.communicate()
     assert out.decode().strip() == "['aim_realtime_client']"
-    async with (
-        service(livekit, store) as (base_url, _),
-        journey(base_url, env_token=token("alice"), python=python) as process,
-    ):
-        code, lines, err = await finished(process)
+    port = free_port()  # the service's: where the simulated agent reaches the provider API
+    settings = livekit_settings(
+        livekit, livekit_public_url=livekit.ws_url, public_base_url=f"http://127.0.0.1:{port}"
+    )
+    app = create_app(settings, store=store, tracer_provider=None)
+    async with serving(app, settings, port=port) as base_url:
+        livekit.set_webhook_target(f"{base_url}/livekit/webhook")
+        livekit.auto_jobs = livekit.agents_speak = True
+        whole = ("--connect", "--say", "hello", "--confirm", "Book a table", "--handoff", "tablet")
+        async with journey(base_url, *whole, env_token=token("alice"), python=python) as process:
+            code, lines, err = await finished(process)
     assert (code, err) == (0, ""), lines
-    assert steps(lines) == ["create", "ready", "register", "join", "end"]
+    assert steps(lines) == [
+        "create", "ready", "register", "join", "connect", "agent", "agent", "say", "confirm",
+        "confirm", "connect", "handoff", "end",
+    ]  # fmt: skip
+    assert lines[9].endswith("approved: succeeded"), lines[9]
+    assert re.search(r"session active; journey-script superseded$", lines[11]), lines[11]
 
 
 async def test_journey_creates_joins_and_ends_a_session(livekit, store):

@@ -84,7 +84,7 @@ async def test_a_takeover_leaves_the_first_device_s_room_and_the_end_leaves_the_
         await until(lambda: not phone_room.connected)
         assert phone.superseded
         assert phone_room.calls[-1] == ("disconnect",)
-        assert phone_binding.joined is None
+        assert not phone_binding.connected
         assert livekit.participant(room(sid), joined.identity) is None
         assert livekit.participant(room(sid), taken.identity) is not None
         await until(lambda: laptop.state == "active")
@@ -117,7 +117,11 @@ async def test_a_dropped_connection_is_entered_again_and_the_session_is_active_a
         livekit.leave(room(sid), joined.identity)
         phone_room.drop()
         await until(lambda: phone_room.connected)
-        assert phone_room.connects == [joined.token, joined.token]  # the held token, still valid
+        [first, again] = phone_room.connects
+        assert first == joined.token
+        assert binding.joined is not None  # entered again after a new JoinSession: its token
+        assert binding.joined.command_id != joined.command_id
+        assert binding.joined.token == again
         assert livekit.participant(room(sid), joined.identity) is not None
         await until(lambda: phone.state == "active" and "reconnecting" in states)
         assert not phone.superseded

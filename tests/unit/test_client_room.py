@@ -1,8 +1,8 @@
 """`RoomBinding` on a scripted service and a fake room, with a timeline the test moves: it
-connects the room with what JoinSession gave; leaves it when another device takes the session
-over or the session ends; enters the new room after a rebind; enters again after a drop (the
-held token while it is valid, else a new one) and gives up after `rejoin_attempts`; joins again
-for a new token before the held one expires; and stops at `aclose()`."""
+connects the room with what JoinSession gave (or an earlier join's, while its token is fresh);
+leaves it when another device takes the session over or the session ends; enters the new room
+after a rebind; enters again after a drop (GetSession, then a new token) and gives up after
+`rejoin_attempts`; never joins again for a token while in the room; and stops at `aclose()`."""
 
 from __future__ import annotations
 
@@ -14,14 +14,16 @@ from typing import Any
 import httpx
 import pytest
 
-from aim_realtime_client import AimClient, Events, RoomBinding, Session, UnavailableError
-from aim_realtime_client.room import HELD_MARGIN_S, REJOIN_BACKOFF
+from aim_realtime_client import AimClient, RoomBinding, Session
+from aim_realtime_client.room import CLIENT_INITIATED
+from aim_realtime_client.rpc import RetryPolicy
 from tests.rooms import FakeRoom
-from tests.unit.client_service_helpers import Service, failure, result, session_object, task, until
+from tests.unit.client_service_helpers import Service, result, session_object, task, until
 
 START = 1_800_000_000.0  # POSIX seconds: where the timeline starts
 LIFETIME_S = 300  # JoinSession's tokens
 INSTANT_S = 30.0  # sleeps shorter than this pass at once (backoffs); longer ones wait
+BACKOFF = RetryPolicy(base_delay_ms=500, max_delay_ms=8000)  # the binding's between re-joins
 
 
 class Timeline:
@@ -146,7 +148,7 @@ async def test_connect_joins_then_connects_the_room_and_follows_the_stream(world
     assert (joined.url, joined.token, joined.room) == ("wss://media.test", "tok-1", "aim-s1-e1")
     assert binding.joined == joined
     assert world.room.calls == [("connect", "wss://media.test", "tok-1")]
-    assert binding.in_room
+    assert binding.connected
     assert binding.listening
     methods = world.service.methods
     assert methods.index("aim.realtime.RegisterEndpoint") < methods.index(
@@ -166,9 +168,8 @@ async def test_a_takeover_leaves_the_room_and_connect_takes_the_session_back(
     await until(lambda: not world.room.connected)
     assert session.superseded
     assert world.room.calls[-1] == ("disconnect",)
-    assert binding.joined is None
-    assert not binding.in_room
-    await world.timeline.advance(3600)  # no refresh (it would take the session back)
+    assert not binding.connected
+    await world.timeline.advance(3600)  # nothing joins again (it would take the session back)
     assert world.joins() == 1
     assert world.room.connects == ["tok-1"]  # its own disconnect was no drop
 
@@ -192,19 +193,18 @@ async def test_connect_right_after_a_takeover_is_not_undone_by_the_leaving(world
         ("connect", "wss://media.test", "tok-2"),
     ]
     assert world.room.connected
-    assert binding.in_room
+    assert binding.connected
 
 
 async def test_a_connect_that_fails_leaves_the_binding_out_of_the_room(world, session, binding):
     world.room.refusals.append(ConnectionError("refused"))
     with pytest.raises(ConnectionError):
         await binding.connect()
-    assert not binding.in_room
-    assert world.timeline.pending() == []  # no token refresh for a device out of the room
+    assert not binding.connected
     assert binding.listening
     joined = await binding.connect()  # the app tries again
     assert world.room.connects == ["tok-1", joined.token]
-    assert world.timeline.pending() == [LIFETIME_S - 60]
+    assert binding.connected
 
 
 async def test_the_end_leaves_the_room_and_stops_everything(world, session, binding):
@@ -217,7 +217,6 @@ async def test_the_end_leaves_the_room_and_stops_everything(world, session, bind
     assert world.room.calls == [("connect", "wss://media.test", "tok-1"), ("disconnect",)]
     assert not binding.listening
     assert world.room.listeners["disconnected"] == []
-    assert world.timeline.pending() == []  # the refresh was cancelled
     session.emit(session.ended)  # nothing listens any more
     world.room.drop()
     await world.timeline.advance(3600)
@@ -243,51 +242,69 @@ async def test_a_rebind_leaves_the_old_room_and_enters_the_new_one(world, sessio
     assert world.errors == []
 
 
-async def test_a_drop_enters_again_with_the_held_token_while_it_is_valid(world, binding):
-    await binding.connect()
-    await world.timeline.advance(LIFETIME_S - 60 - 1)  # just before the refresh
-    world.room.drop()
-    await until(lambda: world.room.connected)
-    assert world.room.connects == ["tok-1", "tok-1"]
+async def test_an_earlier_join_enters_while_its_token_is_fresh_else_a_new_join(world, session):
+    early = await session.join()
+    binding = world.binding(session)
+    assert await binding.connect(early) == early
+    assert world.room.connects == ["tok-1"]
     assert world.joins() == 1
-    assert binding.in_room
-    assert world.errors == []
+    await binding.aclose()
+    await world.room.disconnect()
+
+    later = world.binding(session)  # the same join, 61 s short of its expiry: too late
+    await world.timeline.advance(LIFETIME_S - 60 + 1)
+    joined = await later.connect(early)
+    assert joined.token == "tok-2"
+    assert world.room.connects == ["tok-1", "tok-2"]
+    await later.aclose()
 
 
-async def test_a_drop_enters_again_with_a_new_token_when_the_held_one_is_nearly_spent(
-    world, session
-):
-    binding = world.binding(session, refresh_before_s=5.0)
+async def test_a_connected_room_is_never_joined_again_for_a_token(world, session, binding):
+    """A JoinSession by the device in the room would make the session `joining` again, and
+    LiveKit sends no second participant_joined: LiveKit refreshes a connected token itself."""
     await binding.connect()
-    await world.timeline.advance(LIFETIME_S - HELD_MARGIN_S + 1)  # the refresh is at 295 s
+    await world.timeline.advance(LIFETIME_S * 3)
+    assert world.joins() == 1
+    assert world.timeline.pending() == []
+    assert world.room.connects == ["tok-1"]
+
+
+async def test_a_drop_reads_the_session_then_enters_again_with_a_new_token(world, binding):
+    await binding.connect()
     world.room.drop()
     await until(lambda: world.room.connected)
     assert world.room.connects == ["tok-1", "tok-2"]
     assert world.service.methods[-2:] == ["aim.realtime.GetSession", "aim.realtime.JoinSession"]
     assert binding.joined is not None
     assert binding.joined.token == "tok-2"
+    assert binding.connected
 
-    # refused with the held token (valid, but no longer good): the next attempt joins again
-    world.room.refusals.append(ConnectionError("token revoked"))
+    # refused at the first attempt: the next one joins again after a backoff
+    world.room.refusals.append(ConnectionError("refused"))
     world.room.drop()
-    await until(lambda: world.room.connected)
-    assert world.room.connects == ["tok-1", "tok-2", "tok-2", "tok-3"]
-    backoff = REJOIN_BACKOFF.backoff_ms(1, 0.5) / 1000
-    assert world.timeline.sleeps[-2:] == [backoff, LIFETIME_S - 5]  # then tok-3's refresh
+    await until(lambda: world.room.connects == ["tok-1", "tok-2", "tok-3", "tok-4"])
+    assert world.timeline.sleeps[-1] == BACKOFF.backoff_ms(1, 0.5) / 1000
     assert world.errors == []
-    await binding.aclose()
+
+
+async def test_the_app_s_own_disconnect_is_no_drop(world, session, binding):
+    await binding.connect()
+    world.room.drop(CLIENT_INITIATED)  # what livekit.rtc says after the app's disconnect()
+    await world.timeline.advance(60)
+    assert world.room.connects == ["tok-1"]
+    assert world.joins() == 1
+    assert not binding.connected
 
 
 async def test_a_drop_after_a_takeover_does_not_take_the_session_back(world, session, binding):
-    """LiveKit removed the participant before the stream said why: the held token is
-    refused, GetSession shows the endpoint superseded, and the binding stays out."""
+    """LiveKit removed the participant before the stream said why: GetSession shows the
+    endpoint superseded, and the binding stays out instead of taking the session back."""
     await binding.connect()
     world.taken_over = True
-    world.room.refusals.append(ConnectionError("token revoked"))
-    world.room.drop()
+    world.room.drop()  # PARTICIPANT_REMOVED
     await until(lambda: session.superseded)
     await world.timeline.advance(60)
-    assert world.room.connects == ["tok-1", "tok-1"]
+    assert world.room.connects == ["tok-1"]
     assert world.joins() == 1
     assert not world.room.connected
     assert world.errors == []
@@ -301,11 +318,10 @@ async def test_entering_again_gives_up_after_rejoin_attempts_and_tells_on_error(
     world.room.drop()
     await until(lambda: world.errors)
     assert world.errors == [refusals[2]]
-    assert world.room.connects == ["tok-1", "tok-1", "tok-2", "tok-3"]
+    assert world.room.connects == ["tok-1", "tok-2", "tok-3", "tok-4"]
     backoffs = [seconds for seconds in world.timeline.sleeps if seconds < INSTANT_S]
-    assert backoffs == [REJOIN_BACKOFF.backoff_ms(n, 0.5) / 1000 for n in (1, 2)]
-    assert not binding.in_room
-    assert world.timeline.pending() == []  # no refresh for a binding out of the room
+    assert backoffs == [BACKOFF.backoff_ms(n, 0.5) / 1000 for n in (1, 2)]
+    assert not binding.connected
     await world.timeline.advance(60)
     assert len(world.room.connects) == 4
     await binding.aclose()
@@ -324,38 +340,6 @@ async def test_without_on_error_giving_up_goes_to_the_loop_s_exception_handler(
     assert isinstance(report["exception"], ConnectionError)
     assert "the room binding" in report["message"]
     await binding.aclose()
-
-
-async def test_the_token_is_refreshed_before_it_expires(world, session, binding):
-    await binding.connect()
-    assert world.timeline.pending() == [LIFETIME_S - 60]
-    await world.timeline.advance(LIFETIME_S - 61)
-    assert world.joins() == 1
-    await world.timeline.advance(1)
-    await until(lambda: world.joins() == 2)
-    assert world.service.methods[-2:] == ["aim.realtime.GetSession", "aim.realtime.JoinSession"]
-    assert binding.joined is not None
-    assert binding.joined.token == "tok-2"
-    assert world.room.connects == ["tok-1"]  # in the room already: nothing to reconnect
-    await until(lambda: world.timeline.pending() == [LIFETIME_S - 60])  # the next one
-    assert world.errors == []
-
-
-async def test_a_refresh_that_keeps_failing_is_told_to_on_error_not_to_the_stream(
-    world, session, binding
-):
-    seen: list[Any] = []
-    session.on(Events.ERROR, seen.append)
-    await binding.connect()
-    unavailable = failure(-31012, retryable="true")
-    world.service.answers["aim.realtime.JoinSession"] = lambda _: unavailable
-    await world.timeline.advance(LIFETIME_S - 60)
-    await until(lambda: world.errors)
-    [error] = world.errors
-    assert isinstance(error, UnavailableError)
-    assert world.room.connected  # the room goes on
-    assert session.following
-    assert seen == []
 
 
 async def test_aclose_removes_listeners_and_timers_and_leaves_the_room_as_it_is(

@@ -35,14 +35,15 @@ import {backoff, sleep} from "./wire.js";
  * @property {number} [refreshBeforeMs] a join token that expires sooner than this is not
  *   handed to LiveKit: a new JoinSession gives a fresh one (60000)
  * @property {number} [rejoinAttempts] joins after the room dropped, before giving up (5)
- * @property {number} [rejoinDelayMs] the backoff's base between them (500; at most 10 s)
+ * @property {number} [rejoinDelayMs] the backoff's base between them (500, doubling, at most
+ *   8 s, full jitter)
  * @property {(error: unknown) => void} [onError] told when a join after a drop gave up, or
  *   a reconnect after a rebind failed (default: reportError, as an uncaught error)
  */
 
 // livekit's DisconnectReason.CLIENT_INITIATED: the app (or this binding) called disconnect()
 const CLIENT_INITIATED = 1;
-const MAX_REJOIN_DELAY_MS = 10000;
+const MAX_REJOIN_DELAY_MS = 8000;
 
 /** A Session bound to a LiveKit room. */
 export class RoomBinding {
@@ -88,6 +89,11 @@ export class RoomBinding {
     return this.#connected;
   }
 
+  /** @returns {boolean} from connect() until the session ended or close() */
+  get listening() {
+    return this.#unlisten.length > 0;
+  }
+
   /**
    * Join the session (or use `joined`, an earlier session.join()'s result, while its token
    * is fresh) and connect the room with it; from then on the binding follows the session.
@@ -99,7 +105,7 @@ export class RoomBinding {
     if (this.#closed) throw new TypeError("RoomBinding: closed");
     this.#listen();
     const usable = joined !== undefined && this.#fresh(joined) && !this.#session.superseded
-      && joined.epoch === this.#session.epoch;
+      && joined.epoch >= this.#session.epoch;
     const chosen = usable ? joined : await this.#session.join({signal});
     await this.#enter(chosen);
     return chosen;

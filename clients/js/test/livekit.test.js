@@ -99,13 +99,15 @@ test("superseded: the room is disconnected and not joined again", async () => {
 });
 
 test("ended: the room is disconnected and the binding stops listening", async () => {
-  const {session, room} = await bound();
+  const {session, room, binding} = await bound();
+  assert.equal(binding.listening, true);
   session.ended = {name: "ended"};
   session.emit("ended", {});
   await settle();
   assert.deepEqual(room.calls.map((c) => c[0]), ["connect", "disconnect"]);
   assert.equal(room.listeners.size, 0);
   assert.equal([...session.listeners.values()].reduce((n, s) => n + s.size, 0), 0);
+  assert.equal(binding.listening, false);
 });
 
 test("rebound: the old room is left and the new one joined with a new token", async () => {

@@ -10,6 +10,8 @@ export class RoomBinding {
     get joined(): JoinResult | null;
     /** @returns {boolean} whether the room is connected by this binding now */
     get connected(): boolean;
+    /** @returns {boolean} from connect() until the session ended or close() */
+    get listening(): boolean;
     /**
      * Join the session (or use `joined`, an earlier session.join()'s result, while its token
      * is fresh) and connect the room with it; from then on the binding follows the session.
@@ -47,7 +49,8 @@ export type RoomBindingOptions = {
      */
     rejoinAttempts?: number | undefined;
     /**
-     * the backoff's base between them (500; at most 10 s)
+     * the backoff's base between them (500, doubling, at most
+     * 8 s, full jitter)
      */
     rejoinDelayMs?: number | undefined;
     /**

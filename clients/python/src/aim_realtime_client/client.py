@@ -107,8 +107,9 @@ class AimClient:
         return_immediately: bool = False,
     ) -> Session:
         """SendMessage with a `session.create` part (messageId and clientSessionId minted once,
-        kept on retries); it waits up to 5 s for `ready` (not with `return_immediately`). A
-        REJECTED task → AimError with reason "REJECTED" and the status message's text."""
+        kept on retries); it waits up to 5 s for `ready`, then reads GetSession (`info`); with
+        `return_immediately` neither. A REJECTED task → AimError with reason "REJECTED" and the
+        status message's text."""
         data = {
             "operation": "session.create",
             "clientSessionId": str(uuid.uuid4()),
@@ -146,7 +147,8 @@ class AimClient:
         session.task_state = str(status.get("state", ""))
         session.task_version = int(meta.get("taskVersion", 0))
         self._sessions.append(session)
-        await session.refresh()
+        if not return_immediately:
+            await session.refresh()  # the session object, in `info`
         return session
 
     async def resume_session(
