@@ -152,9 +152,7 @@ export class Emitter {
    * @param {boolean} once
    */
   add(name, fn, once) {
-    if (!NAMES.has(/** @type {EventName} */ (name))) {
-      throw new TypeError(`no event ${name}: one of ${[...NAMES].join(", ")}`);
-    }
+    Emitter.#check(name);
     if (typeof fn !== "function") throw new TypeError(`the listener of ${name} is not a function`);
     if (!this.#listeners.has(name)) this.#listeners.set(name, new Map());
     this.#listeners.get(name)?.set(fn, once);
@@ -165,7 +163,18 @@ export class Emitter {
    * @param {Function} fn
    */
   remove(name, fn) {
+    Emitter.#check(name);
     this.#listeners.get(name)?.delete(fn);
+  }
+
+  /**
+   * A TypeError for a name that is no event's, naming the events.
+   * @param {string} name
+   */
+  static #check(name) {
+    if (!NAMES.has(/** @type {EventName} */ (name))) {
+      throw new TypeError(`no event ${name}: one of ${[...NAMES].join(", ")}`);
+    }
   }
 
   /**

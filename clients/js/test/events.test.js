@@ -109,6 +109,7 @@ test("an unknown event name is refused, naming the known ones", async () => {
   const {session} = await created();
   assert.throws(() => session.on("statechange", () => {}), /no event statechange: one of state/);
   assert.throws(() => session.once(Events.STATE, "not a function"), /not a function/);
+  assert.throws(() => session.off("State", () => {}), /no event State/);
 });
 
 test("an iterator ends when its signal aborts, and at close()", async () => {

@@ -117,6 +117,11 @@ export const Events: Readonly<{
 /** Listeners and iterators of one session's events. */
 export class Emitter {
     /**
+     * A TypeError for a name that is no event's, naming the events.
+     * @param {string} name
+     */
+    static "__#private@#check"(name: string): void;
+    /**
      * @param {string} name
      * @param {Function} fn
      * @param {boolean} once
