@@ -130,11 +130,11 @@ async def connect(session: Session, joined: JoinResult, within: float) -> RoomBi
     binding = RoomBinding(session, DevRoom())
     await binding.connect(joined)
     deadline = time.monotonic() + within
-    while (await session.refresh())["state"] != "active":
+    while (state := (await session.refresh())["state"]) != "active":
         if time.monotonic() > deadline:
             raise JourneyError(f"the session did not become active within {within:g} s")
         await asyncio.sleep(0.2)
-    step("connect", f"device in room {joined.room}: session {session.state}")
+    step("connect", f"device in room {joined.room}: session {state}")
     return binding
 
 
@@ -187,7 +187,7 @@ async def hand_off(
         (e["state"] for e in info.get("endpoints", []) if e.get("endpointId") == first.endpoint_id),
         "gone",
     )
-    step("handoff", f"device {key} in at epoch {joined.epoch}: session {second.state}; "
+    step("handoff", f"device {key} in at epoch {joined.epoch}: session {info['state']}; "
                     f"{first.endpoint_key} {was}")  # fmt: skip
     return second
 
