@@ -26,6 +26,7 @@ from aim_realtime_client import (
     Superseded,
     Update,
 )
+from aim_realtime_client.session import MAX_UNREAD
 from tests.unit.client_service_helpers import (
     Service,
     failure,
@@ -208,3 +209,22 @@ async def test_the_stream_s_end_and_failure_reach_listeners_as_they_reach_events
     session.on(Events.ENDED, ended.append)  # the stream failed: listening follows again
     await until(lambda: ended)
     assert ended[0].task_state == "TASK_STATE_COMPLETED"
+
+
+async def test_an_iterator_nobody_reads_ends_after_max_unread_events_saying_so(session):
+    unread = session.events()
+    reading = asyncio.ensure_future(anext(unread))  # subscribed, then never read again
+    await until(lambda: session.following)
+    first = StateChanged("active", 1, "TASK_STATE_WORKING", 2)
+    session.emit(first)
+    assert await reading == first
+    for version in range(3, MAX_UNREAD + 4):  # one more than it holds
+        session.emit(StateChanged("active", 1, "TASK_STATE_WORKING", version))
+    rest = [event async for event in unread]
+    [failed] = rest
+    assert isinstance(failed, StreamFailed)
+    assert failed.error.reason == "EVENTS_UNREAD"
+    listened: list[Any] = []
+    session.on(Events.STATE, listened.append)  # the session itself goes on
+    session.emit(first)
+    assert listened == [first]

@@ -289,11 +289,18 @@ async def test_a_drop_reads_the_session_then_enters_again_with_a_new_token(world
 
 async def test_the_app_s_own_disconnect_is_no_drop(world, session, binding):
     await binding.connect()
+    await world.service.feed()
     world.room.drop(CLIENT_INITIATED)  # what livekit.rtc says after the app's disconnect()
     await world.timeline.advance(60)
     assert world.room.connects == ["tok-1"]
     assert world.joins() == 1
     assert not binding.connected
+    world.epoch, world.state = 2, "ready"  # a rebind after it: the app still stays out
+    world.frame("provisioning", epoch=2)
+    await until(lambda: session.epoch == 2)
+    await world.timeline.advance(60)
+    assert world.room.connects == ["tok-1"]
+    assert world.joins() == 1
 
 
 async def test_a_drop_after_a_takeover_does_not_take_the_session_back(world, session, binding):

@@ -4,6 +4,8 @@
  * @module
  */
 
+import {AimError} from "./errors.js";
+
 /** The name of every event, the same in both client libraries. */
 export const Events = Object.freeze(/** @type {const} */ ({
   STATE: "state",
@@ -123,13 +125,6 @@ const NAMES = new Set(Object.values(Events));
  */
 
 /**
- * @typedef {object} Subscriber
- * @property {boolean} updates
- * @property {(event: AnyEvent) => void} push
- * @property {() => void} end
- */
-
-/**
  * An error of the app's that no caller can catch, reported as the platform reports an
  * uncaught one: `reportError` (the console, the window's `error` event), else thrown apart.
  * @param {unknown} error
@@ -143,7 +138,7 @@ export function reported(error) {
 export class Emitter {
   /** @type {Map<string, Map<Function, boolean>>} name → listener → once */
   #listeners = new Map();
-  /** @type {Set<Subscriber>} */
+  /** @type {Set<Subscription>} */
   #subscribers = new Set();
 
   /**
@@ -185,16 +180,15 @@ export class Emitter {
   emit(event) {
     const listeners = this.#listeners.get(event.name);
     for (const [fn, once] of [...(listeners ?? [])]) {
-      if (once) listeners?.delete(fn);
+      if (!listeners?.has(fn)) continue;  // removed by a listener before it
+      if (once) listeners.delete(fn);
       try {
         fn(event);
       } catch (error) {
         reported(error);  // the stream goes on
       }
     }
-    for (const subscriber of this.#subscribers) {
-      if (event.name !== "update" || subscriber.updates) subscriber.push(event);
-    }
+    for (const subscriber of [...this.#subscribers]) subscriber.push(event);
   }
 
   /** Every iterator ends (after the events it holds). */
@@ -203,52 +197,109 @@ export class Emitter {
   }
 
   /**
-   * The events from now on, until `ended` or `error` (both yielded), endAll(), or the signal.
+   * The events from now on (subscribed at once), until `ended` or `error` (both yielded),
+   * endAll(), or the signal; with `ended` (the session is over already), that end alone.
    * @param {EventsOptions} options
-   * @param {EndedEvent | null} ended the session's end, when it is over already
-   * @returns {AsyncGenerator<AnyEvent, void, undefined>}
+   * @param {EndedEvent | null} ended
+   * @returns {AsyncIterableIterator<AnyEvent>}
    */
-  async* iterate({updates = false, signal} = {}, ended = null) {
-    if (ended !== null) {
-      yield ended;
+  iterate({updates = false, signal} = {}, ended = null) {
+    const subscription = new Subscription(updates, signal,
+                                          () => this.#subscribers.delete(subscription));
+    if (ended !== null) subscription.push(ended);
+    else this.#subscribers.add(subscription);
+    return subscription;
+  }
+}
+
+/** Events an iterator of events() holds that were not read yet, at most. */
+export const MAX_UNREAD = 1000;
+
+/** One iterator of events(): a queue the emitter fills and the app reads, `for await`. */
+class Subscription {
+  #updates;
+  #signal;
+  #release;
+  /** @type {AnyEvent[]} */
+  #queue = [];
+  /** @type {((result: IteratorResult<AnyEvent, undefined>) => void) | null} */
+  #waiting = null;
+  #over = false;  // no more events are taken (its last one is in the queue, if any)
+  #stop = () => this.#finish();
+
+  /**
+   * @param {boolean} updates
+   * @param {AbortSignal | undefined} signal
+   * @param {() => void} release
+   */
+  constructor(updates, signal, release) {
+    this.#updates = updates;
+    this.#signal = signal;
+    this.#release = release;
+    signal?.addEventListener("abort", this.#stop, {once: true});
+    if (signal?.aborted) this.#finish();
+  }
+
+  /** @param {AnyEvent} event */
+  push(event) {
+    if (this.#over || (event.name === "update" && !this.#updates)) return;
+    if (this.#queue.length >= MAX_UNREAD) {  // nobody reads it: it ends, saying why
+      const behind = new AimError(`events() held ${MAX_UNREAD} events nobody read; it ended`,
+                                  {reason: "EVENTS_UNREAD"});
+      this.#queue = [{name: "error", error: behind}];
+      this.#close();
       return;
     }
-    /** @type {AnyEvent[]} */
-    const queue = [];
-    let over = false;
-    /** @type {(() => void) | null} */
-    let wake = null;
-    /** @type {Subscriber} */
-    const subscriber = {
-      updates,
-      push(event) {
-        queue.push(event);
-        wake?.();
-      },
-      end() {
-        over = true;
-        wake?.();
-      },
-    };
-    const stop = () => subscriber.end();
-    this.#subscribers.add(subscriber);
-    signal?.addEventListener("abort", stop, {once: true});
-    try {
-      for (;;) {
-        const event = queue.shift();
-        if (event !== undefined) {
-          yield event;
-          if (event.name === "ended" || event.name === "error") return;
-        } else if (over || signal?.aborted) {
-          return;
-        } else {
-          await new Promise((resolve) => { wake = () => resolve(undefined); });
-          wake = null;
-        }
-      }
-    } finally {
-      this.#subscribers.delete(subscriber);
-      signal?.removeEventListener("abort", stop);
+    if (event.name === "ended" || event.name === "error") this.#close();
+    if (this.#waiting !== null) {
+      const wake = this.#waiting;
+      this.#waiting = null;
+      wake({value: event, done: false});
+    } else {
+      this.#queue.push(event);
     }
+  }
+
+  /** No more events: what it holds is still read, then it is done. */
+  end() {
+    this.#close();
+    if (this.#waiting !== null && this.#queue.length === 0) this.#finish();
+  }
+
+  /** @returns {Promise<IteratorResult<AnyEvent, undefined>>} */
+  next() {
+    const event = this.#queue.shift();
+    if (event !== undefined) return Promise.resolve({value: event, done: false});
+    if (this.#over) {
+      this.#finish();
+      return Promise.resolve({value: undefined, done: true});
+    }
+    return new Promise((resolve) => { this.#waiting = resolve; });
+  }
+
+  /** @returns {Promise<IteratorResult<AnyEvent, undefined>>} */
+  return() {
+    this.#finish();
+    return Promise.resolve({value: undefined, done: true});
+  }
+
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+
+  #close() {
+    if (this.#over) return;
+    this.#over = true;
+    this.#release();
+  }
+
+  /** Over now: what it held is dropped, a pending next() is done. */
+  #finish() {
+    this.#close();
+    this.#signal?.removeEventListener("abort", this.#stop);
+    this.#queue = [];
+    const wake = this.#waiting;
+    this.#waiting = null;
+    wake?.({value: undefined, done: true});
   }
 }

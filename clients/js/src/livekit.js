@@ -44,6 +44,7 @@ import {backoff, sleep} from "./wire.js";
 // livekit's DisconnectReason.CLIENT_INITIATED: the app (or this binding) called disconnect()
 const CLIENT_INITIATED = 1;
 const MAX_REJOIN_DELAY_MS = 8000;
+const OVER = new Set(["ending", "ended", "failed"]);
 
 /** A Session bound to a LiveKit room. */
 export class RoomBinding {
@@ -55,13 +56,14 @@ export class RoomBinding {
   #onError;
   /** @type {JoinResult | null} */
   #joined = null;
-  #connected = false;
-  #leaving = 0;  // disconnects this binding is making: their `disconnected` is not a drop
-  #closed = false;
+  #wanted = false;  // connect() asked for the room, and nothing since said to leave
+  #connected = false;  // connected by the binding: a `disconnected` now is a drop
   /** @type {Array<() => void>} */
   #unlisten = [];
-  /** @type {Promise<void> | null} */
-  #rejoining = null;
+  /** @type {Promise<unknown>} the room's entries and exits, one at a time, in order */
+  #turn = Promise.resolve();
+  /** @type {AbortController | null} the re-join under way */
+  #rejoin = null;
   #onDisconnected = (/** @type {number | undefined} */ reason) => this.#dropped(reason);
 
   /**
@@ -71,6 +73,7 @@ export class RoomBinding {
    */
   constructor(session, room, {refreshBeforeMs = 60000, rejoinAttempts = 5, rejoinDelayMs = 500,
                               onError = reported} = {}) {
+    if (!(rejoinAttempts >= 1)) throw new RangeError("RoomBinding: rejoinAttempts must be >= 1");
     this.#session = session;
     this.#room = room;
     this.#refreshBeforeMs = refreshBeforeMs;
@@ -96,30 +99,62 @@ export class RoomBinding {
 
   /**
    * Join the session (or use `joined`, an earlier session.join()'s result, while its token
-   * is fresh) and connect the room with it; from then on the binding follows the session.
-   * Called again after `superseded`, it takes the session back to this device.
+   * is fresh and its epoch the session's) and connect the room with it, leaving it first if
+   * the binding has it connected; from then on the binding follows the session. Called again
+   * after `superseded`, it takes the session back. `signal` aborts the join (not LiveKit's
+   * connect). A failure leaves the binding out of the room until connect() is called again.
    * @param {{joined?: JoinResult, signal?: AbortSignal}} [options]
    * @returns {Promise<JoinResult>}
    */
   async connect({joined, signal} = {}) {
-    if (this.#closed) throw new TypeError("RoomBinding: closed");
     this.#listen();
-    const usable = joined !== undefined && this.#fresh(joined) && !this.#session.superseded
-      && joined.epoch >= this.#session.epoch;
-    const chosen = usable ? joined : await this.#session.join({signal});
-    await this.#enter(chosen);
-    return chosen;
+    this.#cancelRejoin();
+    this.#wanted = true;
+    try {
+      return await this.#serial(async () => {
+        const chosen = joined !== undefined && this.#usable(joined) ? joined
+          : await this.#session.join({signal});
+        await this.#enter(chosen);
+        return chosen;
+      });
+    } catch (error) {
+      if (!this.#connected) this.#wanted = false;
+      throw error;
+    }
   }
 
-  /** Stop following the session and the room; the room stays as it is. */
-  close() {
-    this.#closed = true;
-    for (const stop of this.#unlisten.splice(0)) stop();
+  /**
+   * Stop following the session and the room, and any re-join; the room stays as it is.
+   * Resolves once what the binding was doing to the room is over. connect() starts again.
+   * @returns {Promise<void>}
+   */
+  async close() {
+    this.#stop();
+    await this.#turn;
   }
 
   /** @param {JoinResult} joined */
-  #fresh(joined) {
-    return Date.parse(joined.expiresAt) - Date.now() > this.#refreshBeforeMs;
+  #usable(joined) {
+    const fresh = Date.parse(joined.expiresAt) - Date.now() > this.#refreshBeforeMs;
+    return fresh && joined.epoch >= this.#session.epoch && !this.#session.superseded;
+  }
+
+  /** The session goes on for this device: not over, not taken over. */
+  #live() {
+    const session = this.#session;
+    return session.ended === null && !OVER.has(session.state) && !session.superseded;
+  }
+
+  /**
+   * `work` after every entry or exit asked for before it (one at a time).
+   * @template T
+   * @param {() => Promise<T>} work
+   * @returns {Promise<T>}
+   */
+  #serial(work) {
+    const run = this.#turn.then(work);
+    this.#turn = run.catch(() => {});
+    return run;
   }
 
   #listen() {
@@ -128,67 +163,101 @@ export class RoomBinding {
     this.#room.on("disconnected", this.#onDisconnected);
     this.#unlisten.push(
       () => { this.#room.off("disconnected", this.#onDisconnected); },
-      session.on("superseded", () => { this.#leave().catch(this.#onError); }),
-      session.on("rebound", () => { this.#rebind().catch(this.#onError); }),
+      session.on("superseded", () => this.#superseded()),
+      session.on("rebound", () => { if (this.#wanted) this.#startRejoin(true); }),
       session.on("ended", () => {
-        this.#leave().catch(this.#onError).finally(() => this.close());
+        this.#stop();
+        this.#exit();
       }),
     );
   }
 
+  #stop() {
+    for (const stop of this.#unlisten.splice(0)) stop();
+    this.#wanted = false;
+    this.#cancelRejoin();
+  }
+
+  /** Another device holds the session: out of the room; connect() takes it back. */
+  #superseded() {
+    this.#wanted = false;
+    this.#cancelRejoin();
+    this.#exit();
+  }
+
+  /** Out of the room, unless connect() was called since it was decided. */
+  #exit() {
+    this.#serial(async () => {
+      if (!this.#wanted) await this.#leave();
+    }).catch(this.#onError);
+  }
+
   /** @param {JoinResult} joined */
   async #enter(joined) {
+    if (this.#connected) await this.#leave();
     this.#joined = joined;
     await this.#room.connect(joined.url, joined.token);
     this.#connected = true;
   }
 
-  /** Disconnect the room, if this binding connected it (no re-join follows). */
+  /** Disconnect the room, if this binding connected it (its `disconnected` is no drop). */
   async #leave() {
     if (!this.#connected) return;
     this.#connected = false;
-    this.#leaving += 1;
-    try {
-      await this.#room.disconnect();
-    } finally {
-      this.#leaving -= 1;
-    }
-  }
-
-  /** The room was replaced (a rebind): leave the old one, join the new one when ready. */
-  async #rebind() {
-    await this.#leave();
-    if (this.#closed || this.#session.ended !== null || this.#session.superseded) return;
-    await this.#enter(await this.#session.join());
+    await this.#room.disconnect();
   }
 
   /** @param {number | undefined} reason */
   #dropped(reason) {
-    const ours = this.#leaving > 0 || reason === CLIENT_INITIATED;
-    const wasConnected = this.#connected;
+    if (!this.#connected) return;  // not connected, or the binding's own disconnect
     this.#connected = false;
-    if (ours || !wasConnected || this.#closed || this.#rejoining !== null) return;
-    this.#rejoining = this.#rejoin()
-      .catch(this.#onError)
-      .finally(() => { this.#rejoining = null; });
+    if (reason === CLIENT_INITIATED) this.#wanted = false;  // the app left: it stays out
+    else if (this.#wanted && this.#live()) this.#startRejoin(false);
   }
 
-  /** Join again (a fresh token) and connect, with backoff, while the session is live and
-   * this device still holds it (GetSession says so first: a device that lost the session
-   * must not take it back on its own). */
-  async #rejoin() {
-    const session = this.#session;
-    for (let attempt = 1; ; attempt++) {
+  /** @param {boolean} leave */
+  #startRejoin(leave) {
+    this.#cancelRejoin();
+    const controller = new AbortController();
+    this.#rejoin = controller;
+    this.#reenter(leave, controller.signal)
+      .finally(() => { if (this.#rejoin === controller) this.#rejoin = null; });
+  }
+
+  #cancelRejoin() {
+    this.#rejoin?.abort();
+    this.#rejoin = null;
+  }
+
+  /**
+   * Into the room again, at most `rejoinAttempts` times: GetSession, then a new join (a fresh
+   * token) while this device still holds a live session (a device that lost the session must
+   * not take it back on its own); `leave` first (a rebind). Giving up is told to onError.
+   * @param {boolean} leave
+   * @param {AbortSignal} signal
+   */
+  async #reenter(leave, signal) {
+    let failure = null;
+    for (let attempt = 1; attempt <= this.#rejoinAttempts; attempt++) {
       try {
-        await session.refresh();
-        if (this.#closed || session.ended !== null || session.superseded) return;
-        if (["ending", "ended", "failed"].includes(session.state)) return;
-        await this.#enter(await session.join());
+        if (attempt > 1) {
+          await sleep(backoff(attempt - 1, this.#rejoinDelayMs, MAX_REJOIN_DELAY_MS), signal);
+        }
+        if (signal.aborted || !this.#wanted || !this.#live()) return;
+        await this.#serial(async () => {
+          signal.throwIfAborted();
+          if (leave) await this.#leave();
+          await this.#session.refresh({signal});
+          if (!this.#live()) return;  // taken over (its `superseded` event says so) or over
+          await this.#enter(await this.#session.join({signal}));
+        });
         return;
       } catch (error) {
-        if (attempt >= this.#rejoinAttempts) throw error;
+        if (signal.aborted) return;
+        failure = error;
       }
-      await sleep(backoff(attempt, this.#rejoinDelayMs, MAX_REJOIN_DELAY_MS));
     }
+    this.#wanted = false;
+    if (this.#live()) this.#onError(failure);
   }
 }

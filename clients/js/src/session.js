@@ -155,6 +155,7 @@ export class Session {
   /** @type {string | null} */
   #lastEventId = null;
   #version = -1;  // of the newest session object seen
+  #ending = false;  // the task is terminal: the end is being read, or was
 
   /**
    * @param {Wire} wire
@@ -233,11 +234,12 @@ export class Session {
   }
 
   /**
-   * Every event from now on, `for await`; iterating starts the stream (follow()). It ends
-   * after `ended` or `error`, at close(), or when `signal` aborts; once the session has
-   * ended, it yields that end only.
+   * Every event from the call on, `for await`; it starts the stream (follow()). It ends
+   * after `ended` or `error` (both yielded), at close(), or when `signal` aborts (what it
+   * held unread is dropped); once the session has ended, it yields that end only. One that
+   * holds more than 1000 events nobody read ends with an `error` event (EVENTS_UNREAD).
    * @param {EventsOptions} [options]
-   * @returns {AsyncGenerator<AnyEvent, void, undefined>}
+   * @returns {AsyncIterableIterator<AnyEvent>}
    */
   events(options = {}) {
     if (this.ended === null) this.follow();
@@ -345,7 +347,7 @@ export class Session {
 
   /** Follow the task live (listening does it too); a second call does nothing. */
   follow() {
-    if (this.#following || this.ended !== null) return;
+    if (this.#following || this.#ending) return;
     this.#following = true;
     const run = ++this.#runs;
     this.#run(() => this.#following && this.#runs === run)
@@ -560,7 +562,8 @@ export class Session {
 
   async #end() {
     this.#following = false;
-    if (this.ended !== null) return;
+    if (this.#ending) return;
+    this.#ending = true;  // before the read: a listener meanwhile starts no second stream
     const read = this.#wire.call("aim.realtime.GetSession", {sessionId: this.sessionId});
     const endReason = await read.then(({session}) => session.endReason ?? null, () => null);
     /** @type {EndedEvent} */

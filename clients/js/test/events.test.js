@@ -129,3 +129,51 @@ test("an iterator ends when its signal aborts, and at close()", async () => {
   setTimeout(() => session.close(), 10);
   assert.equal(await second, "ended by close");
 });
+
+test("events() subscribes when it is called: nothing is lost before the first read", async () => {
+  const {session} = await created(frames(), ok({session: SESSION}));
+  const iterator = session.events();
+  await new Promise((resolve) => session.once(Events.ENDED, resolve));  // all of it went by
+  const names = [];
+  for await (const event of iterator) names.push(event.name);
+  assert.deepEqual(names, ["state", "state", "agent", "state", "ended"]);
+});
+
+test("a listener added while the end is read hears it once, and opens no second stream",
+     async () => {
+  const {session, fake} = await created(frames(), ok({session: SESSION}));
+  const ends = [];
+  session.on(Events.STATE, ({state}) => {
+    if (state === "ended") session.on(Events.ENDED, (e) => ends.push(`late ${e.name}`));
+  });
+  await new Promise((resolve) => session.on(Events.ENDED, () => resolve(ends.push("ended"))));
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  assert.deepEqual(ends, ["ended", "late ended"]);  // each once
+  assert.equal(fake.methods.filter((m) => m === "SubscribeToTask").length, 1);
+});
+
+test("an iterator nobody reads ends after 1000 events with an error saying so", async () => {
+  const many = Array.from({length: 1100}, (_, i) =>
+    ({task: task("TASK_STATE_WORKING", i % 2 ? "active" : "joining", i + 2)}));
+  const {session} = await created(stream(...many), hanging);
+  const unread = session.events();
+  await new Promise((resolve) => {
+    let seen = 0;
+    session.on(Events.STATE, () => { if (++seen === 1100) resolve(); });
+  });
+  const names = [];
+  for await (const event of unread) names.push(event);
+  assert.equal(names.length, 1);
+  assert.equal(names[0].name, "error");
+  assert.equal(names[0].error.reason, "EVENTS_UNREAD");
+  session.close();
+});
+
+test("an aborted iterator drops what it held unread", async () => {
+  const {session} = await created(frames(), ok({session: SESSION}));
+  const controller = new AbortController();
+  const iterator = session.events({signal: controller.signal});
+  await new Promise((resolve) => session.once(Events.ENDED, resolve));
+  controller.abort();
+  assert.deepEqual(await iterator.next(), {value: undefined, done: true});
+});

@@ -38,7 +38,13 @@ class FakeSession {
     return {};
   }
 
-  async join() {
+  async join({signal} = {}) {
+    if (this.hold) {  // a JoinSession that has not answered yet
+      await new Promise((resolve, reject) => {
+        this.release = resolve;
+        signal?.addEventListener("abort", () => reject(signal.reason), {once: true});
+      });
+    }
     if (this.joinFailures > 0) {
       this.joinFailures -= 1;
       throw new Error("the service is away");
@@ -52,6 +58,13 @@ class FakeSession {
 }
 
 const settle = () => new Promise((resolve) => setTimeout(resolve, 5));
+/** Until `done()` holds (polled each millisecond, 2 s at most: then the test fails). */
+async function until(done) {
+  for (let waited = 0; !done(); waited++) {
+    assert.ok(waited < 2000, "still not done after 2 s");
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+}
 const FAST = {rejoinDelayMs: 1};
 
 async function bound(options = {}) {
@@ -163,23 +176,117 @@ test("joins after a drop are retried, then given up on and told to onError", asy
   const {session, room, errors} = await bound({rejoinAttempts: 3});
   session.joinFailures = 2;
   room.drop();
-  await settle();
+  await until(() => room.token !== null);
   assert.deepEqual(room.calls.at(-1), ["connect", "wss://lk.example", "token-2"]);
   assert.deepEqual(errors, []);
   session.joinFailures = 3;
   room.drop();
-  await settle();
+  await until(() => errors.length > 0);
   assert.equal(errors.length, 1);
   assert.equal(errors[0].message, "the service is away");
   assert.equal(session.joins, 2);
 });
 
-test("close() stops following: a drop after it is left alone", async () => {
+test("close() stops following: a drop after it is left alone; connect() starts again",
+     async () => {
   const {session, room, binding} = await bound();
-  binding.close();
+  await binding.close();
   room.drop();
   await settle();
   assert.equal(session.refreshes, 0);
   assert.equal(room.listeners.size, 0);
-  await assert.rejects(binding.connect(), /closed/);
+  assert.equal(binding.listening, false);
+  await binding.connect();
+  assert.equal(binding.listening, true);
+  assert.deepEqual(room.calls.at(-1), ["connect", "wss://lk.example", "token-2"]);
+});
+
+test("close() stops a re-join under way: the room stays out", async () => {
+  const {session, room, binding} = await bound();
+  session.hold = true;
+  room.drop();
+  await settle();
+  assert.equal(session.refreshes, 1);  // GetSession done; the JoinSession has not answered
+  await binding.close();
+  session.release?.();
+  await settle();
+  assert.deepEqual(room.calls.map((c) => c[0]), ["connect"]);
+  assert.equal(room.token, null);
+});
+
+test("connect() right after a takeover is not undone by the leaving", async () => {
+  const {session, room, binding} = await bound();
+  session.superseded = true;
+  session.emit("superseded", {epoch: 2});
+  const joined = await binding.connect();  // the app takes the session back at once
+  await settle();
+  assert.equal(joined.token, "token-2");
+  assert.deepEqual(room.calls, [["connect", "wss://lk.example", "token-1"], ["disconnect"],
+                                ["connect", "wss://lk.example", "token-2"]]);
+  assert.equal(room.token, "token-2");
+  assert.equal(binding.connected, true);
+});
+
+test("a takeover while the room is connecting leaves it once it is in", async () => {
+  const session = new FakeSession();
+  const room = new FakeRoom();
+  const binding = new RoomBinding(session, room, FAST);
+  session.hold = true;
+  const connecting = binding.connect();
+  await settle();
+  session.superseded = true;
+  session.emit("superseded", {epoch: 2});
+  session.release();
+  await connecting;
+  await settle();
+  assert.deepEqual(room.calls.map((c) => c[0]), ["connect", "disconnect"]);
+  assert.equal(room.token, null);
+  assert.equal(binding.connected, false);
+});
+
+test("connect() on a connected binding leaves the room first (LiveKit ignores a second connect)",
+     async () => {
+  const {room, binding} = await bound();
+  await binding.connect();
+  assert.deepEqual(room.calls, [["connect", "wss://lk.example", "token-1"], ["disconnect"],
+                                ["connect", "wss://lk.example", "token-2"]]);
+});
+
+test("a connect that fails leaves the binding out: a rebound after it joins nothing", async () => {
+  const session = new FakeSession();
+  const room = new FakeRoom();
+  const binding = new RoomBinding(session, room, FAST);
+  room.refusals.push(new Error("refused"));
+  await assert.rejects(binding.connect(), /refused/);
+  assert.equal(binding.connected, false);
+  session.emit("rebound", {epoch: 2});
+  await settle();
+  assert.equal(session.joins, 1);
+  assert.deepEqual(room.calls.map((c) => c[0]), ["connect"]);
+});
+
+test("a drop and a rebound together end in one join and one connect", async () => {
+  const {session, room} = await bound();
+  session.epoch = 2;
+  room.drop(5);  // ROOM_DELETED
+  session.emit("rebound", {epoch: 2});
+  await settle();
+  assert.deepEqual(room.calls.filter((c) => c[0] === "connect").map((c) => c[2]),
+                   ["token-1", "token-2"]);
+  assert.equal(session.joins, 2);
+  assert.equal(room.token, "token-2");
+});
+
+test("after the app's own disconnect the binding stays out, a rebound included", async () => {
+  const {session, room} = await bound();
+  await room.disconnect();
+  session.emit("rebound", {epoch: 2});
+  await settle();
+  assert.equal(session.joins, 1);
+  assert.deepEqual(room.calls.map((c) => c[0]), ["connect", "disconnect"]);
+});
+
+test("rejoinAttempts is at least one", () => {
+  assert.throws(() => new RoomBinding(new FakeSession(), new FakeRoom(), {rejoinAttempts: 0}),
+                RangeError);
 });

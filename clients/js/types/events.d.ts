@@ -86,22 +86,11 @@
  * @property {AbortSignal} [signal] ends the iteration when it aborts
  */
 /**
- * @typedef {object} Subscriber
- * @property {boolean} updates
- * @property {(event: AnyEvent) => void} push
- * @property {() => void} end
- */
-/**
  * An error of the app's that no caller can catch, reported as the platform reports an
  * uncaught one: `reportError` (the console, the window's `error` event), else thrown apart.
  * @param {unknown} error
  */
 export function reported(error: unknown): void;
-/**
- * What a session tells its app: the event names (`Events`), each event's shape, and the
- * emitter behind `on`, `once`, `off` and `events()`.
- * @module
- */
 /** The name of every event, the same in both client libraries. */
 export const Events: Readonly<{
     readonly STATE: "state";
@@ -141,14 +130,17 @@ export class Emitter {
     /** Every iterator ends (after the events it holds). */
     endAll(): void;
     /**
-     * The events from now on, until `ended` or `error` (both yielded), endAll(), or the signal.
+     * The events from now on (subscribed at once), until `ended` or `error` (both yielded),
+     * endAll(), or the signal; with `ended` (the session is over already), that end alone.
      * @param {EventsOptions} options
-     * @param {EndedEvent | null} ended the session's end, when it is over already
-     * @returns {AsyncGenerator<AnyEvent, void, undefined>}
+     * @param {EndedEvent | null} ended
+     * @returns {AsyncIterableIterator<AnyEvent>}
      */
-    iterate({ updates, signal }?: EventsOptions, ended?: EndedEvent | null): AsyncGenerator<AnyEvent, void, undefined>;
+    iterate({ updates, signal }?: EventsOptions, ended?: EndedEvent | null): AsyncIterableIterator<AnyEvent>;
     #private;
 }
+/** Events an iterator of events() holds that were not read yet, at most. */
+export const MAX_UNREAD: 1000;
 /**
  * The session's state, its epoch, the task's state or version
  *   changed (not on repeats).
@@ -273,10 +265,5 @@ export type EventsOptions = {
      * ends the iteration when it aborts
      */
     signal?: AbortSignal | undefined;
-};
-export type Subscriber = {
-    updates: boolean;
-    push: (event: AnyEvent) => void;
-    end: () => void;
 };
 export type EventName = (typeof Events)[keyof typeof Events];

@@ -14,8 +14,10 @@ export class RoomBinding {
     get listening(): boolean;
     /**
      * Join the session (or use `joined`, an earlier session.join()'s result, while its token
-     * is fresh) and connect the room with it; from then on the binding follows the session.
-     * Called again after `superseded`, it takes the session back to this device.
+     * is fresh and its epoch the session's) and connect the room with it, leaving it first if
+     * the binding has it connected; from then on the binding follows the session. Called again
+     * after `superseded`, it takes the session back. `signal` aborts the join (not LiveKit's
+     * connect). A failure leaves the binding out of the room until connect() is called again.
      * @param {{joined?: JoinResult, signal?: AbortSignal}} [options]
      * @returns {Promise<JoinResult>}
      */
@@ -23,8 +25,12 @@ export class RoomBinding {
         joined?: JoinResult;
         signal?: AbortSignal;
     }): Promise<JoinResult>;
-    /** Stop following the session and the room; the room stays as it is. */
-    close(): void;
+    /**
+     * Stop following the session and the room, and any re-join; the room stays as it is.
+     * Resolves once what the binding was doing to the room is over. connect() starts again.
+     * @returns {Promise<void>}
+     */
+    close(): Promise<void>;
     #private;
 }
 export type Session = import("./session.js").Session;

@@ -64,13 +64,14 @@ export class Session {
      */
     off<K extends keyof EventMap>(name: K, fn: (event: EventMap[K]) => void): void;
     /**
-     * Every event from now on, `for await`; iterating starts the stream (follow()). It ends
-     * after `ended` or `error`, at close(), or when `signal` aborts; once the session has
-     * ended, it yields that end only.
+     * Every event from the call on, `for await`; it starts the stream (follow()). It ends
+     * after `ended` or `error` (both yielded), at close(), or when `signal` aborts (what it
+     * held unread is dropped); once the session has ended, it yields that end only. One that
+     * holds more than 1000 events nobody read ends with an `error` event (EVENTS_UNREAD).
      * @param {EventsOptions} [options]
-     * @returns {AsyncGenerator<AnyEvent, void, undefined>}
+     * @returns {AsyncIterableIterator<AnyEvent>}
      */
-    events(options?: EventsOptions): AsyncGenerator<AnyEvent, void, undefined>;
+    events(options?: EventsOptions): AsyncIterableIterator<AnyEvent>;
     /**
      * GetSession: the whole session object now (also kept in `info`).
      * @param {CallOptions} [options]

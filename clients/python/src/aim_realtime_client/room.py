@@ -201,8 +201,9 @@ class RoomBinding:
         if not self._connected:
             return
         self._connected = False
-        ours = bool(reason) and reason[0] == CLIENT_INITIATED
-        if self._wanted and self._live and not ours:
+        if reason and reason[0] == CLIENT_INITIATED:
+            self._wanted = False  # the app left the room: it stays out, a rebind included
+        elif self._wanted and self._live:
             self._start_rejoin(leave=False)
 
     # ---- the room ----------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from aim_realtime_client.events import (
     Interaction,
     JoinResult,
     Requirement,
+    StreamFailed,
     Superseded,
     requirement_in,
 )
@@ -44,6 +45,7 @@ from aim_realtime_client.listeners import Listeners
 from aim_realtime_client.rpc import REALTIME, Link
 
 POLL_S: Final = 0.25
+MAX_UNREAD: Final = 1000  # events an iterator of events() holds unread, at most
 # a listener takes the event class of the name it listens to (Requirement for "requirement"),
 # or any event
 EventT = TypeVar("EventT", bound=AnyEvent)
@@ -165,9 +167,21 @@ class Session:
 
     def emit(self, event: AnyEvent) -> None:
         """`event` to every iterator of `events()` and every listener of its name."""
-        for queue, updates in list(self._subscribers):
-            if updates or event.name != Events.UPDATE:
-                queue.put_nowait(event)
+        for entry in list(self._subscribers):
+            queue, updates = entry
+            if not updates and event.name == Events.UPDATE:
+                continue
+            if queue.qsize() >= MAX_UNREAD:  # nobody reads it: it ends, saying why
+                while not queue.empty():
+                    queue.get_nowait()
+                behind = AimError(
+                    f"events() held {MAX_UNREAD} events nobody read; it ended",
+                    reason="EVENTS_UNREAD",
+                )
+                queue.put_nowait(StreamFailed(behind))
+                self._subscribers.remove(entry)
+                continue
+            queue.put_nowait(event)
         self._listeners.call(event.name, event)
 
     # ---- events ----------------------------------------------------------------------------
@@ -201,7 +215,9 @@ class Session:
     async def events(self, *, updates: bool = False) -> AsyncIterator[AnyEvent]:
         """Every event from now on; the first subscription starts the stream (listening starts
         it). Ends after `Ended`, after a `StreamFailed`, or at `close()`. `updates`: also every
-        raw frame. An iterator made after the end yields the `Ended` alone."""
+        raw frame. An iterator made after the end yields the `Ended` alone. One that holds
+        more than MAX_UNREAD (1000) events nobody read ends with a `StreamFailed` whose error's
+        reason is EVENTS_UNREAD."""
         if self.ended is not None:
             yield self.ended
             return
@@ -215,7 +231,8 @@ class Session:
                 if event.name in (Events.ENDED, Events.ERROR):
                     return
         finally:
-            self._subscribers.remove(entry)
+            if entry in self._subscribers:
+                self._subscribers.remove(entry)
 
     def end_subscriptions(self) -> None:
         for queue, _ in list(self._subscribers):
