@@ -16,6 +16,10 @@ COPY clients/python/pyproject.toml clients/python/README.md ./clients/python/
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-install-workspace
 COPY README.md ./
+# the browser library the service serves at /sdk/: the npm package's modules and declarations
+# (realtime/static/sdk and types link to them; the wheel gets copies)
+COPY clients/js/src ./clients/js/src
+COPY clients/js/types ./clients/js/types
 COPY realtime ./realtime
 COPY state_machines ./state_machines
 RUN --mount=type=cache,target=/root/.cache/uv \

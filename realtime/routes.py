@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any, Final
 
 import msgspec
@@ -200,7 +201,10 @@ async def agent_card_v01(request: Request[Any, Any, Any], state: State) -> Respo
     return await serve_card(request, state.agent_card_v01)
 
 
-# --- the browser client library (realtime/static/): public, cacheable, CORS as for /a2a ---------
+# --- the browser client library: public, cacheable, CORS as for /a2a ----------------------------
+# The npm package's own files (clients/js: src/ and the declarations generated into types/),
+# found in the package as realtime/static/sdk and realtime/static/types (links in the
+# repository, copies in the wheel): one source for the package and the service.
 
 
 class SdkFile:
@@ -215,10 +219,6 @@ class SdkFile:
         self.body = body
         self.media_type = media_type
         self.etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-
-    @classmethod
-    def load(cls, name: str, media_type: str) -> SdkFile:
-        return cls(resources.files("realtime").joinpath("static", name).read_bytes(), media_type)
 
     def response(self, request: Request[Any, Any, Any]) -> ASGIResponse:
         """200 (HEAD: its header fields only), or 304 when the client's copy is this one."""
@@ -236,19 +236,34 @@ class SdkFile:
         return ASGIResponse(body=self.body, headers=headers)
 
 
-SDK_FILES: Final = {  # path → (file in realtime/static/, media type)
-    "/sdk/aim-realtime.js": ("aim-realtime.js", "text/javascript; charset=utf-8"),
-    "/sdk/aim-realtime.d.ts": ("aim-realtime.d.ts", "application/typescript; charset=utf-8"),
-}
+SDK_KINDS: Final = (  # folder in realtime/static/, file suffix, media type
+    ("sdk", ".js", "text/javascript; charset=utf-8"),
+    ("types", ".d.ts", "application/typescript; charset=utf-8"),
+)
+
+
+def sdk_sources() -> dict[str, tuple[Traversable, str]]:
+    """Every file of the library: its path under /sdk/ → (the packaged file, media type)."""
+    static = resources.files("realtime").joinpath("static")
+    found: dict[str, tuple[Traversable, str]] = {}
+    for folder, suffix, media_type in SDK_KINDS:
+        for item in static.joinpath(folder).iterdir():
+            if item.is_file() and item.name.endswith(suffix):
+                found[f"/sdk/{item.name}"] = (item, media_type)
+    return dict(sorted(found.items()))
+
+
+SDK_PATHS: Final = tuple(sdk_sources())
 
 
 def load_sdk() -> dict[str, SdkFile]:
-    return {path: SdkFile.load(name, media_type) for path, (name, media_type) in SDK_FILES.items()}
+    return {path: SdkFile(item.read_bytes(), media_type)
+            for path, (item, media_type) in sdk_sources().items()}  # fmt: skip
 
 
-@route(list(SDK_FILES), http_method=[HttpMethod.GET, HttpMethod.HEAD])
+@route(list(SDK_PATHS), http_method=[HttpMethod.GET, HttpMethod.HEAD])
 async def sdk(request: Request[Any, Any, Any], state: State) -> ASGIResponse:
-    """The library (an ES module, no build step) and its TypeScript declarations."""
+    """The library's ES modules (no build step) and their TypeScript declarations."""
     found: SdkFile = state.sdk[request.url.path]
     return found.response(request)
 

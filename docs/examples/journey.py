@@ -16,8 +16,10 @@ creating a session fails with -31012. What needs more than this script:
 
 - the session becomes `active` only when a device connects to LiveKit with the join token
   (LiveKit then sends the service a participant_joined webhook): with the local LiveKit for
-  development (`aim-realtime livekit-dev`, docs/local-livekit.md), `--connect` does that;
-  against a real LiveKit this script only shows the token was issued;
+  development (`aim-realtime livekit-dev`, docs/local-livekit.md), `--connect` does that, with
+  the client's `RoomBinding` (as an app does with LiveKit's `rtc.Room`: it leaves the room when
+  another device takes the session over); against a real LiveKit this script only shows the
+  token was issued;
 - interactions need the agent in the room: with an agent worker registered under the
   service's AIM_AGENT_NAME, `--say "hello"` waits for it to join and sends the text.
 
@@ -35,6 +37,8 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
+from typing import Final
 
 import httpx
 
@@ -43,6 +47,7 @@ from aim_realtime_client import (
     AimError,
     Capabilities,
     JoinResult,
+    RoomBinding,
     Session,
     UnavailableError,
 )
@@ -57,6 +62,7 @@ REQUESTED = {
 DEVICE = Capabilities(interactions=("text", "confirmation"))
 # the agent's states once it is in the room (it reports the last three itself)
 IN_THE_ROOM = ("joined", "listening", "thinking", "speaking")
+CLIENT_INITIATED: Final = 1  # LiveKit's DisconnectReason after the client's own disconnect
 
 
 class JourneyError(Exception):
@@ -81,21 +87,55 @@ async def wait_agent(session: Session, within: float) -> None:
     step("agent", f"agent joined as {info['agent'].get('identity', '?')}")
 
 
-async def connect(session: Session, joined: JoinResult, within: float) -> None:
-    """What LiveKit's client SDK does with the join result, on the local LiveKit for
-    development (`aim-realtime livekit-dev`): connect with the token (POST /dev/connect), so the
-    device is in the room and LiveKit tells the service; then wait for `active`."""
-    base = re.sub(r"^ws", "http", joined.url)  # ws:// → http://, wss:// → https://
-    async with httpx.AsyncClient(timeout=10) as http:
-        reply = await http.post(f"{base}/dev/connect", json={"token": joined.token})
-    if reply.status_code != 200:
-        raise JourneyError(f"{base} refused the connect ({reply.status_code}): {reply.text}")
+class DevRoom:
+    """A room of the local LiveKit for development (`aim-realtime livekit-dev`), which has no
+    media: it joins with the token as LiveKit's SDK (`livekit.rtc.Room`) would, through POST
+    /dev/connect, so the device is in the room and LiveKit tells the service. It has what
+    `RoomBinding` uses of `rtc.Room`; with a real LiveKit, pass an `rtc.Room()` instead."""
+
+    def __init__(self) -> None:
+        self.joined: tuple[str, str] | None = None  # (the HTTP URL, the token) while in
+        self.listeners: list[Callable[..., object]] = []
+
+    async def connect(self, url: str, token: str) -> None:
+        base = re.sub(r"^ws", "http", url)  # ws:// → http://, wss:// → https://
+        async with httpx.AsyncClient(timeout=10) as http:
+            reply = await http.post(f"{base}/dev/connect", json={"token": token})
+        if reply.status_code != 200:
+            raise JourneyError(f"{base} refused the connect ({reply.status_code}): {reply.text}")
+        self.joined = (base, token)
+
+    async def disconnect(self) -> None:
+        if self.joined is None:
+            return
+        (base, token), self.joined = self.joined, None
+        async with httpx.AsyncClient(timeout=10) as http:
+            await http.post(f"{base}/dev/disconnect", json={"token": token})
+        for listener in list(self.listeners):
+            listener(CLIENT_INITIATED)
+
+    def on(self, event: str, callback: Callable[..., object]) -> None:
+        self.listeners.append(callback)
+
+    def off(self, event: str, callback: Callable[..., object]) -> None:
+        self.listeners.remove(callback)
+
+    def isconnected(self) -> bool:
+        return self.joined is not None
+
+
+async def connect(session: Session, joined: JoinResult, within: float) -> RoomBinding:
+    """The device into the room with its join result, bound to the session (`RoomBinding`);
+    then wait for `active`."""
+    binding = RoomBinding(session, DevRoom())
+    await binding.connect(joined)
     deadline = time.monotonic() + within
-    while (await session.refresh())["state"] != "active":
+    while (state := (await session.refresh())["state"]) != "active":
         if time.monotonic() > deadline:
             raise JourneyError(f"the session did not become active within {within:g} s")
         await asyncio.sleep(0.2)
-    step("connect", f"device in room {joined.room}: session {session.state}")
+    step("connect", f"device in room {joined.room}: session {state}")
+    return binding
 
 
 async def confirm(session: Session, title: str, within: float) -> None:
@@ -122,7 +162,11 @@ async def confirm(session: Session, title: str, within: float) -> None:
 
 
 async def hand_off(
-    client: AimClient, first: Session, key: str, options: argparse.Namespace
+    client: AimClient,
+    first: Session,
+    first_room: RoomBinding | None,
+    key: str,
+    options: argparse.Namespace,
 ) -> Session:
     """A second device (`key`) takes the session over: it joins (and connects, with
     --connect); the first device is superseded. The second device's Session."""
@@ -132,12 +176,18 @@ async def hand_off(
     joined = await second.join()
     if options.connect:
         await connect(second, joined, options.ready_timeout)
+        if first_room is not None:  # the first device's binding leaves its room on its own
+            deadline = time.monotonic() + options.ready_timeout
+            while first_room.connected:
+                if time.monotonic() > deadline:
+                    raise JourneyError("the first device is still in the room")
+                await asyncio.sleep(0.05)
     info = await second.refresh()
     was = next(
         (e["state"] for e in info.get("endpoints", []) if e.get("endpointId") == first.endpoint_id),
         "gone",
     )
-    step("handoff", f"device {key} in at epoch {joined.epoch}: session {second.state}; "
+    step("handoff", f"device {key} in at epoch {joined.epoch}: session {info['state']}; "
                     f"{first.endpoint_key} {was}")  # fmt: skip
     return second
 
@@ -173,8 +223,7 @@ async def journey(client: AimClient, options: argparse.Namespace) -> None:
         f"room {joined.room}, join token issued (expires {joined.expires_at})",
     )
 
-    if options.connect:
-        await connect(session, joined, options.ready_timeout)
+    binding = await connect(session, joined, options.ready_timeout) if options.connect else None
 
     if options.say:
         await wait_agent(session, options.agent_timeout)
@@ -186,7 +235,7 @@ async def journey(client: AimClient, options: argparse.Namespace) -> None:
         await confirm(session, options.confirm, options.agent_timeout)
 
     if options.handoff:
-        session = await hand_off(client, session, options.handoff, options)
+        session = await hand_off(client, session, binding, options.handoff, options)
 
     if options.keep:
         step("keep", f"session {session.session_id} left live; it ends when idle or with "

@@ -322,6 +322,7 @@ SCRIPTED = library_script(
   const confirming = scripted({
     SendMessage: {task: task({sessionState: "ready"})},
     ContinueTask: task({version: 6}),
+    "aim.realtime.GetSession": resource("ready"),
     "aim.realtime.GetOperation": {operation: {operationId: "op1", state: "running"}},
     GetTask: task({state: INPUT, version: 5, requirement: asked(5)}),
   }, [frame("1-0", task({state: INPUT, version: 2, requirement: asked(2)}), "task")
@@ -361,7 +362,7 @@ SCRIPTED = library_script(
   }, ["data: not json\\n\\n" + frame("1-0", task({sessionState: "ready"}), "task")
       + errorFrame(-32603) + frame("8-0", task({sessionState: "failed", version: 8})),
       frame("2-0", task({version: 2})) + errorFrame(-32004), ""]);
-  const three = await client(streaming).createSession({endpointKey: "k"});
+  const three = await client(streaming).createSession({endpointKey: "k", returnImmediately: true});
   const events = [];
   for (const name of ["state", "ended", "error"]) {
     three.on(name, (payload) => events.push([name, name === "error" ? seen(payload.error)

@@ -157,7 +157,7 @@ async def test_a_page_follows_a_session_from_create_to_end(livekit, store, windo
         await run(two.click, "join")
         await run(two.until_true, lambda: two.text("room") != "", "device 2 did not join")
         await run(one.until, "superseded", "epoch 2")
-        assert await run(one.events, "superseded") == [{"epoch": 2}]
+        assert await run(one.events, "superseded") == [{"name": "superseded", "epoch": 2}]
         assert await run(two.text, "epoch") == "2"
         endpoints = (await get_session(http, sid))["endpoints"]
         states = {e["clientEndpointKey"]: e["state"] for e in endpoints}
@@ -176,7 +176,7 @@ async def test_a_page_follows_a_session_from_create_to_end(livekit, store, windo
         assert await run(two.text, "end-answer") == "ending"
         await run(one.until, "ended", "ending TASK_STATE_COMPLETED ended on the page")
         assert await run(two.events, "ended") == [
-            {"state": "ending", "taskState": "TASK_STATE_COMPLETED",
+            {"name": "ended", "state": "ending", "taskState": "TASK_STATE_COMPLETED",
              "endReason": "ended on the page"}
         ]  # fmt: skip
         for device in (one, two):
@@ -317,7 +317,7 @@ async def test_a_device_superseded_while_its_check_is_pending_sends_nothing_at_t
         await run(one.script, RELEASE, "aim.realtime.GetSession")
         await run(one.until_true, lambda: one.text("error").startswith("SupersededError -31002"),
                   "no SupersededError shown")  # fmt: skip
-        assert await run(one.events, "superseded") == [{"epoch": 2}]
+        assert await run(one.events, "superseded") == [{"name": "superseded", "epoch": 2}]
         assert await sent() == []
         assert (await get_session(http, sid))["version"] == version
         texts = [m["payload"]["text"] for m in data_to_agent(livekit, room(sid), "input.text")]
@@ -349,7 +349,7 @@ async def test_the_library_against_a_scripted_service(livekit, store, window):
     assert "error" not in names, seen["streamEvents"]
     states = [payload["state"] for name, payload in seen["streamEvents"] if name == "state"]
     assert "failed" not in states  # the frame after the error frame was not read
-    assert seen["streamEvents"][-1] == ["ended", {"state": "ending",
+    assert seen["streamEvents"][-1] == ["ended", {"name": "ended", "state": "ending",
                                                   "taskState": "TASK_STATE_COMPLETED",
                                                   "endReason": "done"}]  # fmt: skip
 
@@ -411,9 +411,9 @@ async def test_a_page_sees_the_agent_rotate_while_the_session_stays_active(livek
         await run(one.until, "agent", "listening")
         agent_events = await run(one.events, "agent")
         assert agent_events[-2:] == [
-            {"state": "rotating", "rotating": True, "generation": 1, "successorGeneration": 2,
-             "rotatedFrom": None},
-            {"state": "listening", "rotating": False, "generation": 2,
+            {"name": "agent", "state": "rotating", "rotating": True, "generation": 1,
+             "successorGeneration": 2, "rotatedFrom": None},
+            {"name": "agent", "state": "listening", "rotating": False, "generation": 2,
              "successorGeneration": None, "rotatedFrom": 1},
         ]  # fmt: skip
         assert await run(one.text, "state") == "active"

@@ -59,6 +59,7 @@ from tests.e2e.rotation_helpers import (
     successor_dispatched,
 )
 from tests.e2e.webhook_helpers import deliver, room, webhook_event
+from tests.npm_package import pack, unpacked
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
@@ -141,7 +142,9 @@ def client_wheel_environment(tmp_path: Path) -> str:
 
 async def test_the_client_wheel_installed_alone_runs_the_journey(livekit, store, tmp_path):
     """What `pip install aim-realtime-client` gives a new user: the client and httpx, nothing of
-    the service, and the journey runs on it."""
+    the service, and the whole journey runs on it against the local LiveKit for development
+    (here the same stand-in, in process, sending its webhooks to the service, its simulated
+    agent answering): connected, a text to the agent, an approved action, a handoff, the end."""
     python = await asyncio.to_thread(client_wheel_environment, tmp_path)
     probe = "import importlib.util as u, sys; print([m for m in ('aim_realtime_client', "
     probe += "'realtime', 'litestar', 'redis', 'msgspec') if u.find_spec(m)])"
@@ -150,13 +153,24 @@ async def test_the_client_wheel_installed_alone_runs_the_journey(livekit, store,
     )
     out, _ = await found.communicate()
     assert out.decode().strip() == "['aim_realtime_client']"
-    async with (
-        service(livekit, store) as (base_url, _),
-        journey(base_url, env_token=token("alice"), python=python) as process,
-    ):
-        code, lines, err = await finished(process)
+    port = free_port()  # the service's: where the simulated agent reaches the provider API
+    settings = livekit_settings(
+        livekit, livekit_public_url=livekit.ws_url, public_base_url=f"http://127.0.0.1:{port}"
+    )
+    app = create_app(settings, store=store, tracer_provider=None)
+    async with serving(app, settings, port=port) as base_url:
+        livekit.set_webhook_target(f"{base_url}/livekit/webhook")
+        livekit.auto_jobs = livekit.agents_speak = True
+        whole = ("--connect", "--say", "hello", "--confirm", "Book a table", "--handoff", "tablet")
+        async with journey(base_url, *whole, env_token=token("alice"), python=python) as process:
+            code, lines, err = await finished(process)
     assert (code, err) == (0, ""), lines
-    assert steps(lines) == ["create", "ready", "register", "join", "end"]
+    assert steps(lines) == [
+        "create", "ready", "register", "join", "connect", "agent", "agent", "say", "confirm",
+        "confirm", "connect", "handoff", "end",
+    ]  # fmt: skip
+    assert lines[9].endswith("approved: succeeded"), lines[9]
+    assert re.search(r"session active; journey-script superseded$", lines[11]), lines[11]
 
 
 async def test_journey_creates_joins_and_ends_a_session(livekit, store):
@@ -268,17 +282,26 @@ async def test_journey_stops_at_the_first_json_rpc_error_with_one_line(livekit, 
 HOP_BY_HOP = {b"host", b"connection", b"keep-alive", b"content-length", b"transfer-encoding"}
 
 
-def front(upstream: str | None) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+def front(
+    upstream: str | None, sdk: Path | None = None
+) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     """An ASGI app standing in for the reverse proxy of a deployment: `GET /` is the example
     page, `/a2a` and `/sdk/` go to the service and its answer comes back as it is sent (SSE
     too); with no `upstream`, a plain static server of the page (another origin than the
-    service's)."""
+    service's). With `sdk` (an unpacked npm package), `/sdk/<module>.js` is its `src/` file."""
+    modules = {f"/sdk/{f.name}": f.read_bytes() for f in (sdk or Path()).glob("src/*.js")}
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
+        elif sdk is not None and scope["path"].startswith("/sdk/"):
+            found = modules.get(scope["path"])
+            if found is None:
+                await answer(send, 404, b"not found", b"text/plain")
+            else:
+                await answer(send, 200, found, b"text/javascript; charset=utf-8")
         elif upstream is not None and (
             scope["path"] in ("/a2a", "/a2a/") or scope["path"].startswith("/sdk/")
         ):
@@ -471,15 +494,19 @@ async def test_the_browser_page_shows_a_session_live_from_start_to_end(livekit, 
 
 
 @pytest.mark.slow
-async def test_the_browser_page_on_the_local_livekit_goes_active_talks_confirms_and_ends(
-    livekit, store
+async def test_the_browser_page_on_the_local_livekit_runs_the_journey_from_the_npm_tarball(
+    livekit, store, tmp_path
 ):
     """The page opened with ?livekit=dev, next to the local LiveKit for development (here the
     same stand-in, in process, with its webhooks sent to the service and its simulated agent
-    speaking): Connect joins the room with the join token, the session is active, a text
-    reaches the agent, the action it asks for on `/confirm` is approved and carried out, the
-    end. Nothing is delivered by the test: LiveKit's side is the local LiveKit's."""
+    speaking), running the library from the tarball `npm pack` makes (the front serves its
+    files at /sdk/): Connect joins the room through the library's RoomBinding, the session is
+    active, a text reaches the agent, the action it asks for on `/confirm` is approved and
+    carried out; a second browser continues the session (a handoff): the first one is told and
+    its binding leaves the room, the second connects and talks; the end. Nothing is delivered
+    by the test: LiveKit's side is the local LiveKit's."""
     browser, driver_path = binaries()
+    package = unpacked(pack(tmp_path / "npm"), tmp_path)
     port = free_port()  # the service's: where the agent reaches the provider API
     settings = livekit_settings(
         livekit, livekit_public_url=livekit.ws_url, public_base_url=f"http://127.0.0.1:{port}"
@@ -488,13 +515,14 @@ async def test_the_browser_page_on_the_local_livekit_goes_active_talks_confirms_
     async with (
         serving(app, settings, port=port) as base_url,
         httpx.AsyncClient(base_url=base_url, timeout=30) as http,
-        serving(front(base_url)) as page_url,
+        serving(front(base_url, sdk=package)) as page_url,
         contextlib.AsyncExitStack() as stack,
     ):
         livekit.set_webhook_target(f"{base_url}/livekit/webhook")
         livekit.auto_jobs = livekit.agents_speak = True
-        driver = await asyncio.to_thread(stack.enter_context, chromium(browser, driver_path))
-        page = Page(driver)
+        first = await asyncio.to_thread(stack.enter_context, chromium(browser, driver_path))
+        second = await asyncio.to_thread(stack.enter_context, chromium(browser, driver_path))
+        page, other = Page(first), Page(second)
 
         def active() -> str:
             page.driver.get(page_url + "/?livekit=dev")
@@ -509,6 +537,12 @@ async def test_the_browser_page_on_the_local_livekit_goes_active_talks_confirms_
 
         sid = await asyncio.to_thread(active)
         assert f"LiveKit (local, for development): in room {room(sid)}, no media" in page.log()
+        served = await asyncio.to_thread(
+            first.execute_script,
+            "return performance.getEntriesByType('resource').map((e) => e.name)"
+            ".filter((n) => n.includes('/sdk/'))",
+        )
+        assert f"{page_url}/sdk/livekit.js" in served  # the tarball's modules, from the front
 
         def talked() -> None:
             page.wait.until(lambda _: page.element("send").is_enabled(), "send stays disabled")
@@ -529,15 +563,45 @@ async def test_the_browser_page_on_the_local_livekit_goes_active_talks_confirms_
             await asyncio.sleep(0.05)
         said = [m for m, _ in next(iter(livekit.agents.values())).calls]
         assert said.count("aim.provider.UpdateOperation") == 1
+        first_device = session["activeEndpointId"]
+        assert livekit.participant(room(sid), first_device) is not None
+
+        def handed_over() -> None:
+            other.driver.get(page_url + "/?livekit=dev")
+            other.element("token").send_keys(token("alice"))
+            other.element("resume-id").send_keys(sid)
+            other.element("resume").click()
+            other.until_logged("joined: LiveKit")
+            page.until_logged("this session moved to another device (epoch 2)")
+            page.until_logged("LiveKit: left the room")  # the binding disconnected it
+            assert not page.element("send").is_enabled()
+            other.element("connect").click()
+            other.until_logged("LiveKit (local, for development): in room")
+            other.until_shown("state", "active")
+            other.until_shown("epoch", "2")
+            other.wait.until(lambda _: other.element("send").is_enabled(), "send disabled")
+            other.say("hello from the second device")
+            other.until_logged("text delivered to the agent")
+
+        await asyncio.to_thread(handed_over)
+        assert other.log()[0] == f"continuing session {sid} (active)"
+        session = (await call(http, "GetSession", sessionId=sid))["result"]["session"]
+        second_device = session["activeEndpointId"]
+        assert second_device != first_device
+        assert livekit.participant(room(sid), first_device) is None  # the first tab left
+        assert livekit.participant(room(sid), second_device) is not None
+        [*_, hello] = await wait_for_data(livekit, room(sid), "input.text")
+        assert hello["payload"] == {"text": "hello from the second device"}
 
         def ended() -> None:
-            page.element("end").click()
-            page.until_logged("stream closed: task TASK_STATE_COMPLETED")
+            other.element("end").click()
+            other.until_logged("stream closed: task TASK_STATE_COMPLETED")
 
         await asyncio.to_thread(ended)
-        problems = await asyncio.to_thread(page.problems)
-        assert not problems, problems
-        assert livekit.participant(room(sid), session["activeEndpointId"]) is None  # it left
+        for browser_page in (page, other):
+            problems = await asyncio.to_thread(browser_page.problems)
+            assert not problems, problems
+        assert livekit.participant(room(sid), second_device) is None  # the binding left
 
 
 def started_elsewhere(page: Page, page_url: str, service_url: str, bearer: str) -> None:

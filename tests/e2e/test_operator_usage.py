@@ -36,7 +36,10 @@ AGENT = "agent-AJ_worker-1"
 
 
 def approx(seconds: float) -> object:
-    return pytest.approx(seconds, abs=0.5)
+    """`seconds` the test moved the clock on by, and the real time its calls took meanwhile:
+    milliseconds, but up to a second or two on a loaded machine (the nearest other value a
+    test here expects is 5 s away)."""
+    return pytest.approx(seconds, abs=2.0)
 
 
 async def used_session(http, clock: Clock, tenant: str, *, connected_s: float, agent_s: float):

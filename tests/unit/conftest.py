@@ -1,6 +1,8 @@
 """Fixtures shared by the unit tests beyond tests/conftest.py."""
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -13,3 +15,13 @@ def one_key_jwks() -> Iterator[tuple[JwksServer, PrivateKey]]:
     key = rsa_key()
     with jwks_server([jwk(key, "k")]) as server:
         yield server, key
+
+
+@pytest.fixture
+async def loop_reports() -> AsyncIterator[list[dict[str, Any]]]:
+    """What reaches the event loop's exception handler while the test runs (its contexts)."""
+    loop = asyncio.get_running_loop()
+    contexts: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: contexts.append(context))
+    yield contexts
+    loop.set_exception_handler(None)

@@ -1,7 +1,10 @@
 """The client's error mapping: every code to its class, ErrorInfo and BadRequest read, the
-retry advice of `Retry-After` / `retryAfterSeconds`."""
+retry advice of `Retry-After` (seconds or an HTTP-date) / `retryAfterSeconds`."""
 
 from __future__ import annotations
+
+import time
+from email.utils import formatdate
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -116,10 +119,24 @@ def test_retry_after_is_read_in_seconds(seconds):
     assert retry_after_ms(None, {"retryAfterSeconds": str(seconds)}) == seconds * 1000
 
 
-def test_retry_after_that_is_not_seconds_is_no_advice():
-    assert retry_after_ms("Wed, 21 Oct 2015 07:28:00 GMT", {}) is None
+def test_retry_after_as_an_http_date_is_the_time_until_then():
+    at = 1_445_412_480.0  # Wed, 21 Oct 2015 07:28:00 GMT
+    for date in ("Wed, 21 Oct 2015 07:28:00 GMT", "Wednesday, 21-Oct-15 07:28:00 GMT",
+                 "Wed Oct 21 07:28:00 2015"):  # fmt: skip
+        assert retry_after_ms(date, {}, now=lambda: at - 12.5) == 12_500, date
+        assert retry_after_ms(date, {}, now=lambda: at + 30) == 0, date  # passed: at once
+    in_90_s = formatdate(time.time() + 90, usegmt=True)
+    limited = error_from_rpc(wire(-31011, meta={"limit": "x"}), retry_after=in_90_s)
+    assert limited.retryable
+    assert 85_000 <= (limited.retry_after_ms or 0) <= 91_000  # by the real clock
+
+
+def test_retry_after_that_is_neither_seconds_nor_a_date_is_no_advice():
+    assert retry_after_ms("soon", {}) is None
     assert retry_after_ms("-1", {}) is None
     assert retry_after_ms(None, {}) is None
+    # retryAfterSeconds is a number of seconds, never a date
+    assert retry_after_ms(None, {"retryAfterSeconds": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
 
 
 def test_an_http_401_or_403_is_an_auth_error_whatever_the_body():

@@ -4,7 +4,9 @@ very same body), how long it waits, and what it raises at once."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
+from email.utils import formatdate
 
 import httpx
 import pytest
@@ -111,6 +113,28 @@ async def test_a_rate_limit_waits_as_advised_and_a_long_one_is_raised():
         await script.caller().call("M", {})
     assert limited.value.retry_after_ms == 120_000
     assert len(script.requests) == 1
+
+
+async def test_a_rate_limit_whose_retry_after_is_a_date_waits_until_then():
+    """`Retry-After` as an HTTP-date (as a proxy in front of the service may send it): waited
+    until that date, not a backoff; a date past `max_retry_after_ms` is raised."""
+    soon = formatdate(time.time() + 30, usegmt=True)
+    script = Script(
+        httpx.Response(429, json=error(-31011, limit="rps"), headers={"Retry-After": soon}),
+        ok({}),
+    )
+    assert await script.caller().call("M", {}) == {}
+    [wait] = script.waits
+    assert 28 <= wait <= 31  # the date has whole seconds, and the clock moved meanwhile
+
+    late = formatdate(time.time() + 600, usegmt=True)
+    script = Script(
+        httpx.Response(429, json=error(-31011, limit="rps"), headers={"Retry-After": late}),
+    )
+    with pytest.raises(LimitExceededError) as limited:
+        await script.caller().call("M", {})
+    assert 590_000 <= (limited.value.retry_after_ms or 0) <= 600_000
+    assert script.waits == []
 
 
 @pytest.mark.parametrize(

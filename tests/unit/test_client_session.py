@@ -1,64 +1,35 @@
 """A device's Session on a scripted service (an httpx mock transport): what join() does while
-the session stays provisioning, how a stream the service refuses ends, and the `agent` events
-the stream's frames make of a rotation."""
+the session stays provisioning, how a stream the service refuses ends, the `agent` events the
+stream's frames make of a rotation, what resume_session reads, and a call cancelled while it
+retries."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from aim_realtime_client import AgentChanged, AimClient, AimError, Ended, StreamFailed
+from aim_realtime_client import (
+    AgentChanged,
+    AimError,
+    Ended,
+    Requirement,
+    RetryPolicy,
+    StreamFailed,
+)
 from aim_realtime_client.follow import Follower
 from aim_realtime_client.rpc import REALTIME
 from aim_realtime_client.stream import Frame
-
-Answer = Callable[[dict[str, Any]], httpx.Response]
-
-
-def result(value: object) -> httpx.Response:
-    return httpx.Response(200, json={"jsonrpc": "2.0", "id": 1, "result": value})
-
-
-def failure(code: int) -> httpx.Response:
-    return httpx.Response(200, json={"jsonrpc": "2.0", "id": 1,
-                                     "error": {"code": code, "message": "m"}})  # fmt: skip
-
-
-def task(state: str, session_state: str) -> dict[str, Any]:
-    meta = {"sessionId": "s1", "sessionEpoch": 1, "sessionState": session_state, "taskVersion": 1}
-    return {"id": "t1", "contextId": "c1", "status": {"state": state},
-            "metadata": {REALTIME: meta}}  # fmt: skip
-
-
-def session_object(state: str) -> dict[str, Any]:
-    return {"sessionId": "s1", "taskId": "t1", "sessionEpoch": 1, "state": state, "version": 1,
-            "endpoints": []}  # fmt: skip
-
-
-class Service:
-    """Answers each JSON-RPC method with `answers[method]`; records the methods called."""
-
-    def __init__(self, answers: dict[str, Answer]) -> None:
-        self.answers = answers
-        self.methods: list[str] = []
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        self.methods.append(body["method"])
-        answer = self.answers.get(body["method"])
-        return answer(body["params"]) if answer else failure(-32601)
-
-    def client(self, **options: Any) -> AimClient:
-        async def no_wait(_: float) -> None:
-            await asyncio.sleep(0)
-
-        return AimClient("http://aim.test", token="t", transport=httpx.MockTransport(self.handle),
-                         sleep=no_wait, **options)  # fmt: skip
+from tests.unit.client_service_helpers import (
+    Service,
+    failure,
+    result,
+    session_object,
+    task,
+    until,
+)
 
 
 async def test_join_raises_timeout_while_the_session_stays_provisioning():
@@ -136,3 +107,91 @@ async def test_a_rotation_is_rotating_then_rotated_from_the_generation_it_replac
     ]
     assert [event.rotated for event in agents] == [False, False, True, False, False, False]
     assert (session.agent_state, session.agent_generation) == ("speaking", 2)
+
+
+async def test_resume_session_reads_the_task_its_state_and_open_requirement():
+    """GetSession, then GetTask: the task's state and version, and the requirement it waits
+    on, known at once (an approve then sends it without reading it again)."""
+    asked = {"operationId": "op1", "requirementId": "rq1", "action": {"title": "Book"},
+             "actionDigest": "sha256:ab", "expectedVersion": 7}  # fmt: skip
+    message = {"messageId": "m1", "role": "ROLE_AGENT",
+               "parts": [{"data": asked, "mediaType": "application/json"}]}  # fmt: skip
+    mine = [{"endpointId": "e-phone", "clientEndpointKey": "phone", "state": "active"}]
+    operation = {"operationId": "op1", "state": "running"}
+    service = Service({
+        "aim.realtime.GetSession": lambda _: result({"session": session_object(
+            "active", endpoints=mine)}),
+        "GetTask": lambda _: result(task("TASK_STATE_INPUT_REQUIRED", "active", version=7,
+                                         message=message)),
+        "aim.realtime.SendInteraction": lambda params: result({
+            "interaction": {"commandId": params["commandId"], "type": params["type"],
+                            "acceptedAt": "2026-01-01T00:00:00.000Z"},
+            "operation": operation}),
+    })  # fmt: skip
+    async with service.client() as client:
+        session = await client.resume_session("s1", endpoint_key="phone")
+        assert service.methods == ["aim.realtime.GetSession", "GetTask"]
+        assert service.of("GetTask") == [{"id": "t1", "historyLength": 0}]
+        assert (session.state, session.task_state, session.task_version) == (
+            "active", "TASK_STATE_INPUT_REQUIRED", 7)  # fmt: skip
+        assert session.endpoint_id == "e-phone"
+        assert session.requirement == Requirement("op1", "rq1", {"title": "Book"}, "sha256:ab", 7)
+        assert session.requirements == {"op1": session.requirement}
+
+        assert await session.confirm("op1", "approve") == operation
+    [sent] = service.of("aim.realtime.SendInteraction")
+    assert sent["payload"] == {"operationId": "op1", "requirementId": "rq1",
+                               "actionDigest": "sha256:ab"}  # fmt: skip
+    assert service.methods.count("GetTask") == 1
+
+
+async def test_a_resumed_task_that_waits_on_nothing_has_no_requirement():
+    service = Service({
+        "aim.realtime.GetSession": lambda _: result({"session": session_object("ready")}),
+        "GetTask": lambda _: result(task("TASK_STATE_WORKING", "ready", version=3)),
+    })  # fmt: skip
+    async with service.client() as client:
+        session = await client.resume_session("s1", endpoint_key="phone")
+    assert (session.task_state, session.task_version, session.requirement) == (
+        "TASK_STATE_WORKING", 3, None)  # fmt: skip
+    assert session.endpoint_id is None
+
+
+@pytest.mark.parametrize("stop", ["timeout", "cancel"])
+async def test_a_command_cancelled_while_it_retries_leaves_no_retry_behind(stop):
+    """SendInteraction answered 503 again and again: retried (the same commandId) until the
+    caller's `asyncio.timeout` or cancel stops it, which raises as asyncio says; afterwards
+    nothing is sent and no task of the client's is left."""
+    service = Service({
+        "SendMessage": lambda _: result({"task": task("TASK_STATE_WORKING", "active")}),
+        "aim.realtime.GetSession": lambda _: result({"session": session_object("active")}),
+        "aim.realtime.SendInteraction": lambda _: httpx.Response(503),
+    })  # fmt: skip
+
+    async def sleep(_: float) -> None:
+        await asyncio.sleep(0.005)
+
+    retry = RetryPolicy(attempts=10_000, base_delay_ms=5, max_delay_ms=5)
+    async with service.client(sleep=sleep, retry=retry) as client:
+        session = await client.create_session("phone", return_immediately=True)
+
+        def sent() -> int:
+            return len(service.of("aim.realtime.SendInteraction"))
+
+        if stop == "timeout":
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await session.send_text("hello")
+        else:
+            sending = asyncio.create_task(session.send_text("hello"))
+            await until(lambda: sent() >= 3)
+            sending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sending
+        tried = sent()
+        assert tried >= 2
+        assert len({params["commandId"] for params in service.of(
+            "aim.realtime.SendInteraction")}) == 1  # fmt: skip
+        await asyncio.sleep(0.1)
+        assert sent() == tried
+        assert asyncio.all_tasks() == {asyncio.current_task()}

@@ -1,7 +1,7 @@
-"""Python client of the AIM realtime service: `AimClient` and `Session` for devices,
-`AgentSession` for agent workers. The distribution `aim-realtime-client` (clients/python);
-it needs httpx only, and importing it loads nothing of the service. Reference:
-docs/python-client.md."""
+"""Python client of the AIM realtime service: `AimClient` and `Session` for devices (and
+`RoomBinding`, which keeps a LiveKit room in step with a session), `AgentSession` for agent
+workers. The distribution `aim-realtime-client` (clients/python); it needs httpx only, and
+importing it loads nothing of the service. Reference: docs/python-client.md."""
 
 from aim_realtime_client.agent import AgentSession
 from aim_realtime_client.client import AimClient
@@ -39,6 +39,7 @@ from aim_realtime_client.events import (
     Capabilities,
     Ended,
     Event,
+    Events,
     Interaction,
     JoinResult,
     Rebound,
@@ -48,6 +49,7 @@ from aim_realtime_client.events import (
     Superseded,
     Update,
 )
+from aim_realtime_client.room import Room, RoomBinding
 from aim_realtime_client.rpc import RetryPolicy
 from aim_realtime_client.session import Session
 
@@ -69,6 +71,7 @@ __all__ = [
     "DispatchMetadata",
     "Ended",
     "Event",
+    "Events",
     "Handover",
     "Interaction",
     "InteractionMessage",
@@ -83,6 +86,8 @@ __all__ = [
     "RedirectError",
     "Requirement",
     "RetryPolicy",
+    "Room",
+    "RoomBinding",
     "Session",
     "StaleEpochError",
     "StateChanged",

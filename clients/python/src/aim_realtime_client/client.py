@@ -107,8 +107,9 @@ class AimClient:
         return_immediately: bool = False,
     ) -> Session:
         """SendMessage with a `session.create` part (messageId and clientSessionId minted once,
-        kept on retries); it waits up to 5 s for `ready` (not with `return_immediately`). A
-        REJECTED task → AimError with reason "REJECTED" and the status message's text."""
+        kept on retries); it waits up to 5 s for `ready`, then reads GetSession (`info`); with
+        `return_immediately` neither. A REJECTED task → AimError with reason "REJECTED" and the
+        status message's text."""
         data = {
             "operation": "session.create",
             "clientSessionId": str(uuid.uuid4()),
@@ -146,7 +147,8 @@ class AimClient:
         session.task_state = str(status.get("state", ""))
         session.task_version = int(meta.get("taskVersion", 0))
         self._sessions.append(session)
-        await session.refresh()
+        if not return_immediately:
+            await session.refresh()  # the session object, in `info`
         return session
 
     async def resume_session(
@@ -158,7 +160,8 @@ class AimClient:
         capabilities: Capabilities | Mapping[str, Any] | None = None,
     ) -> Session:
         """A Session for a session created earlier (an app restart, a second device): read
-        with GetSession; join() registers this key (the same key: the same endpointId)."""
+        with GetSession, then GetTask (its state, version and open requirement are known at
+        once); join() registers this key (the same key: the same endpointId)."""
         got = await self.rpc.call("aim.realtime.GetSession", {"sessionId": session_id})
         info: dict[str, Any] = got["session"]
         session = Session(
@@ -172,6 +175,8 @@ class AimClient:
         for endpoint in info.get("endpoints") or ():
             if endpoint.get("clientEndpointKey") == endpoint_key:
                 session.endpoint_id = str(endpoint["endpointId"])
+        task = await self.rpc.call("GetTask", {"id": session.task_id, "historyLength": 0})
+        session.apply_task(task)
         self._sessions.append(session)
         return session
 

@@ -8,8 +8,11 @@ right class for a code; `code` is None for failures that carry no JSON-RPC code.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -224,18 +227,35 @@ def _auth_class(reason: str) -> type[AuthError]:
     return AuthMisconfiguredError if reason in MISCONFIGURED else AuthError
 
 
-def retry_after_ms(header: str | None, metadata: Mapping[str, str]) -> int | None:
-    """Milliseconds from `Retry-After` (delta-seconds) or `retryAfterSeconds`, else None."""
-    for value in (header, metadata.get("retryAfterSeconds")):
+def retry_after_ms(
+    header: str | None, metadata: Mapping[str, str], *, now: Callable[[], float] = time.time
+) -> int | None:
+    """Milliseconds from `Retry-After` (delay-seconds, or an HTTP-date: the time until then,
+    0 once it passed, by the clock `now`) or `retryAfterSeconds`, else None."""
+    for value, dated in ((header, True), (metadata.get("retryAfterSeconds"), False)):
         if value is None:
             continue
         try:
             seconds = float(value.strip())
         except ValueError:
-            continue  # an HTTP-date or garbage: no advice this service would give
+            if dated and (date := _http_date(value)) is not None:
+                return max(0, int((date - now()) * 1000))
+            continue  # garbage: no advice
         if math.isfinite(seconds) and seconds >= 0:
             return int(seconds * 1000)
     return None
+
+
+def _http_date(value: str) -> float | None:
+    """An HTTP-date (`Sun, 06 Nov 1994 08:49:37 GMT`, or the obsolete forms) as a POSIX
+    time, else None."""
+    try:
+        date = email.utils.parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if date.tzinfo is None:  # `-0000`: UTC, as HTTP-dates are
+        date = date.replace(tzinfo=datetime.UTC)
+    return date.timestamp()
 
 
 def _details(data: Any) -> tuple[str, dict[str, str], tuple[Violation, ...]]:

@@ -1,24 +1,47 @@
-"""What a session tells its app (`async for event in session.events()`) and what calls return.
+"""What a session tells its app (`session.on(name, fn)`, `async for event in
+session.events()`) and what calls return.
 
-Every event is a frozen dataclass with `name`, the event's name in both client libraries
-(`state`, `agent`, `requirement`, `interaction`, `superseded`, `rebound`, `ended`, `error`;
-`update` only for `events(updates=True)`).
+Every event is a frozen dataclass with `name`, the event's name in both client libraries: one
+of the `Events` constants (`update`, the raw frames, only for `events(updates=True)` and
+`on(Events.UPDATE, fn)`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from aim_realtime_client.errors import AimError
+
+
+class Events:
+    """The names of a session's events, the same in both client libraries (the browser
+    module exports `Events` with the same members): what `session.on`, `once` and `off` take,
+    and each event class's `name`."""
+
+    STATE: Final = "state"
+    AGENT: Final = "agent"
+    REQUIREMENT: Final = "requirement"
+    INTERACTION: Final = "interaction"
+    SUPERSEDED: Final = "superseded"
+    REBOUND: Final = "rebound"
+    ENDED: Final = "ended"
+    ERROR: Final = "error"
+    UPDATE: Final = "update"
+
+
+# every name, in the order `Events` declares them (a ValueError for any other lists them)
+EVENT_NAMES: Final[tuple[str, ...]] = tuple(
+    value for key, value in vars(Events).items() if key.isupper()
+)
 
 
 @dataclass(frozen=True)
 class StateChanged:
     """The session's state, its epoch, the task's state or version changed (not on repeats)."""
 
-    name: ClassVar[str] = "state"
+    name: ClassVar[str] = Events.STATE
     state: str
     epoch: int
     task_state: str
@@ -37,7 +60,7 @@ class AgentChanged:
     from, on the first event of the new generation after `rotating` (else None). Generations
     are None from a service that does not name them."""
 
-    name: ClassVar[str] = "agent"
+    name: ClassVar[str] = Events.AGENT
     state: str
     generation: int | None = None
     successor_generation: int | None = None
@@ -57,7 +80,7 @@ class AgentChanged:
 class Requirement:
     """The agent asks the user to confirm `action` (the task is TASK_STATE_INPUT_REQUIRED)."""
 
-    name: ClassVar[str] = "requirement"
+    name: ClassVar[str] = Events.REQUIREMENT
     operation_id: str
     requirement_id: str
     action: dict[str, Any]
@@ -70,7 +93,7 @@ class Interaction:
     """A SendInteraction this session object sent was accepted (`operation` when the result
     carried one: confirmations, media.decide, an agent-side media.request)."""
 
-    name: ClassVar[str] = "interaction"
+    name: ClassVar[str] = Events.INTERACTION
     command_id: str
     type: str
     accepted_at: str
@@ -82,7 +105,7 @@ class Superseded:
     """Another device took the session over at `epoch`; commands raise SupersededError without
     being sent until `join()` takes it back."""
 
-    name: ClassVar[str] = "superseded"
+    name: ClassVar[str] = Events.SUPERSEDED
     epoch: int
 
 
@@ -90,7 +113,7 @@ class Superseded:
 class Rebound:
     """The room was replaced at `epoch` (the session is provisioning again): join() again."""
 
-    name: ClassVar[str] = "rebound"
+    name: ClassVar[str] = Events.REBOUND
     epoch: int
 
 
@@ -98,7 +121,7 @@ class Rebound:
 class Ended:
     """The task is terminal; the stream is closed after this event."""
 
-    name: ClassVar[str] = "ended"
+    name: ClassVar[str] = Events.ENDED
     state: str
     task_state: str
     end_reason: str | None
@@ -108,7 +131,7 @@ class Ended:
 class StreamFailed:
     """The stream cannot go on (`error`); the session still takes commands."""
 
-    name: ClassVar[str] = "error"
+    name: ClassVar[str] = Events.ERROR
     error: AimError
 
 
@@ -117,7 +140,7 @@ class Update:
     """One raw StreamResponse of the task (`{"task": …}` or `{"statusUpdate": …}`) and its SSE
     id, before the events derived from it; only for `events(updates=True)`."""
 
-    name: ClassVar[str] = "update"
+    name: ClassVar[str] = Events.UPDATE
     event_id: str | None
     result: dict[str, Any]
 

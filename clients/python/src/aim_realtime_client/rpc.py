@@ -9,8 +9,8 @@ once, when the call is made; retries send those bytes again. What is retried, up
 - HTTP 502/503/504 without a JSON-RPC body (a proxy in between);
 - -31012 UPSTREAM_UNAVAILABLE, unless its metadata says `retryable: "false"` (the service is
   not configured for LiveKit: the same request fails the same way);
-- -31011 LIMIT_EXCEEDED with retry advice (`Retry-After`, `retryAfterSeconds`): waited out as
-  advised instead of backing off;
+- -31011 LIMIT_EXCEEDED with retry advice (`Retry-After` in seconds or as an HTTP-date,
+  `retryAfterSeconds`): waited out as advised (until that date) instead of backing off;
 - a 401 `token_expired`, once per call and at once, when the token comes from a function: the
   next attempt asks it for a new token (no other 401 asks it again).
 
@@ -18,6 +18,9 @@ The others wait an exponential backoff with full jitter: a random delay between 
 `min(max_delay_ms, base_delay_ms * 2**(n-1))` before the n-th retry. Anything else is raised at
 once as a typed error (`aim_realtime_client.errors`); a redirect is never followed (it would send
 the body and the token to another URL) but raised, as `RedirectError`.
+
+A call is cancelled as any coroutine is (`asyncio.timeout()`, `Task.cancel()`): the attempt or
+the wait under way ends, and no retry follows.
 """
 
 from __future__ import annotations

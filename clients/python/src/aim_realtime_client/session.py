@@ -12,6 +12,10 @@ stays allowed: any device may end it).
 
 The session's `state` comes from the stream while it runs (its frames come in order and carry
 no `version`); GetSession and command results set it only while no stream runs.
+
+Events reach the app two ways, from one emit: listeners (`on`, `once`, `off`) and iterators
+(`events()`). Listening starts the stream: the first `on`, `once` or `events()` starts
+following the task (`follow()` starts it without listening); `close()` stops it.
 """
 
 from __future__ import annotations
@@ -19,24 +23,32 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, Final, Literal
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Final, Literal, TypeVar
 
 from aim_realtime_client.errors import AimError, StaleEpochError, SupersededError
 from aim_realtime_client.events import (
+    EVENT_NAMES,
     AnyEvent,
     Capabilities,
     Ended,
+    Events,
     Interaction,
     JoinResult,
     Requirement,
+    StreamFailed,
     Superseded,
     requirement_in,
 )
-from aim_realtime_client.follow import Follower
+from aim_realtime_client.follow import INPUT_REQUIRED, Follower
+from aim_realtime_client.listeners import Listeners
 from aim_realtime_client.rpc import REALTIME, Link
 
 POLL_S: Final = 0.25
+MAX_UNREAD: Final = 1000  # events an iterator of events() holds unread, at most
+# a listener takes the event class of the name it listens to (Requirement for "requirement"),
+# or any event
+EventT = TypeVar("EventT", bound=AnyEvent)
 
 
 class Session:
@@ -76,6 +88,7 @@ class Session:
         self._unvetted: int | None = None  # an epoch the stream showed, not checked yet
         self._vetting = asyncio.Lock()
         self._subscribers: list[tuple[asyncio.Queue[AnyEvent | None], bool]] = []
+        self._listeners = Listeners(EVENT_NAMES, "the session")
         self._follower = Follower(self)
 
     def __repr__(self) -> str:
@@ -110,6 +123,18 @@ class Session:
                     self.mark_superseded(self.epoch)
         self.observe_epoch(epoch)
 
+    def apply_task(self, task: Mapping[str, Any]) -> None:
+        """A Task read with GetTask: its state, its version, and the requirement it shows
+        when it is TASK_STATE_INPUT_REQUIRED (kept as the stream's would be)."""
+        status = task.get("status") or {}
+        meta = (task.get("metadata") or {}).get(REALTIME) or {}
+        self.task_state = str(status.get("state", self.task_state))
+        self.task_version = int(meta.get("taskVersion", self.task_version))
+        asked = requirement_in(status) if self.task_state == INPUT_REQUIRED else None
+        self.requirement = asked
+        if asked is not None:
+            self.requirements[asked.operation_id] = asked
+
     def observe_epoch(self, epoch: int, *, vetted: bool = True) -> None:
         """An epoch the service reported: shown in `epoch` at once; carried by commands once
         vetted, else pending until `vet()` reads GetSession."""
@@ -141,14 +166,58 @@ class Session:
             self.emit(Superseded(epoch))
 
     def emit(self, event: AnyEvent) -> None:
-        for queue, updates in list(self._subscribers):
-            if updates or event.name != "update":
-                queue.put_nowait(event)
+        """`event` to every iterator of `events()` and every listener of its name."""
+        for entry in list(self._subscribers):
+            queue, updates = entry
+            if not updates and event.name == Events.UPDATE:
+                continue
+            if queue.qsize() >= MAX_UNREAD:  # nobody reads it: it ends, saying why
+                while not queue.empty():
+                    queue.get_nowait()
+                behind = AimError(
+                    f"events() held {MAX_UNREAD} events nobody read; it ended",
+                    reason="EVENTS_UNREAD",
+                )
+                queue.put_nowait(StreamFailed(behind))
+                self._subscribers.remove(entry)
+                continue
+            queue.put_nowait(event)
+        self._listeners.call(event.name, event)
 
     # ---- events ----------------------------------------------------------------------------
+    def on(self, name: str, fn: Callable[[EventT], object]) -> Callable[[], None]:
+        """Call `fn(event)` for every event named `name` (an `Events` constant) from now on.
+        `fn` is a plain function, called at once, or an async one, run as a task; what it
+        raises goes to the loop's exception handler and stops neither the stream nor the
+        other listeners. Listening starts the stream (as `follow()`). Returns a function that
+        removes `fn` (as `off`). A name that is not an event's raises ValueError."""
+        self._listeners.add(name, fn)
+        self._follower.start()
+        return lambda: self.off(name, fn)
+
+    def once(self, name: str, fn: Callable[[EventT], object]) -> Callable[[], None]:
+        """As `on`, but `fn` is called at most once: it is removed before it is called."""
+        self._listeners.add(name, fn, once=True)
+        self._follower.start()
+        return lambda: self.off(name, fn)
+
+    def off(self, name: str, fn: Callable[[EventT], object]) -> None:
+        """`fn` no longer listens to `name` (nothing happens if it did not). The stream goes
+        on: `close()` stops it."""
+        self._listeners.remove(name, fn)
+
+    def follow(self) -> None:
+        """Start following the task's stream without listening (`on`, `once` and `events()`
+        start it too); while it runs a second call does nothing. After a `StreamFailed` it
+        follows again, resuming after the last event it got; after `Ended` it does nothing."""
+        self._follower.start()
+
     async def events(self, *, updates: bool = False) -> AsyncIterator[AnyEvent]:
-        """Every event from now on; the first subscription starts the stream. Ends after
-        `Ended`, after a `StreamFailed`, or at `close()`. `updates`: also every raw frame."""
+        """Every event from now on; the first subscription starts the stream (listening starts
+        it). Ends after `Ended`, after a `StreamFailed`, or at `close()`. `updates`: also every
+        raw frame. An iterator made after the end yields the `Ended` alone. One that holds
+        more than MAX_UNREAD (1000) events nobody read ends with a `StreamFailed` whose error's
+        reason is EVENTS_UNREAD."""
         if self.ended is not None:
             yield self.ended
             return
@@ -159,17 +228,19 @@ class Session:
         try:
             while (event := await queue.get()) is not None:
                 yield event
-                if event.name in ("ended", "error"):
+                if event.name in (Events.ENDED, Events.ERROR):
                     return
         finally:
-            self._subscribers.remove(entry)
+            if entry in self._subscribers:
+                self._subscribers.remove(entry)
 
     def end_subscriptions(self) -> None:
         for queue, _ in list(self._subscribers):
             queue.put_nowait(None)
 
     async def close(self) -> None:
-        """Stop the stream (sends no command); iterators of `events()` end."""
+        """Stop the stream (sends no command); iterators of `events()` end. Listeners stay:
+        the next `on`, `once`, `events()` or `follow()` starts the stream again."""
         await self._follower.stop()
         self.end_subscriptions()
 
