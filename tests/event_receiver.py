@@ -4,8 +4,8 @@ delivery with the `standardwebhooks` package.
     python tests/event_receiver.py --secret whsec_… --log FILE --control FILE
 
 It prints `listening <port>` once it listens on 127.0.0.1. Every POST is appended to `--log` as
-one JSON line: `{webhookId, timestamp, verified, answered, event}` (`event` the parsed body when
-the signature verified). What it answers comes from the `--control` file, read per request:
+one JSON line: `{webhookId, timestamp, verified, complete, answered, event}` (`event` the parsed
+body when the signature verified). What it answers comes from the `--control` file, read per request:
 `{"status": 200, "delay_s": 0}` (missing or unreadable: 200 at once).
 """
 
@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                 "webhookId": headers.get("webhook-id"),
                 "timestamp": headers.get("webhook-timestamp"),
                 "verified": verified,
+                # False when the sender was gone before its whole body came (a killed worker)
+                "complete": len(body) == min(size, MAX_BODY),
                 "answered": status,
                 "event": event,
             }

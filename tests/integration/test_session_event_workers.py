@@ -57,7 +57,11 @@ async def test_a_worker_killed_mid_delivery_loses_and_reorders_nothing(
             except AssertionError:
                 raise AssertionError(outputs(first, second)) from None
     assert killed_after < SESSIONS * len(TYPES), "the kill came after every delivery"
-    assert all(r["verified"] for r in got.requests())
+    # the killed worker may have been cut off in the middle of a body: that one request is
+    # not whole (so not verified); every whole one is signed right
+    whole = [r for r in got.requests() if r["complete"]]
+    assert len(got.requests()) - len(whole) <= 1, got.requests()
+    assert all(r["verified"] for r in whole)
     for sid in session_ids:
         arrived = got.delivered(sid)
         # in order: an event arrives only after every one before it; a repeat (the one the
@@ -66,5 +70,5 @@ async def test_a_worker_killed_mid_delivery_loses_and_reorders_nothing(
         assert seqs == sorted(seqs), arrived
         assert list(dict.fromkeys(seqs)) == [1, 2, 3], arrived
         assert [e["type"] for e in {e["seq"]: e for e in arrived}.values()] == TYPES
-        ids = {r["webhookId"] for r in got.requests() if r["event"]["sessionId"] == sid}
+        ids = {r["webhookId"] for r in whole if r["event"]["sessionId"] == sid}
         assert ids == {f"{sid}:{n}" for n in (1, 2, 3)}
