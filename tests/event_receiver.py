@@ -5,8 +5,8 @@ delivery with the `standardwebhooks` package.
 
 It prints `listening <port>` once it listens on 127.0.0.1. Every POST is appended to `--log` as
 one JSON line: `{webhookId, timestamp, verified, complete, answered, event}` (`event` the parsed
-body when the signature verified). What it answers comes from the `--control` file, read per request:
-`{"status": 200, "delay_s": 0}` (missing or unreadable: 200 at once).
+body when the signature verified). What it answers comes from the `--control` file, read per
+request: `{"status": 200, "delay_s": 0}` (missing or unreadable: 200 at once).
 """
 
 from __future__ import annotations
