@@ -257,8 +257,8 @@ SDK_PATHS: Final = tuple(sdk_sources())
 
 
 def load_sdk() -> dict[str, SdkFile]:
-    return {path: SdkFile(item.read_bytes(), media_type)
-            for path, (item, media_type) in sdk_sources().items()}  # fmt: skip
+    sources = sdk_sources().items()
+    return {path: SdkFile(item.read_bytes(), media_type) for path, (item, media_type) in sources}
 
 
 @route(list(SDK_PATHS), http_method=[HttpMethod.GET, HttpMethod.HEAD])
