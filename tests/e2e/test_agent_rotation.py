@@ -156,14 +156,22 @@ async def test_three_rotations_in_a_row_carry_context_operations_and_interaction
         third = await start(world, session_id, third.dispatch)
         given = await handover(world, session_id, third)
         assert given["context"]["data"] == "ctx-2"
+
         # the confirmation reached the serving agent when it was given, and the successor once,
-        # when it came in
-        updates = [
-            (m.destination_identities, json.loads(m.data)["commandId"])
-            for m in world.livekit.data_messages
-            if json.loads(m.data)["type"] == "operation.update"
-            and json.loads(m.data)["payload"]["operationId"] == operation["operationId"]
-        ]
+        # when it came in (sent after its start is committed: waited for, 5 s at most)
+        def operation_updates() -> list[tuple[list[str], str]]:
+            return [
+                (m.destination_identities, json.loads(m.data)["commandId"])
+                for m in world.livekit.data_messages
+                if json.loads(m.data)["type"] == "operation.update"
+                and json.loads(m.data)["payload"]["operationId"] == operation["operationId"]
+            ]
+
+        for _ in range(250):
+            if [third.identity] in [who for who, _ in operation_updates()]:
+                break
+            await asyncio.sleep(0.02)
+        updates = operation_updates()
         assert [who for who, _ in updates].count([third.identity]) == 1
         assert [who for who, _ in updates].count([second.identity]) == 1
         assert [(op["operationId"], op["state"]) for op in given["operations"]] == [
